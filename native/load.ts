@@ -1,0 +1,45 @@
+// Loads the native addon. Tries each build path, collects every failure, and throws one
+// NativeAddonMissingError naming the paths, the loader's messages and the fix.
+import { createRequire } from "node:module";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { NativeAddonMissingError } from "../src/errors.ts";
+import type { NativeAddon } from "./index.d.ts";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const require = createRequire(import.meta.url);
+
+/** Candidate paths, most specific first. OOZE_NATIVE_PATH overrides. */
+export function addonCandidates(): string[] {
+  const env = process.env.OOZE_NATIVE_PATH;
+  return [
+    ...(env ? [env] : []),
+    join(here, "build", "Release", "ooze_native.node"),
+    join(here, "build", "Debug", "ooze_native.node"),
+  ];
+}
+
+let cached: NativeAddon | null = null;
+
+/** Returns the loaded addon, loading it on first use. */
+export function loadNative(): NativeAddon {
+  if (cached) return cached;
+  const failures: string[] = [];
+  for (const path of addonCandidates()) {
+    if (!existsSync(path)) {
+      failures.push(`${path}: not found`);
+      continue;
+    }
+    try {
+      cached = require(path) as NativeAddon;
+      return cached;
+    } catch (e) {
+      failures.push(`${path}: ${(e as Error).message}`);
+    }
+  }
+  throw new NativeAddonMissingError(
+    `the ooze native addon could not be loaded:\n  ${failures.join("\n  ")}\n` +
+      `Build it with: npm run build:native (needs g++, make and python3)`,
+  );
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh machine, safe to run again: npm dependencies, the native addon,
+# and nats-server (Debian package) when it is missing. Every README command runs this first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[ooze setup] %s\n' "$*" >&2; }
+
+if [ ! -d node_modules ] || [ package.json -nt node_modules/.package-lock.json ]; then
+  log "installing npm dependencies"
+  npm install --no-audit --no-fund >&2
+fi
+
+if [ -f native/binding.gyp ]; then
+  addon=native/build/Release/ooze_native.node
+  stale=0
+  if [ ! -f "$addon" ]; then stale=1
+  elif [ -n "$(find native/src native/binding.gyp -newer "$addon" -print -quit 2>/dev/null)" ]; then stale=1
+  fi
+  if [ "$stale" = 1 ]; then
+    log "building the native addon (native/)"
+    npx --no-install node-gyp rebuild --directory native -j max >&2
+  fi
+fi
+
+if ! command -v nats-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing nats-server (Debian package nats-server)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server) >&2
+  else
+    log "nats-server is not on PATH: install the Debian package 'nats-server' (sudo apt-get install nats-server),"
+    log "or point ooze at a running NATS server with --nats URL / OOZE_NATS_URL."
+    exit 1
+  fi
+fi

@@ -1,0 +1,3 @@
+// ooze/testing: the test harness — a real nats-server per test file, fault injectors, waits with
+// deadlines.
+export {};

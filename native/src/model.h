@@ -1,0 +1,88 @@
+// The Llama model's plain C++ structures, shared by inference, training and checkpoint I/O:
+// the HF config fields, and all parameters in one flat float buffer with a named tensor layout in
+// Hugging Face naming and shapes (Linear weights are [out_features, in_features]).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ooze {
+
+/** config.json fields of LlamaForCausalLM that ooze reads and writes. */
+struct LlamaConfig {
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  int max_position_embeddings = 2048;
+  bool tie_word_embeddings = false;
+  int bos_token_id = 1;
+  int eos_token_id = 2;
+  int head_dim() const { return hidden_size / num_attention_heads; }
+  int kv_dim() const { return num_key_value_heads * head_dim(); }
+  /** Empty string when valid, else what is wrong. */
+  std::string validate() const;
+};
+
+/** One named tensor inside Model::params. */
+struct TensorInfo {
+  std::string name;
+  size_t offset = 0;  // in floats, into Model::params
+  std::vector<int64_t> shape;
+  size_t numel() const {
+    size_t n = 1;
+    for (auto d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+};
+
+/** Pointers into the flat buffer for one decoder layer. */
+struct LayerPtrs {
+  float* input_layernorm;           // [hidden]
+  float* q_proj;                    // [heads*head_dim, hidden]
+  float* k_proj;                    // [kv_heads*head_dim, hidden]
+  float* v_proj;                    // [kv_heads*head_dim, hidden]
+  float* o_proj;                    // [hidden, heads*head_dim]
+  float* post_attention_layernorm;  // [hidden]
+  float* gate_proj;                 // [intermediate, hidden]
+  float* up_proj;                   // [intermediate, hidden]
+  float* down_proj;                 // [hidden, intermediate]
+};
+
+/**
+ * A model: config plus every parameter in one flat fp32 buffer, laid out in `tensors` order
+ * (HF names). A gradient or optimizer-moment buffer of the same size shares the layout, so
+ * `ptrs(buffer)` gives the per-tensor views of any of them.
+ */
+struct Model {
+  LlamaConfig cfg;
+  std::vector<TensorInfo> tensors;
+  std::vector<float> params;
+
+  struct Ptrs {
+    float* embed_tokens;  // [vocab, hidden]
+    std::vector<LayerPtrs> layers;
+    float* norm;     // [hidden]
+    float* lm_head;  // [vocab, hidden]; equals embed_tokens when tied
+  };
+  /** Views into `buf` (params, or a buffer of the same size). */
+  Ptrs ptrs(float* buf) const;
+  Ptrs ptrs() { return ptrs(params.data()); }
+  const TensorInfo* find(const std::string& name) const;
+};
+
+/** Builds the tensor layout for `cfg` (no lm_head tensor when tied) and allocates zeroed params. */
+Model make_model(const LlamaConfig& cfg);
+
+/**
+ * Random initialisation as HF does for Llama: Linear and embedding weights ~ N(0, 0.02²),
+ * norm weights 1. Deterministic for a seed.
+ */
+void init_random(Model& m, uint64_t seed, float std = 0.02f);
+
+}  // namespace ooze

@@ -1,0 +1,54 @@
+import { describe, expect, it } from "vitest";
+import { loadTopology, parseTopology } from "../../src/topology/load.ts";
+import { TopologyError } from "../../src/errors.ts";
+
+function errorOf(fn: () => unknown): TopologyError {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(TopologyError);
+    return e as TopologyError;
+  }
+  throw new Error("expected a TopologyError");
+}
+
+describe("topology loading", () => {
+  it("loads the shipped echo topology with defaults filled in", () => {
+    const t = loadTopology("topologies/echo.yaml");
+    expect(t.name).toBe("echo");
+    expect(t.hosts.map((h) => h.name)).toEqual(["a", "b"]);
+    expect(t.actors[0]!.count).toBe(1);
+    expect(t.nats.host).toBe("127.0.0.1");
+    expect(t.supervision.strategy).toBe("one_for_one");
+  });
+
+  it("names file, line, column and field for a wrong type", () => {
+    const text = "name: t\nactors:\n  - name: a\n    kind: x\n    count: lots\n";
+    const e = errorOf(() => parseTopology(text, "t.yaml"));
+    expect(e.message).toMatch(/t\.yaml:5:12 actors\[0\]\.count: /);
+  });
+
+  it("reports unknown fields, bad placement and duplicates together", () => {
+    const text = [
+      "name: t",
+      "hosts: [{name: h}]",
+      "actors:",
+      "  - {name: a, kind: x, placement: nowhere}",
+      "  - {name: b, kind: x, colour: red}",
+    ].join("\n");
+    const e = errorOf(() => parseTopology(text, "t.yaml"));
+    expect(e.message).toMatch(/t\.yaml:5:\d+ actors\[1\]: unknown field\(s\) 'colour'/);
+    const e2 = errorOf(() => parseTopology(text.replace(", colour: red", ""), "t.yaml"));
+    expect(e2.message).toMatch(/t\.yaml:4:\d+ actors\[0\]\.placement: no host named 'nowhere'/);
+  });
+
+  it("reports malformed YAML with its position", () => {
+    const e = errorOf(() => parseTopology("name: t\nactors: [\n", "bad.yaml"));
+    expect(e.message).toMatch(/bad\.yaml:\d+:\d+/);
+  });
+
+  it("reports a missing file clearly", () => {
+    const e = errorOf(() => loadTopology("topologies/does-not-exist.yaml"));
+    expect(e.message).toMatch(/does-not-exist\.yaml: cannot read topology file/);
+  });
+});

@@ -1,0 +1,37 @@
+// The `ooze` command line. Each command lives in src/cli/commands/ and is loaded only when used,
+// so `ooze --help` stays fast and a command's dependencies (native addon, NATS) load on demand.
+import { Command } from "commander";
+import { OozeError } from "../errors.ts";
+
+const program = new Command();
+program
+  .name("ooze")
+  .description("An actor runtime for agentic RL of language models, over NATS JetStream.")
+  .showHelpAfterError();
+
+/** Registers a command whose implementation is imported on first use. */
+function lazy(load: () => Promise<{ register: (cmd: Command) => void }>) {
+  return load().then((m) => m.register(program));
+}
+
+await Promise.all([
+  lazy(() => import("./commands/model.ts")),
+  lazy(() => import("./commands/topology.ts")),
+]);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  reportAndExit(e);
+}
+
+/** Prints an error a person can act on, without a stack for expected errors, and exits 1. */
+export function reportAndExit(e: unknown): never {
+  if (e instanceof OozeError) {
+    console.error(`ooze: ${e.message}`);
+    if (process.env.OOZE_DEBUG) console.error(e.stack);
+  } else {
+    console.error(e);
+  }
+  process.exit(1);
+}

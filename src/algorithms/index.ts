@@ -1,3 +1,3 @@
-// ooze/algorithms: TypeScript references of the advantage estimators and policy losses.
-// (Reserved; filled by the RL loop.)
-export {};
+// ooze/algorithms: TypeScript references of the advantage estimators and policy losses. The native
+// trainer is tested against these.
+export * from "./advantages.ts";

@@ -1,0 +1,46 @@
+// The task plugin interface hosted by the environment actor: reset, step, reward, and optional
+// tools. A task sees the model's sampled tokens (it may decode them to read the action) and answers
+// with observation tokens; it never rewrites the model's tokens (token-in, token-out).
+
+/** What a task answers after the model's turn. */
+export interface StepResult<S> {
+  state: S;
+  /** Tokens of the environment's reply, appended with loss mask 0; empty when done. */
+  observation: Int32Array;
+  done: boolean;
+}
+
+/** A task: one instance per episode. */
+export interface Task<S = unknown> {
+  readonly name: string;
+  /** Most model turns in one episode (1 for single-turn tasks). */
+  readonly maxTurns: number;
+  /** Most tokens the model may sample in one turn. */
+  readonly maxTurnTokens: number;
+  /** A new episode for prompt number `index` (deterministic in `index` and `seed`). */
+  reset(index: number, seed: number): { prompt: string; promptIds: Int32Array; state: S };
+  /** The model's turn (its sampled ids, EOS excluded) → the environment's reply. */
+  step(state: S, action: Int32Array): StepResult<S>;
+  /** Final reward of the episode, in [0, 1] for the built-in tasks. */
+  reward(state: S): number;
+}
+
+/** A module that provides a task: `export default` a factory taking the topology's config. */
+export type TaskFactory = (config: Record<string, unknown>) => Task;
+
+/** Deterministic 32-bit PRNG (mulberry32), so prompts are reproducible from index and seed. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Mixes a prompt index into a seed. */
+export function episodeSeed(index: number, seed: number): number {
+  return (Math.imul(index + 1, 0x9e3779b1) ^ Math.imul(seed + 7, 0x85ebca6b)) >>> 0;
+}

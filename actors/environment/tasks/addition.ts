@@ -1,0 +1,57 @@
+// Built-in single-turn task: add two numbers. Prompt "<bos>12+34=", the model answers "46" and EOS.
+// Reward 1 for the exact answer; with `shaped` (default), partial credit for answering with digits
+// and for each correct digit, so a randomly initialised model gets a learning signal from scratch.
+import { decodeBytes, encodeBytes } from "../../../src/engine/tokenizer.ts";
+import { episodeSeed, prng, type Task, type TaskFactory } from "../task.ts";
+
+interface AdditionState {
+  answer: string;
+  response: string;
+}
+
+/** Configuration: `digits` per operand (1–3, default 2), `shaped` reward (default true). */
+export interface AdditionConfig {
+  digits?: number;
+  shaped?: boolean;
+}
+
+/** Score of an answer against the right one, in [0, 1]. */
+export function additionReward(answer: string, response: string, shaped: boolean): number {
+  const r = response.trim();
+  if (r === answer) return 1;
+  if (!shaped) return 0;
+  if (!/^\d+$/.test(r)) return /^\d/.test(r) ? 0.05 : 0;
+  let correct = 0;
+  // digits aligned from the right (units with units)
+  for (let i = 1; i <= answer.length; i++) if (r[r.length - i] === answer[answer.length - i]) correct++;
+  const lengthOk = r.length === answer.length ? 0.2 : 0;
+  return 0.1 + lengthOk + 0.6 * (correct / answer.length) * (r.length === answer.length ? 1 : 0.5);
+}
+
+export const createAdditionTask: TaskFactory = (config) => {
+  const digits = Number((config as AdditionConfig).digits ?? 2);
+  const shaped = (config as AdditionConfig).shaped ?? true;
+  if (!Number.isInteger(digits) || digits < 1 || digits > 3) throw new RangeError(`addition: digits must be 1, 2 or 3 (got ${digits})`);
+  const max = 10 ** digits;
+  const task: Task<AdditionState> = {
+    name: "addition",
+    maxTurns: 1,
+    maxTurnTokens: digits + 3,
+    reset(index, seed) {
+      const rand = prng(episodeSeed(index, seed));
+      const a = Math.floor(rand() * max);
+      const b = Math.floor(rand() * max);
+      const prompt = `${a}+${b}=`;
+      return { prompt, promptIds: encodeBytes(prompt, true), state: { answer: String(a + b), response: "" } };
+    },
+    step(state, action) {
+      return { state: { ...state, response: decodeBytes(action) }, observation: new Int32Array(0), done: true };
+    },
+    reward(state) {
+      return additionReward(state.answer, state.response, shaped);
+    },
+  };
+  return task as Task;
+};
+
+export default createAdditionTask;

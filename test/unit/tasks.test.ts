@@ -1,0 +1,45 @@
+import { describe, expect, it } from "vitest";
+import { additionReward, createAdditionTask } from "../../actors/environment/tasks/addition.ts";
+import { createGuessNumberTask } from "../../actors/environment/tasks/guess-number.ts";
+import { decodeBytes, encodeBytes, BOS_ID } from "../../src/engine/tokenizer.ts";
+
+describe("built-in tasks", () => {
+  it("addition: deterministic prompts, exact answer scores 1, shaped partial credit below 1", () => {
+    const task = createAdditionTask({ digits: 2 });
+    const a = task.reset(3, 42);
+    const b = task.reset(3, 42);
+    expect(a.prompt).toBe(b.prompt);
+    expect(a.promptIds[0]).toBe(BOS_ID);
+    expect(decodeBytes(a.promptIds)).toBe(a.prompt);
+    const [x, y] = a.prompt.slice(0, -1).split("+").map(Number) as [number, number];
+    const done = task.step(a.state, encodeBytes(String(x + y)));
+    expect(done.done).toBe(true);
+    expect(task.reward(done.state)).toBe(1);
+    expect(additionReward("46", "45", true)).toBeGreaterThan(additionReward("46", "x", true));
+    expect(additionReward("46", "45", true)).toBeLessThan(1);
+    expect(additionReward("46", "45", false)).toBe(0);
+    expect(() => createAdditionTask({ digits: 9 })).toThrow(/digits must be/);
+  });
+
+  it("guess-number: replies higher/lower as environment tokens and rewards fewer turns", () => {
+    const task = createGuessNumberTask({ max: 16, maxTurns: 6 });
+    const ep = task.reset(0, 1);
+    let state = ep.state;
+    let lo = 1, hi = 16, turns = 0;
+    for (;;) {
+      const g = Math.floor((lo + hi) / 2);
+      const r = task.step(state, encodeBytes(String(g)));
+      state = r.state;
+      turns++;
+      if (r.done) break;
+      const reply = decodeBytes(r.observation);
+      if (reply.includes("higher")) lo = g + 1;
+      else hi = g - 1;
+    }
+    expect(task.reward(state)).toBeCloseTo(1 - 0.1 * (turns - 1), 9);
+    const never = task.reset(0, 1);
+    let s2 = never.state;
+    for (let i = 0; i < 6; i++) s2 = task.step(s2, encodeBytes("x")).state;
+    expect(task.reward(s2)).toBe(0);
+  });
+});

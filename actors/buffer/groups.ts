@@ -1,0 +1,128 @@
+// The buffer's bookkeeping, free of I/O: collects samples into groups by prompt, knows when a group
+// is complete (the rollout side says how many samples it produced, so over-sampled, aborted and
+// fan-out groups of any size are normal), applies the dynamic filter and the staleness bound, and
+// hands out batches counted in groups (rollouts). Every sample ends in exactly one of: a batch, a
+// dropped group (filter), or a requeued prompt (stale) — never silently lost.
+import { computeAdvantages, isZeroVariance, type AdvantageEstimator } from "../../src/algorithms/advantages.ts";
+import type { Sample } from "../../src/sample.ts";
+
+export interface BufferConfig {
+  /** Groups (prompts) per training batch. */
+  batchGroups: number;
+  estimator: AdvantageEstimator;
+  /** Drop groups whose rewards are all equal (no learning signal). */
+  dropZeroVariance: boolean;
+  /** Max weight versions between a sample's oldest tokens and the trainer's version; null = off. */
+  maxStaleness: number | null;
+}
+
+/** A sample with the advantage the trainer should use for its model tokens. */
+export interface TrainSample extends Sample {
+  advantage: number;
+}
+
+export interface Batch {
+  samples: TrainSample[];
+  groups: number[];
+  /** Largest staleness (versions) of any sample in the batch. */
+  stalenessMax: number;
+}
+
+interface Group {
+  samples: Sample[];
+  expected: number | null;
+}
+
+/** Oldest weight version that produced any of a sample's tokens (as a number), or null. */
+export function oldestVersion(s: Sample): number | null {
+  let v: number | null = null;
+  for (const span of s.weightVersions) {
+    const n = Number(span.version);
+    if (Number.isFinite(n) && (v === null || n < v)) v = n;
+  }
+  return v;
+}
+
+export class GroupBuffer {
+  private readonly open = new Map<number, Group>();
+  private readonly ready: { index: number; samples: Sample[] }[] = [];
+  /** Groups dropped by the dynamic filter, and groups sent back for regeneration as stale. */
+  readonly stats = { dropped: 0, requeued: 0, batches: 0 };
+
+  constructor(private readonly config: BufferConfig) {
+    if (!Number.isInteger(config.batchGroups) || config.batchGroups < 1) throw new RangeError("batchGroups must be ≥ 1");
+  }
+
+  /** Adds a sample. Returns the group index if this completed its group. */
+  add(s: Sample): number | null {
+    const g = this.group(s.groupIndex);
+    if (g.samples.some((x) => x.index === s.index)) return null; // redelivered: once only
+    g.samples.push(s);
+    return this.maybeComplete(s.groupIndex, g);
+  }
+
+  /** The rollout side finished a group after producing `count` samples in all. */
+  close(groupIndex: number, count: number): number | null {
+    const g = this.group(groupIndex);
+    g.expected = count;
+    return this.maybeComplete(groupIndex, g);
+  }
+
+  private group(i: number): Group {
+    let g = this.open.get(i);
+    if (!g) this.open.set(i, (g = { samples: [], expected: null }));
+    return g;
+  }
+
+  private maybeComplete(index: number, g: Group): number | null {
+    if (g.expected === null || g.samples.length < g.expected) return null;
+    this.open.delete(index);
+    const usable = g.samples.filter((s) => s.reward !== null && s.status !== "failed");
+    if (usable.length === 0 || (this.config.dropZeroVariance && isZeroVariance(usable.map(score)))) {
+      this.stats.dropped++;
+      return index;
+    }
+    this.ready.push({ index, samples: usable });
+    return index;
+  }
+
+  /** Complete groups waiting for a batch. */
+  get readyGroups(): number {
+    return this.ready.length;
+  }
+
+  /**
+   * Takes a batch for a trainer at `trainerVersion`, or null if not enough fresh groups are ready.
+   * Groups older than the staleness bound are removed and returned in `requeue` (their prompts
+   * must be generated again).
+   */
+  takeBatch(trainerVersion: number): { batch: Batch | null; requeue: number[] } {
+    const requeue: number[] = [];
+    const bound = this.config.maxStaleness;
+    if (bound !== null) {
+      for (let i = this.ready.length - 1; i >= 0; i--) {
+        const g = this.ready[i]!;
+        if (g.samples.some((s) => trainerVersion - (oldestVersion(s) ?? trainerVersion) > bound)) {
+          requeue.push(g.index);
+          this.ready.splice(i, 1);
+          this.stats.requeued++;
+        }
+      }
+    }
+    if (this.ready.length < this.config.batchGroups) return { batch: null, requeue };
+    const taken = this.ready.splice(0, this.config.batchGroups);
+    const flat = taken.flatMap((g) => g.samples);
+    const adv = computeAdvantages(flat.map(score), this.config.estimator);
+    let stalenessMax = 0;
+    const samples = flat.map((s, i) => {
+      stalenessMax = Math.max(stalenessMax, trainerVersion - (oldestVersion(s) ?? trainerVersion));
+      return { ...s, advantage: adv[i]! };
+    });
+    this.stats.batches++;
+    return { batch: { samples, groups: taken.map((g) => g.index), stalenessMax }, requeue };
+  }
+}
+
+function score(s: Sample) {
+  return { groupIndex: s.groupIndex, rolloutId: s.rolloutId, reward: s.reward ?? 0 };
+}

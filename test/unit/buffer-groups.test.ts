@@ -1,0 +1,54 @@
+import { describe, expect, it } from "vitest";
+import { GroupBuffer } from "../../actors/buffer/groups.ts";
+import { SampleBuilder, type Sample } from "../../src/sample.ts";
+
+let next = 0;
+function sample(group: number, reward: number, version = "0", rollout = `r${next}`): Sample {
+  const b = new SampleBuilder(next++, group, rollout, null, [1, 2]);
+  b.appendModel([3], [-1], version);
+  return b.build(reward, "completed");
+}
+
+describe("GroupBuffer", () => {
+  it("completes uneven groups when the rollout side closes them", () => {
+    const buf = new GroupBuffer({ batchGroups: 2, estimator: "grpo", dropZeroVariance: true, maxStaleness: null });
+    buf.add(sample(0, 1));
+    buf.add(sample(0, 0));
+    buf.add(sample(0, 0));
+    expect(buf.readyGroups).toBe(0);
+    expect(buf.close(0, 3)).toBe(0);
+    buf.add(sample(1, 1));
+    expect(buf.close(1, 2)).toBeNull(); // one sample still missing
+    expect(buf.add(sample(1, 0))).toBe(1);
+    const { batch } = buf.takeBatch(0);
+    expect(batch!.samples).toHaveLength(5);
+    expect(batch!.groups).toEqual([0, 1]);
+    const sum0 = batch!.samples.filter((s) => s.groupIndex === 0).reduce((a, s) => a + s.advantage, 0);
+    expect(sum0).toBeCloseTo(0, 9);
+  });
+
+  it("drops zero-variance groups and ignores redelivered samples", () => {
+    const buf = new GroupBuffer({ batchGroups: 1, estimator: "grpo", dropZeroVariance: true, maxStaleness: null });
+    const s = sample(5, 1);
+    buf.add(s);
+    buf.add(s);
+    buf.add(sample(5, 1));
+    buf.close(5, 2);
+    expect(buf.stats.dropped).toBe(1);
+    expect(buf.takeBatch(0).batch).toBeNull();
+  });
+
+  it("requeues groups beyond the staleness bound and reports staleness", () => {
+    const buf = new GroupBuffer({ batchGroups: 1, estimator: "dr_grpo", dropZeroVariance: false, maxStaleness: 1 });
+    buf.add(sample(0, 1, "3"));
+    buf.add(sample(0, 0, "4"));
+    buf.close(0, 2);
+    buf.add(sample(1, 1, "1"));
+    buf.add(sample(1, 0, "4"));
+    buf.close(1, 2);
+    const { batch, requeue } = buf.takeBatch(4);
+    expect(requeue).toEqual([1]);
+    expect(batch!.groups).toEqual([0]);
+    expect(batch!.stalenessMax).toBe(1);
+  });
+});

@@ -1,0 +1,530 @@
+// The bus: one NATS connection with publish/subscribe, request with deadline, JetStream, KV and
+// object store helpers, and transparent large payloads (a body above the server's max_payload goes
+// to the object store and a small reference message crosses instead). Every NATS failure leaves
+// here as a TransportError (retryable), a deadline as a TimeoutError.
+import { connect, headers as natsHeaders, type MsgHdrs, type NatsConnection, nuid, type Status } from "@nats-io/transport-node";
+import {
+  type Consumer,
+  type ConsumerConfig,
+  type JetStreamClient,
+  type JetStreamManager,
+  jetstream,
+  jetstreamManager,
+  type PubAck,
+  type StreamConfig,
+  type StreamInfo,
+  StorageType,
+} from "@nats-io/jetstream";
+import { type KV, type KvOptions, Kvm } from "@nats-io/kv";
+import { type ObjectStore, type ObjectStoreOptions, Objm } from "@nats-io/obj";
+import { OozeError, TimeoutError, TransportError } from "../errors.ts";
+
+/** Header naming a large payload stored in the object store: `bucket/object`. */
+export const LARGE_HEADER = "Ooze-Large";
+/** Bytes kept free under max_payload for headers before a body counts as large. */
+const HEADER_ROOM = 8 * 1024;
+
+/** Options of `connectBus`. */
+export interface BusOptions {
+  /** `nats://host:port`, or `nats://token@host:port` carrying the token. */
+  url: string;
+  /** Auth token (overrides one in the URL). */
+  token?: string;
+  /** Connection name shown by the server (e.g. the node or actor name). */
+  name?: string;
+  /** Reconnect forever after a lost connection (default true). */
+  reconnect?: boolean;
+  /** Wait between reconnect attempts (default 250 ms). */
+  reconnectWaitMs?: number;
+  /** Timeout of the first connect (default 5 s). */
+  connectTimeoutMs?: number;
+  /** Object store bucket for large payloads (default "ooze_large"; a job passes `jobNames(job).objLarge`). */
+  largeBucket?: string;
+  /** How long large payloads stay in the object store (default 1 h). */
+  largeTtlMs?: number;
+}
+
+/** A message received from the bus, its body already resolved if it was sent as a large payload. */
+export interface BusMsg {
+  readonly subject: string;
+  readonly data: Uint8Array;
+  /** Reply subject of a request, or null. */
+  readonly reply: string | null;
+  /** Header value, or null. */
+  header(name: string): string | null;
+  /** Answers a request (large replies cross too); a message without reply subject throws. */
+  respond(data: Uint8Array, opts?: { headers?: Record<string, string> }): Promise<void>;
+}
+
+/** A subscription: iterate it, or pass a handler to `subscribe`. */
+export interface BusSubscription extends AsyncIterable<BusMsg> {
+  readonly subject: string;
+  /** Stops delivery; the iterator ends. */
+  unsubscribe(): void;
+  /** Resolves when the subscription has ended (and, with a handler, the last handler call returned). */
+  readonly closed: Promise<void>;
+}
+
+/** Connection status events (from nats.js), reduced to a type and a one-line detail. */
+export interface BusStatus {
+  type: Status["type"];
+  detail: string;
+}
+
+/** Options of `Bus.subscribe`. */
+export interface SubscribeOptions {
+  /** Queue group: each message goes to one member. */
+  queue?: string;
+  /** Called for each message, one at a time (awaited); without it, iterate the subscription. */
+  handler?: (msg: BusMsg) => void | Promise<void>;
+  /** Called when a handler throws or a large payload cannot be fetched (default: ignored). */
+  onError?: (err: OozeError, subject: string) => void;
+}
+
+/** A connected bus. */
+export interface Bus {
+  /** The underlying nats.js connection (escape hatch; prefer the methods). */
+  readonly nc: NatsConnection;
+  /** Server URL without credentials. */
+  readonly url: string;
+  /** The server's max_payload in bytes. */
+  readonly maxPayload: number;
+  /** Bucket used for large payloads. */
+  readonly largeBucket: string;
+  /** Publishes bytes; bodies above max_payload go through the object store transparently. */
+  publish(subject: string, data: Uint8Array, opts?: { headers?: Record<string, string>; reply?: string }): Promise<void>;
+  /** Publishes through the object store whatever the size (what `publish` does for large bodies). */
+  publishLarge(subject: string, data: Uint8Array, opts?: { headers?: Record<string, string>; reply?: string }): Promise<void>;
+  /** Subscribes to a subject (wildcards allowed). */
+  subscribe(subject: string, opts?: SubscribeOptions): BusSubscription;
+  /** Request/reply with a deadline: TimeoutError when it passes, OozeError ACTOR_NOT_FOUND when nobody listens. */
+  request(subject: string, data: Uint8Array, opts: { timeoutMs: number; headers?: Record<string, string> }): Promise<BusMsg>;
+  /** Round trip to the server: everything published before is on the server. */
+  flush(): Promise<void>;
+  /** JetStream client. */
+  readonly js: JetStreamClient;
+  /** JetStream manager (cached). */
+  jsm(): Promise<JetStreamManager>;
+  /** JetStream publish (large bodies go through the object store); `msgID` deduplicates. */
+  jsPublish(subject: string, data: Uint8Array, opts?: { msgID?: string; headers?: Record<string, string>; timeoutMs?: number }): Promise<PubAck>;
+  /** The body of a message (e.g. a JsMsg), fetched from the object store if it was sent large. */
+  payload(msg: { data: Uint8Array; headers?: MsgHdrs | undefined }): Promise<Uint8Array>;
+  /** Creates or updates a stream with these subjects; returns its info. */
+  ensureStream(name: string, subjects: string[], opts?: Partial<StreamConfig>): Promise<StreamInfo>;
+  /** Creates or updates a durable pull consumer and returns it. */
+  ensureConsumer(stream: string, durable: string, opts?: Partial<ConsumerConfig>): Promise<Consumer>;
+  /** Opens (creating if needed) a KV bucket. */
+  kv(bucket: string, opts?: Partial<KvOptions>): Promise<KV>;
+  /** Opens (creating if needed) an object store bucket. */
+  obj(bucket: string, opts?: Partial<ObjectStoreOptions>): Promise<ObjectStore>;
+  /** Listens to connection status events; returns the unsubscribe function. */
+  onStatus(listener: (status: BusStatus) => void): () => void;
+  /** True while connected (not reconnecting, not closed). */
+  isConnected(): boolean;
+  /** Drains and closes the connection. Idempotent. */
+  close(): Promise<void>;
+  /** Resolves when the connection is closed for good (the error, if it closed because of one). */
+  readonly closed: Promise<Error | null>;
+}
+
+/** Where to find NATS: from --nats, OOZE_NATS_URL or the topology; null means start an embedded server. */
+export interface NatsTarget {
+  url: string;
+  token: string | null;
+  source: "flag" | "env" | "topology";
+}
+
+/**
+ * Picks the NATS server: the --nats flag, else OOZE_NATS_URL (token from the URL or OOZE_NATS_TOKEN),
+ * else the topology's `nats.url`; null when none is set (the caller starts an embedded server).
+ */
+export function resolveNatsUrl(
+  flag: string | null | undefined,
+  env: Record<string, string | undefined> = process.env,
+  topology?: { url?: string | undefined; token?: string | undefined } | null,
+): NatsTarget | null {
+  const pick = (url: string, token: string | null | undefined, source: NatsTarget["source"]): NatsTarget => {
+    const parsed = splitNatsUrl(url);
+    return { url: parsed.url, token: parsed.token ?? token ?? null, source };
+  };
+  if (flag) return pick(flag, env.OOZE_NATS_TOKEN, "flag");
+  if (env.OOZE_NATS_URL) return pick(env.OOZE_NATS_URL, env.OOZE_NATS_TOKEN, "env");
+  if (topology?.url) return pick(topology.url, topology.token ?? env.OOZE_NATS_TOKEN, "topology");
+  return null;
+}
+
+/** Splits `nats://token@host:port` into a URL without credentials and the token (or user/pass). */
+export function splitNatsUrl(url: string): { url: string; token: string | null; user: string | null; pass: string | null } {
+  const withScheme = /^[a-z]+:\/\//i.test(url) ? url : `nats://${url}`;
+  let u: URL;
+  try {
+    u = new URL(withScheme);
+  } catch (e) {
+    throw new OozeError("CONFIG_INVALID", `NATS URL '${url}' is not a valid URL; expected nats://[token@]host:port`, { cause: e });
+  }
+  const user = u.username ? decodeURIComponent(u.username) : null;
+  const pass = u.password ? decodeURIComponent(u.password) : null;
+  const port = u.port || "4222";
+  return {
+    url: `${u.protocol}//${u.hostname}:${port}`,
+    token: user !== null && pass === null ? user : null,
+    user: pass !== null ? user : null,
+    pass,
+  };
+}
+
+/** Turns a nats.js failure into a TransportError / TimeoutError naming what was attempted. */
+export function toTransportError(e: unknown, what: string): OozeError {
+  if (e instanceof OozeError) return e;
+  const err = e instanceof Error ? e : new Error(String(e));
+  const cause = (err as { cause?: unknown }).cause;
+  if (err.name === "TimeoutError" || (cause instanceof Error && cause.name === "TimeoutError")) {
+    return new TimeoutError(`${what}: timed out`, { cause: err });
+  }
+  return new TransportError(`${what}: ${err.message}`, { cause: err });
+}
+
+/** Connects to NATS; rejects with a TransportError naming the URL if the server cannot be reached. */
+export async function connectBus(opts: BusOptions): Promise<Bus> {
+  const target = splitNatsUrl(opts.url);
+  const token = opts.token ?? target.token;
+  const reconnect = opts.reconnect ?? true;
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      servers: target.url,
+      ...(token !== null ? { token } : {}),
+      ...(target.user !== null && target.pass !== null ? { user: target.user, pass: target.pass } : {}),
+      ...(opts.name !== undefined ? { name: opts.name } : {}),
+      reconnect,
+      maxReconnectAttempts: reconnect ? -1 : 0,
+      reconnectTimeWait: opts.reconnectWaitMs ?? 250,
+      timeout: opts.connectTimeoutMs ?? 5_000,
+    });
+  } catch (e) {
+    throw new TransportError(
+      `cannot connect to NATS at ${target.url}: ${(e as Error).message}; check that the server runs and the token is right (--nats URL / OOZE_NATS_URL)`,
+      { cause: e },
+    );
+  }
+  return new NatsBus(nc, target.url, opts);
+}
+
+class NatsBus implements Bus {
+  readonly nc: NatsConnection;
+  readonly url: string;
+  readonly js: JetStreamClient;
+  readonly largeBucket: string;
+  readonly closed: Promise<Error | null>;
+  private readonly largeTtlMs: number;
+  private readonly listeners = new Set<(s: BusStatus) => void>();
+  private jsmP: Promise<JetStreamManager> | null = null;
+  private readonly stores = new Map<string, Promise<ObjectStore>>();
+  private connected = true;
+
+  constructor(nc: NatsConnection, url: string, opts: BusOptions) {
+    this.nc = nc;
+    this.url = url;
+    this.js = jetstream(nc);
+    this.largeBucket = opts.largeBucket ?? "ooze_large";
+    this.largeTtlMs = opts.largeTtlMs ?? 3_600_000;
+    this.closed = nc.closed().then((e) => (e instanceof Error ? e : null));
+    void this.watchStatus();
+  }
+
+  get maxPayload(): number {
+    return this.nc.info?.max_payload ?? 1024 * 1024;
+  }
+
+  private async watchStatus(): Promise<void> {
+    try {
+      for await (const s of this.nc.status()) {
+        if (s.type === "disconnect" || s.type === "reconnecting") this.connected = false;
+        if (s.type === "reconnect") this.connected = true;
+        const detail = "server" in s ? String(s.server) : "error" in s ? String(s.error?.message) : "";
+        for (const l of this.listeners) {
+          try {
+            l({ type: s.type, detail });
+          } catch {
+            // a listener's failure is its own
+          }
+        }
+      }
+    } catch {
+      // the status iterator ends with the connection
+    }
+    this.connected = false;
+    for (const l of this.listeners) l({ type: "close", detail: "" });
+  }
+
+  isConnected(): boolean {
+    return this.connected && !this.nc.isClosed();
+  }
+
+  onStatus(listener: (status: BusStatus) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private isLarge(data: Uint8Array): boolean {
+    return data.length > this.maxPayload - HEADER_ROOM;
+  }
+
+  /** Stores a body in the large bucket and returns the reference header value. */
+  private async storeLarge(data: Uint8Array): Promise<string> {
+    const store = await this.obj(this.largeBucket, { ttl: this.largeTtlMs * 1_000_000, storage: StorageType.File });
+    const name = nuid.next();
+    try {
+      await store.putBlob({ name }, data);
+    } catch (e) {
+      throw toTransportError(e, `storing a large payload (${data.length} bytes) in object store '${this.largeBucket}'`);
+    }
+    return `${this.largeBucket}/${name}`;
+  }
+
+  private hdrs(h: Record<string, string> | undefined, large: string | null): MsgHdrs | undefined {
+    if (h === undefined && large === null) return undefined;
+    const out = natsHeaders();
+    for (const [k, v] of Object.entries(h ?? {})) out.set(k, v);
+    if (large !== null) out.set(LARGE_HEADER, large);
+    return out;
+  }
+
+  async publish(subject: string, data: Uint8Array, opts: { headers?: Record<string, string>; reply?: string } = {}): Promise<void> {
+    if (this.isLarge(data)) return this.publishLarge(subject, data, opts);
+    this.rawPublish(subject, data, opts.headers, null, opts.reply);
+  }
+
+  async publishLarge(subject: string, data: Uint8Array, opts: { headers?: Record<string, string>; reply?: string } = {}): Promise<void> {
+    const ref = await this.storeLarge(data);
+    this.rawPublish(subject, new Uint8Array(0), opts.headers, ref, opts.reply);
+  }
+
+  private rawPublish(subject: string, data: Uint8Array, h: Record<string, string> | undefined, large: string | null, reply: string | undefined): void {
+    const headers = this.hdrs(h, large);
+    try {
+      this.nc.publish(subject, data, { ...(headers ? { headers } : {}), ...(reply !== undefined ? { reply } : {}) });
+    } catch (e) {
+      throw toTransportError(e, `publishing ${data.length} bytes to '${subject}'`);
+    }
+  }
+
+  async payload(msg: { data: Uint8Array; headers?: MsgHdrs | undefined }): Promise<Uint8Array> {
+    const ref = msg.headers?.has(LARGE_HEADER) ? msg.headers.get(LARGE_HEADER) : "";
+    if (!ref) return msg.data;
+    const slash = ref.indexOf("/");
+    const bucket = ref.slice(0, slash);
+    const name = ref.slice(slash + 1);
+    let data: Uint8Array | null;
+    try {
+      const store = await this.openStore(bucket);
+      data = await store.getBlob(name);
+    } catch (e) {
+      throw toTransportError(e, `fetching large payload '${ref}' from the object store`);
+    }
+    if (data === null) {
+      throw new TransportError(`large payload '${ref}' is missing from the object store (expired after ${this.largeTtlMs} ms, or deleted)`, { retryable: false });
+    }
+    return data;
+  }
+
+  private toBusMsg(m: { subject: string; reply?: string | undefined; headers?: MsgHdrs | undefined }, data: Uint8Array): BusMsg {
+    const reply = m.reply ?? null;
+    return {
+      subject: m.subject,
+      data,
+      reply,
+      header: (name) => (m.headers?.has(name) ? m.headers.get(name) : null),
+      respond: async (body, opts = {}) => {
+        if (reply === null) throw new TransportError(`cannot respond to a message on '${m.subject}': it has no reply subject`, { retryable: false });
+        await this.publish(reply, body, opts);
+      },
+    };
+  }
+
+  subscribe(subject: string, opts: SubscribeOptions = {}): BusSubscription {
+    let sub: ReturnType<NatsConnection["subscribe"]>;
+    try {
+      sub = this.nc.subscribe(subject, opts.queue !== undefined ? { queue: opts.queue } : {});
+    } catch (e) {
+      throw toTransportError(e, `subscribing to '${subject}'`);
+    }
+    const onError = opts.onError ?? (() => {});
+    const bus = this;
+    async function* messages(): AsyncGenerator<BusMsg> {
+      for await (const m of sub) {
+        let data: Uint8Array;
+        try {
+          data = await bus.payload(m);
+        } catch (e) {
+          onError(toTransportError(e, `receiving on '${subject}'`), m.subject);
+          continue;
+        }
+        yield bus.toBusMsg(m, data);
+      }
+    }
+    const iter = messages();
+    let closed: Promise<void>;
+    if (opts.handler !== undefined) {
+      const handler = opts.handler;
+      closed = (async () => {
+        for await (const m of iter) {
+          try {
+            await handler(m);
+          } catch (e) {
+            onError(e instanceof OozeError ? e : new OozeError("INTERNAL", `handler for '${subject}' threw: ${(e as Error)?.message ?? e}`, { cause: e }), m.subject);
+          }
+        }
+      })();
+    } else {
+      closed = sub.closed.then(() => undefined);
+    }
+    let iterated = false;
+    return {
+      subject,
+      unsubscribe: () => {
+        if (!sub.isClosed()) sub.unsubscribe();
+      },
+      closed,
+      [Symbol.asyncIterator]: () => {
+        if (opts.handler !== undefined || iterated) {
+          throw new OozeError("INTERNAL", `subscription to '${subject}' is already consumed (by its handler or another iterator)`);
+        }
+        iterated = true;
+        return iter;
+      },
+    };
+  }
+
+  async request(subject: string, data: Uint8Array, opts: { timeoutMs: number; headers?: Record<string, string> }): Promise<BusMsg> {
+    const large = this.isLarge(data) ? await this.storeLarge(data) : null;
+    const headers = this.hdrs(opts.headers, large);
+    let m;
+    try {
+      m = await this.nc.request(subject, large === null ? data : new Uint8Array(0), {
+        timeout: opts.timeoutMs,
+        ...(headers ? { headers } : {}),
+      });
+    } catch (e) {
+      const err = e as Error & { isNoResponders?: () => boolean; cause?: unknown };
+      const noResponders = err.isNoResponders?.() === true || (err.cause instanceof Error && err.cause.name === "NoRespondersError");
+      if (noResponders) {
+        throw new OozeError("ACTOR_NOT_FOUND", `no responder on '${subject}' (nothing subscribes to it)`, { retryable: true, cause: e });
+      }
+      const t = toTransportError(e, `request to '${subject}'`);
+      if (t instanceof TimeoutError) throw new TimeoutError(`request to '${subject}' got no reply within ${opts.timeoutMs} ms`, { cause: e });
+      throw t;
+    }
+    return this.toBusMsg(m, await this.payload(m));
+  }
+
+  async flush(): Promise<void> {
+    try {
+      await this.nc.flush();
+    } catch (e) {
+      throw toTransportError(e, "flushing the NATS connection");
+    }
+  }
+
+  jsm(): Promise<JetStreamManager> {
+    if (this.jsmP === null) {
+      this.jsmP = jetstreamManager(this.nc).catch((e) => {
+        this.jsmP = null;
+        throw toTransportError(e, "opening the JetStream manager (is JetStream enabled on the server?)");
+      });
+    }
+    return this.jsmP;
+  }
+
+  async jsPublish(subject: string, data: Uint8Array, opts: { msgID?: string; headers?: Record<string, string>; timeoutMs?: number } = {}): Promise<PubAck> {
+    const large = this.isLarge(data) ? await this.storeLarge(data) : null;
+    const headers = this.hdrs(opts.headers, large);
+    try {
+      return await this.js.publish(subject, large === null ? data : new Uint8Array(0), {
+        ...(opts.msgID !== undefined ? { msgID: opts.msgID } : {}),
+        ...(headers ? { headers } : {}),
+        ...(opts.timeoutMs !== undefined ? { timeout: opts.timeoutMs } : {}),
+      });
+    } catch (e) {
+      throw toTransportError(e, `JetStream publish to '${subject}'`);
+    }
+  }
+
+  async ensureStream(name: string, subjects: string[], opts: Partial<StreamConfig> = {}): Promise<StreamInfo> {
+    const jsm = await this.jsm();
+    try {
+      return await jsm.streams.add({ ...opts, name, subjects });
+    } catch (e) {
+      // Already there with another config: update it to the wanted one.
+      try {
+        await jsm.streams.info(name);
+      } catch {
+        throw toTransportError(e, `creating stream '${name}' on ${subjects.join(", ")}`);
+      }
+      try {
+        return await jsm.streams.update(name, { ...opts, subjects });
+      } catch (e2) {
+        throw toTransportError(e2, `updating stream '${name}' to subjects ${subjects.join(", ")}`);
+      }
+    }
+  }
+
+  async ensureConsumer(stream: string, durable: string, opts: Partial<ConsumerConfig> = {}): Promise<Consumer> {
+    const jsm = await this.jsm();
+    try {
+      await jsm.consumers.add(stream, { ack_policy: "explicit" as ConsumerConfig["ack_policy"], ...opts, durable_name: durable });
+    } catch (e) {
+      try {
+        await jsm.consumers.update(stream, durable, opts);
+      } catch {
+        throw toTransportError(e, `creating consumer '${durable}' on stream '${stream}'`);
+      }
+    }
+    try {
+      return await this.js.consumers.get(stream, durable);
+    } catch (e) {
+      throw toTransportError(e, `opening consumer '${durable}' on stream '${stream}'`);
+    }
+  }
+
+  async kv(bucket: string, opts: Partial<KvOptions> = {}): Promise<KV> {
+    try {
+      return await new Kvm(this.js).create(bucket, opts);
+    } catch (e) {
+      throw toTransportError(e, `opening KV bucket '${bucket}'`);
+    }
+  }
+
+  obj(bucket: string, opts: Partial<ObjectStoreOptions> = {}): Promise<ObjectStore> {
+    let p = this.stores.get(bucket);
+    if (p === undefined) {
+      p = new Objm(this.js).create(bucket, opts).catch((e) => {
+        this.stores.delete(bucket);
+        throw toTransportError(e, `opening object store '${bucket}'`);
+      });
+      this.stores.set(bucket, p);
+    }
+    return p;
+  }
+
+  private openStore(bucket: string): Promise<ObjectStore> {
+    let p = this.stores.get(bucket);
+    if (p === undefined) {
+      p = new Objm(this.js).open(bucket).catch((e) => {
+        this.stores.delete(bucket);
+        throw toTransportError(e, `opening object store '${bucket}'`);
+      });
+      this.stores.set(bucket, p);
+    }
+    return p;
+  }
+
+  async close(): Promise<void> {
+    if (this.nc.isClosed()) return;
+    try {
+      await this.nc.drain();
+    } catch {
+      await this.nc.close().catch(() => {});
+    }
+  }
+}

@@ -1,0 +1,318 @@
+// An embedded nats-server child process: JetStream on, loopback, auth token, temp store. Started
+// through a tiny shell watchdog in its own process group, so it dies with its parent even when the
+// parent is SIGKILLed; stopped on process exit and on SIGINT/SIGTERM when nobody else handles them.
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { accessSync, constants as fsConstants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { OozeError } from "../errors.ts";
+
+/** Options of `startNatsServer`. */
+export interface NatsServerOptions {
+  /** Client port; default: a free port chosen by the server (`-p -1`). */
+  port?: number;
+  /** Bind address; default 127.0.0.1. */
+  host?: string;
+  /** JetStream store directory; default: a fresh temp dir, removed by `stop()`. */
+  storeDir?: string;
+  /** Auth token clients must present; default: 32 random bytes as hex. */
+  token?: string;
+  /** Largest message the server accepts, in bytes; default 8 MiB (the server's own default is 1 MiB). */
+  maxPayload?: number;
+  /** Enable JetStream (default true). */
+  jetstream?: boolean;
+  /** Path of the nats-server binary; default: searched in `searchDirs`. */
+  binary?: string;
+  /** Directories searched for `nats-server`; default: $PATH, /usr/sbin, /usr/local/bin, /usr/bin. */
+  searchDirs?: readonly string[];
+  /** How long to wait for "Server is ready" (default 20 s). */
+  readyTimeoutMs?: number;
+}
+
+/** A running embedded nats-server. */
+export interface NatsServerHandle {
+  /** `nats://host:port` (no credentials). */
+  readonly url: string;
+  /** `nats://token@host:port`: what `connectBus({url})` accepts as one string. */
+  readonly authUrl: string;
+  readonly token: string;
+  readonly host: string;
+  readonly port: number;
+  readonly storeDir: string;
+  readonly maxPayload: number;
+  /** Pid of the nats-server process (changes on restart). */
+  readonly pid: number;
+  /** Whether the server process is alive. */
+  readonly running: boolean;
+  /** Path of the binary in use. */
+  readonly binary: string;
+  /** The last lines the server wrote to stderr. */
+  logTail(): string;
+  /** Graceful stop (SIGTERM, then SIGKILL after 10 s); removes the temp store it created. Idempotent. */
+  stop(): Promise<void>;
+  /** Sends a signal to the nats-server process (a fault injector: "SIGKILL" simulates a crash). */
+  kill(signal?: NodeJS.Signals): void;
+  /** Waits until the server process has exited (after kill or a crash). */
+  waitExit(): Promise<void>;
+  /** Stops (if running) and starts again on the same port with the same store and token. */
+  restart(): Promise<void>;
+}
+
+const DEFAULT_SEARCH = ["/usr/sbin", "/usr/local/bin", "/usr/bin", "/usr/local/sbin"];
+const MISSING_HELP =
+  "install the Debian package nats-server (apt-get install nats-server), or pass --nats URL / set OOZE_NATS_URL to use a running NATS server";
+
+/** Finds the nats-server binary; throws OozeError("NATS_SERVER_MISSING") with the fix. */
+export function findNatsServer(opts: { binary?: string; searchDirs?: readonly string[] } = {}): string {
+  if (opts.binary !== undefined) {
+    if (isExecutable(opts.binary)) return opts.binary;
+    throw new OozeError("NATS_SERVER_MISSING", `nats-server binary '${opts.binary}' does not exist or is not executable; ${MISSING_HELP}`);
+  }
+  const dirs = opts.searchDirs ?? [...(process.env.PATH ?? "").split(delimiter).filter((d) => d.length > 0), ...DEFAULT_SEARCH];
+  for (const dir of dirs) {
+    const p = join(dir, "nats-server");
+    if (isExecutable(p)) return p;
+  }
+  throw new OozeError("NATS_SERVER_MISSING", `nats-server not found (searched ${dirs.length === 0 ? "no directories" : dirs.join(", ")}); ${MISSING_HELP}`);
+}
+
+function isExecutable(p: string): boolean {
+  try {
+    accessSync(p, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// The watchdog: runs the server in the background, prints its pid, forwards TERM/INT/HUP, and kills
+// it when the shell's parent (the node process) disappears: reparenting shows in /proc/$$/stat.
+const WATCHDOG = `
+parent=$1; shift
+"$@" &
+child=$!
+echo "ooze-nats-pid $child"
+trap 'kill -TERM $child 2>/dev/null' TERM INT HUP
+alive() {
+  if [ -r /proc/$$/stat ]; then read -r _ _ _ pp _ < /proc/$$/stat; [ "$pp" = "$parent" ]; else kill -0 "$parent" 2>/dev/null; fi
+}
+while kill -0 $child 2>/dev/null; do
+  if ! alive; then
+    kill -TERM $child 2>/dev/null
+    i=0
+    while kill -0 $child 2>/dev/null && [ $i -lt 20 ]; do sleep 0.25; i=$((i+1)); done
+    kill -KILL $child 2>/dev/null
+    break
+  fi
+  sleep 1
+done
+wait $child
+`;
+
+interface Proc {
+  child: ChildProcess;
+  pid: number;
+  exited: Promise<void>;
+  alive: boolean;
+}
+
+const live = new Set<{ killNow(): void }>();
+let hooksInstalled = false;
+
+function installHooks(): void {
+  if (hooksInstalled) return;
+  hooksInstalled = true;
+  process.on("exit", () => {
+    for (const s of live) s.killNow();
+  });
+  for (const sig of ["SIGINT", "SIGTERM"] as const) {
+    const onSignal = () => {
+      // Someone else handles this signal (e.g. a CLI draining actors): leave the decision to them;
+      // the exit hook and the watchdog still stop the server.
+      if (process.listenerCount(sig) > 1) return;
+      for (const s of live) s.killNow();
+      process.removeListener(sig, onSignal);
+      process.kill(process.pid, sig);
+    };
+    process.on(sig, onSignal);
+  }
+}
+
+/** Starts nats-server and resolves once it accepts clients; rejects with the server's stderr tail. */
+export async function startNatsServer(opts: NatsServerOptions = {}): Promise<NatsServerHandle> {
+  const binary = findNatsServer(opts);
+  const host = opts.host ?? "127.0.0.1";
+  const token = opts.token ?? randomBytes(32).toString("hex");
+  const maxPayload = opts.maxPayload ?? 8 * 1024 * 1024;
+  const jetstream = opts.jetstream ?? true;
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 20_000;
+  const workDir = mkdtempSync(join(tmpdir(), "ooze-nats-"));
+  const ownStore = opts.storeDir === undefined;
+  const storeDir = opts.storeDir ?? join(workDir, "store");
+  const confPath = join(workDir, "nats.conf");
+  writeFileSync(confPath, `max_payload: ${maxPayload}\n`);
+  let port = opts.port ?? -1;
+  let log = "";
+  const appendLog = (s: string) => {
+    log = (log + s).slice(-16_384);
+  };
+  let proc: Proc | null = null;
+  let stopped = false;
+
+  const launch = async (): Promise<Proc> => {
+    const args = ["-c", confPath, "-a", host, "-p", String(port), "--auth", token];
+    if (jetstream) args.push("-js", "-sd", storeDir);
+    const child = spawn("/bin/sh", ["-c", WATCHDOG, "ooze-nats-watchdog", String(process.pid), binary, ...args], {
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+    const p: Proc = { child, pid: -1, exited, alive: true };
+    void exited.then(() => {
+      p.alive = false;
+    });
+    child.on("error", (e) => appendLog(`spawn error: ${e.message}\n`));
+    let stdoutBuf = "";
+    let stderrBuf = "";
+    let listening: number | null = null;
+    let ready = false;
+    let onProgress = () => {};
+    child.stdout!.setEncoding("utf8").on("data", (s: string) => {
+      stdoutBuf += s;
+      const m = /ooze-nats-pid (\d+)/.exec(stdoutBuf);
+      if (m) p.pid = Number(m[1]);
+      onProgress();
+    });
+    child.stderr!.setEncoding("utf8").on("data", (s: string) => {
+      appendLog(s);
+      if (ready) return;
+      stderrBuf += s;
+      const m = /Listening for client connections on [^\s]*:(\d+)/.exec(stderrBuf);
+      if (m) listening = Number(m[1]);
+      if (/Server is ready/.test(stderrBuf)) ready = true;
+      onProgress();
+    });
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        killGroup(child, "SIGKILL");
+        reject(failed(`nats-server did not become ready within ${readyTimeoutMs} ms`));
+      }, readyTimeoutMs);
+      onProgress = () => {
+        if (ready && listening !== null && p.pid > 0) {
+          clearTimeout(timer);
+          resolve();
+        }
+      };
+      void exited.then(() => {
+        clearTimeout(timer);
+        reject(failed(`nats-server exited before it was ready (exit code ${child.exitCode}, signal ${child.signalCode})`));
+      });
+    });
+    port = listening!;
+    // Never keep the parent alive for the server's sake; the exit hook stops it.
+    child.unref();
+    (child.stdout as unknown as { unref?: () => void }).unref?.();
+    (child.stderr as unknown as { unref?: () => void }).unref?.();
+    return p;
+  };
+
+  const failed = (what: string) =>
+    new OozeError("NATS_SERVER_FAILED", `${what} (${binary} on ${host}:${port}, store ${storeDir}); last output:\n${tail(log)}`);
+
+  const entry = {
+    killNow: () => {
+      if (proc?.alive) {
+        killPid(proc.pid, "SIGTERM");
+        killGroup(proc.child, "SIGTERM");
+      }
+    },
+  };
+
+  const stopProc = async (): Promise<void> => {
+    const p = proc;
+    if (p === null || !p.alive) return;
+    killPid(p.pid, "SIGTERM");
+    const timer = setTimeout(() => {
+      killPid(p.pid, "SIGKILL");
+      killGroup(p.child, "SIGKILL");
+    }, 10_000);
+    await p.exited;
+    clearTimeout(timer);
+  };
+
+  installHooks();
+  live.add(entry);
+  try {
+    proc = await launch();
+  } catch (e) {
+    live.delete(entry);
+    rmSync(workDir, { recursive: true, force: true });
+    throw e;
+  }
+
+  const handle: NatsServerHandle = {
+    get url() {
+      return `nats://${host}:${port}`;
+    },
+    get authUrl() {
+      return `nats://${token}@${host}:${port}`;
+    },
+    token,
+    host,
+    get port() {
+      return port;
+    },
+    storeDir,
+    maxPayload,
+    get pid() {
+      return proc?.pid ?? -1;
+    },
+    get running() {
+      return proc?.alive ?? false;
+    },
+    binary,
+    logTail: () => tail(log),
+    stop: async () => {
+      if (stopped) return;
+      stopped = true;
+      await stopProc();
+      live.delete(entry);
+      rmSync(ownStore ? workDir : confPath, { recursive: true, force: true });
+    },
+    kill: (signal: NodeJS.Signals = "SIGKILL") => {
+      if (proc?.alive) killPid(proc.pid, signal);
+    },
+    waitExit: async () => {
+      await proc?.exited;
+    },
+    restart: async () => {
+      if (stopped) throw new OozeError("NATS_SERVER_FAILED", `nats-server on port ${port} was stopped; restart() needs a live handle`);
+      await stopProc();
+      proc = await launch();
+    },
+  };
+  return handle;
+}
+
+function killPid(pid: number, signal: NodeJS.Signals): void {
+  if (pid <= 0) return;
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+function killGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  if (child.pid === undefined) return;
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+function tail(s: string, lines = 20): string {
+  return s.trimEnd().split("\n").slice(-lines).join("\n");
+}

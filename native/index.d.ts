@@ -5,6 +5,18 @@ export interface NativeAddon {
   /** Names of the modules compiled into this build. */
   readonly modules: readonly string[];
 
+  // --- checkpoints (checkpoint.cc) and the inference engine (engine_napi.cc) ---
+  /** Reads config.json + model.safetensors (or sharded index); F32/BF16/F16. Sync. Throws naming file and tensor. */
+  loadModelDir(dir: string): LoadedModel;
+  /** Writes config.json + model.safetensors (F32, layout order) atomically; creates dir. Sync. */
+  saveModelDir(dir: string, config: LlamaHfConfig, params: Float32Array, weightVersion?: string | null): void;
+  /** Flat params initialised as HF does (Linear/embedding ~ N(0, std²), norms 1); deterministic per seed. */
+  initModelParams(config: LlamaHfConfig, seed: number, std?: number): Float32Array;
+  /** The flat tensor layout for a config (validated and normalised). */
+  modelLayout(config: LlamaHfConfig): { config: LlamaHfConfig; numel: number; tensors: TensorLayout[] };
+  /** The inference engine (continuous batching, KV slot pool, radix prefix cache). */
+  readonly Engine: NativeEngineConstructor;
+
   // --- radix prefix cache (radix_binding.cc) and GEMM (gemm_binding.cc) ---
   /** The radix-tree prefix cache (native/src/radix_cache.h), exposed for tests and benchmarks. */
   readonly RadixCache: RadixCacheConstructor;
@@ -19,6 +31,8 @@ export interface NativeAddon {
     K: number,
     accumulate: boolean,
   ): void;
+  /** Sets the OpenMP thread count for later kernel calls from this thread (if n given); returns it. */
+  gemmThreads(n?: number): number;
 }
 
 /** Result of RadixCache.match: the cached prefix length, its KV slots, and the node it ends on. */
@@ -55,4 +69,98 @@ export interface NativeRadixCache {
   validate(): string;
   /** Slot ids given back (evicted, flushed or not fitting) since the last call. */
   takeEvicted(): Int32Array;
+}
+
+// --- checkpoints and inference engine (checkpoint.cc, engine_napi.cc) ---
+
+/** config.json of a LlamaForCausalLM (the fields ooze reads; others are kept as they are). */
+export interface LlamaHfConfig {
+  vocab_size: number;
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads: number;
+  rms_norm_eps: number;
+  rope_theta: number;
+  max_position_embeddings: number;
+  tie_word_embeddings: boolean;
+  bos_token_id: number;
+  eos_token_id: number;
+  [field: string]: unknown;
+}
+
+/** One tensor of the flat params buffer: HF name, offset in floats, shape. */
+export interface TensorLayout {
+  name: string;
+  offset: number;
+  shape: number[];
+}
+
+/** What loadModelDir returns. */
+export interface LoadedModel {
+  config: LlamaHfConfig;
+  params: Float32Array;
+  tensors: TensorLayout[];
+  /** __metadata__.weight_version of the safetensors file, or null. */
+  weightVersion: string | null;
+}
+
+/** Sampling settings as Engine.add takes them (BackendSampling of src/engine/backend.ts). */
+export interface NativeSampling {
+  maxNewTokens: number | null;
+  temperature: number;
+  topP: number;
+  topK: number;
+  minNewTokens: number;
+  stopTokenIds: readonly number[] | Int32Array;
+  ignoreEos: boolean;
+  seed: number | null;
+}
+
+/** One step event. An abort event (KV memory or forward failure) carries tokenId -1. */
+export interface NativeTokenEvent {
+  rid: string;
+  tokenId: number;
+  logprob: number;
+  finished:
+    | null
+    | { type: "stop"; matched: number }
+    | { type: "length"; length: number }
+    | { type: "abort"; message: string };
+}
+
+/** Engine options: a model directory, or a config with its flat params. */
+export type NativeEngineOptions = ({ modelDir: string } | { config: LlamaHfConfig; params: Float32Array }) & {
+  /** KV pool size in tokens (at least max_position_embeddings; default 16384); also the prefix cache budget. */
+  cacheTokens?: number;
+  /** Most requests decoding at once; the rest wait in order (default 64). */
+  maxRunning?: number;
+};
+
+export interface NativeEngineConstructor {
+  new (opts: NativeEngineOptions): NativeEngine;
+}
+
+/** The native engine. Methods other than step/loadWeights are synchronous and cheap. */
+export interface NativeEngine {
+  /** Queues a request; returns prompt tokens served from the prefix cache. Throws on an empty or too-long prompt, bad ids or a duplicate rid. */
+  add(rid: string, inputIds: Int32Array, sampling: NativeSampling): number;
+  /** Admits waiting requests, prefills them and decodes one token for the others, off the event loop. */
+  step(): Promise<NativeTokenEvent[]>;
+  /** Drops a request (no event); its computed prefix goes to the prefix cache. Unknown rids are ignored. */
+  abort(rid: string): void;
+  /** Requests added and not finished (waiting + running). */
+  running(): number;
+  /** Empties the prefix cache; false while requests hold cached prefixes. */
+  flushCache(): boolean;
+  cacheStats(): { cachedTokens: number; budgetTokens: number; promptTokens: number; hitTokens: number };
+  /** Loads new weights from a model directory (same shapes) off the event loop; flushes the prefix cache. */
+  loadWeights(dir: string): Promise<void>;
+  /** Logits [n × vocab] at every position of tokens, from a fresh cache (tests, debugging). Sync. */
+  forwardLogits(tokens: Int32Array): Float32Array;
+  /** The model's config.json (as written by ooze). */
+  config(): LlamaHfConfig;
+  /** Releases native memory; later calls throw. */
+  close(): void;
 }

@@ -1,0 +1,595 @@
+// Hugging Face checkpoint I/O (see checkpoint.h): a small JSON reader, config.json fields of
+// LlamaForCausalLM, safetensors read (F32/BF16/F16) and write (F32), atomic file replacement, and
+// the JS exports loadModelDir / saveModelDir / initModelParams / modelLayout.
+#include "checkpoint.h"
+
+#include <napi.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <unistd.h>
+
+#include "registry.h"
+
+namespace fs = std::filesystem;
+
+namespace ooze {
+
+// ---------------------------------------------------------------- JSON
+
+const JsonValue* JsonValue::get(const std::string& key) const {
+  if (kind != Object) return nullptr;
+  for (auto& [k, v] : obj)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+namespace {
+
+struct JsonParser {
+  const std::string& s;
+  const std::string& what;
+  size_t i = 0;
+  int depth = 0;
+
+  [[noreturn]] void fail(const std::string& msg) {
+    throw std::runtime_error(what + ": malformed JSON: " + msg + " at offset " + std::to_string(i));
+  }
+  void ws() {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) ++i;
+  }
+  void expect(char c) {
+    ws();
+    if (i >= s.size() || s[i] != c) fail(std::string("expected '") + c + "'");
+    ++i;
+  }
+  static void put_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  uint32_t hex4() {
+    if (i + 4 > s.size()) fail("short \\u escape");
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      char c = s[i++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= c - '0';
+      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+      else fail("bad \\u escape");
+    }
+    return v;
+  }
+  std::string string() {
+    expect('"');
+    std::string out;
+    while (true) {
+      if (i >= s.size()) fail("unterminated string");
+      char c = s[i++];
+      if (c == '"') return out;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i >= s.size()) fail("unterminated escape");
+      char e = s[i++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          uint32_t cp = hex4();
+          if (cp >= 0xD800 && cp < 0xDC00 && i + 6 <= s.size() && s[i] == '\\' && s[i + 1] == 'u') {
+            i += 2;
+            uint32_t lo = hex4();
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          put_utf8(out, cp);
+          break;
+        }
+        default: fail("bad escape");
+      }
+    }
+  }
+  JsonValue value() {
+    if (++depth > 64) fail("nested too deeply");
+    ws();
+    if (i >= s.size()) fail("unexpected end");
+    JsonValue v;
+    char c = s[i];
+    if (c == '{') {
+      v.kind = JsonValue::Object;
+      ++i;
+      ws();
+      if (i < s.size() && s[i] == '}') {
+        ++i;
+      } else {
+        while (true) {
+          ws();
+          std::string k = string();
+          expect(':');
+          v.obj.emplace_back(std::move(k), value());
+          ws();
+          if (i < s.size() && s[i] == ',') { ++i; continue; }
+          expect('}');
+          break;
+        }
+      }
+    } else if (c == '[') {
+      v.kind = JsonValue::Array;
+      ++i;
+      ws();
+      if (i < s.size() && s[i] == ']') {
+        ++i;
+      } else {
+        while (true) {
+          v.arr.push_back(value());
+          ws();
+          if (i < s.size() && s[i] == ',') { ++i; continue; }
+          expect(']');
+          break;
+        }
+      }
+    } else if (c == '"') {
+      v.kind = JsonValue::String;
+      v.str = string();
+    } else if (s.compare(i, 4, "true") == 0) {
+      v.kind = JsonValue::Bool, v.b = true, i += 4;
+    } else if (s.compare(i, 5, "false") == 0) {
+      v.kind = JsonValue::Bool, v.b = false, i += 5;
+    } else if (s.compare(i, 4, "null") == 0) {
+      i += 4;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      size_t start = i;
+      while (i < s.size() && (std::strchr("+-.eE", s[i]) || (s[i] >= '0' && s[i] <= '9'))) ++i;
+      std::string t = s.substr(start, i - start);
+      char* end = nullptr;
+      v.kind = JsonValue::Number;
+      v.num = std::strtod(t.c_str(), &end);
+      if (end != t.c_str() + t.size()) fail("bad number '" + t + "'");
+    } else if (s.compare(i, 8, "Infinity") == 0 || s.compare(i, 3, "NaN") == 0) {
+      fail("non-finite number");
+    } else {
+      fail(std::string("unexpected character '") + c + "'");
+    }
+    --depth;
+    return v;
+  }
+};
+
+}  // namespace
+
+JsonValue parse_json(const std::string& text, const std::string& what) {
+  JsonParser p{text, what};
+  JsonValue v = p.value();
+  p.ws();
+  if (p.i != text.size()) p.fail("trailing characters");
+  return v;
+}
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else out += static_cast<char>(c);
+  }
+  return out + "\"";
+}
+
+// ---------------------------------------------------------------- config.json
+
+LlamaConfig config_from_json(const JsonValue& j, const std::string& where) {
+  if (j.kind != JsonValue::Object) throw std::runtime_error(where + ": config must be a JSON object");
+  auto num = [&](const char* key, bool required, double def) -> double {
+    const JsonValue* v = j.get(key);
+    if (!v || v->kind == JsonValue::Null) {
+      if (required) throw std::runtime_error(where + ": missing field '" + key + "'");
+      return def;
+    }
+    if (v->kind == JsonValue::Array && !v->arr.empty() && v->arr[0].kind == JsonValue::Number)
+      return v->arr[0].num;  // e.g. eos_token_id: [a, b] — the first is the model's EOS
+    if (v->kind != JsonValue::Number) throw std::runtime_error(where + ": field '" + key + "' must be a number");
+    return v->num;
+  };
+  auto integer = [&](const char* key, bool required, int def) -> int {
+    double d = num(key, required, def);
+    if (d != std::floor(d) || std::fabs(d) > 2e9)
+      throw std::runtime_error(where + ": field '" + key + "' must be an integer");
+    return static_cast<int>(d);
+  };
+  LlamaConfig c;
+  c.vocab_size = integer("vocab_size", true, 0);
+  c.hidden_size = integer("hidden_size", true, 0);
+  c.intermediate_size = integer("intermediate_size", true, 0);
+  c.num_hidden_layers = integer("num_hidden_layers", true, 0);
+  c.num_attention_heads = integer("num_attention_heads", true, 0);
+  c.num_key_value_heads = integer("num_key_value_heads", false, c.num_attention_heads);
+  c.rms_norm_eps = static_cast<float>(num("rms_norm_eps", false, 1e-6));
+  c.rope_theta = static_cast<float>(num("rope_theta", false, 10000.0));
+  c.max_position_embeddings = integer("max_position_embeddings", false, 2048);
+  c.bos_token_id = integer("bos_token_id", false, 1);
+  c.eos_token_id = integer("eos_token_id", false, 2);
+  if (const JsonValue* t = j.get("tie_word_embeddings"); t && t->kind != JsonValue::Null) {
+    if (t->kind != JsonValue::Bool) throw std::runtime_error(where + ": field 'tie_word_embeddings' must be a boolean");
+    c.tie_word_embeddings = t->b;
+  }
+  // Refuse what this implementation would compute differently from HF, rather than be silently wrong.
+  if (const JsonValue* a = j.get("hidden_act"); a && a->kind == JsonValue::String && a->str != "silu")
+    throw std::runtime_error(where + ": hidden_act '" + a->str + "' is not supported (only silu)");
+  if (const JsonValue* r = j.get("rope_scaling"); r && r->kind != JsonValue::Null)
+    throw std::runtime_error(where + ": rope_scaling is not supported (must be null)");
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (const JsonValue* b = j.get(key); b && b->kind == JsonValue::Bool && b->b)
+      throw std::runtime_error(where + ": " + key + " = true is not supported");
+  if (j.get("head_dim") && j.get("head_dim")->kind == JsonValue::Number && c.num_attention_heads > 0 &&
+      static_cast<int>(j.get("head_dim")->num) != c.hidden_size / c.num_attention_heads)
+    throw std::runtime_error(where + ": head_dim other than hidden_size / num_attention_heads is not supported");
+  std::string err = c.validate();
+  if (!err.empty()) throw std::runtime_error(where + ": invalid config: " + err);
+  return c;
+}
+
+static std::string fmt_float(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string config_to_json(const LlamaConfig& c) {
+  std::ostringstream o;
+  o << "{\n"
+    << "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+    << "  \"model_type\": \"llama\",\n"
+    << "  \"torch_dtype\": \"float32\",\n"
+    << "  \"hidden_act\": \"silu\",\n"
+    << "  \"vocab_size\": " << c.vocab_size << ",\n"
+    << "  \"hidden_size\": " << c.hidden_size << ",\n"
+    << "  \"intermediate_size\": " << c.intermediate_size << ",\n"
+    << "  \"num_hidden_layers\": " << c.num_hidden_layers << ",\n"
+    << "  \"num_attention_heads\": " << c.num_attention_heads << ",\n"
+    << "  \"num_key_value_heads\": " << c.num_key_value_heads << ",\n"
+    << "  \"head_dim\": " << c.head_dim() << ",\n"
+    << "  \"rms_norm_eps\": " << fmt_float(c.rms_norm_eps) << ",\n"
+    << "  \"rope_theta\": " << fmt_float(c.rope_theta) << ",\n"
+    << "  \"rope_scaling\": null,\n"
+    << "  \"attention_bias\": false,\n"
+    << "  \"attention_dropout\": 0.0,\n"
+    << "  \"mlp_bias\": false,\n"
+    << "  \"max_position_embeddings\": " << c.max_position_embeddings << ",\n"
+    << "  \"initializer_range\": 0.02,\n"
+    << "  \"tie_word_embeddings\": " << (c.tie_word_embeddings ? "true" : "false") << ",\n"
+    << "  \"bos_token_id\": " << c.bos_token_id << ",\n"
+    << "  \"eos_token_id\": " << c.eos_token_id << ",\n"
+    << "  \"use_cache\": true\n"
+    << "}\n";
+  return o.str();
+}
+
+// ---------------------------------------------------------------- safetensors
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw std::runtime_error(p.string() + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31) v = man ? NAN : INFINITY;
+  else v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+/** Reads every tensor of one safetensors file that the layout names into m.params. */
+void read_safetensors(const fs::path& path, Model& m, std::vector<bool>& seen, LoadedInfo* info) {
+  const std::string file = path.string();
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(file + ": cannot open");
+  f.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(f.tellg());
+  f.seekg(0);
+  if (size < 8) throw std::runtime_error(file + ": truncated (" + std::to_string(size) + " bytes, no header length)");
+  unsigned char lenb[8];
+  f.read(reinterpret_cast<char*>(lenb), 8);
+  uint64_t hlen = 0;
+  for (int k = 7; k >= 0; --k) hlen = (hlen << 8) | lenb[k];
+  if (hlen == 0 || hlen > 100'000'000 || hlen > size - 8)
+    throw std::runtime_error(file + ": bad safetensors header length " + std::to_string(hlen) + " (file is " +
+                             std::to_string(size) + " bytes)");
+  std::string header(hlen, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(hlen));
+  if (!f) throw std::runtime_error(file + ": truncated header");
+  JsonValue h = parse_json(header, file + " (safetensors header)");
+  if (h.kind != JsonValue::Object) throw std::runtime_error(file + ": safetensors header is not a JSON object");
+  const uint64_t data_start = 8 + hlen, data_size = size - data_start;
+  std::vector<unsigned char> buf;
+  for (auto& [name, t] : h.obj) {
+    if (name == "__metadata__") {
+      if (info && t.kind == JsonValue::Object)
+        if (const JsonValue* wv = t.get("weight_version"); wv && wv->kind == JsonValue::String)
+          info->weight_version = wv->str;
+      continue;
+    }
+    const std::string where = file + ": tensor '" + name + "'";
+    const TensorInfo* ti = m.find(name);
+    if (!ti) {
+      if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // old HF checkpoints
+      if (name == "lm_head.weight" && m.cfg.tie_word_embeddings) continue;  // saved tied copy
+      throw std::runtime_error(where + " is not part of a Llama model with this config");
+    }
+    const JsonValue* dt = t.get("dtype");
+    const JsonValue* shape = t.get("shape");
+    const JsonValue* offs = t.get("data_offsets");
+    if (!dt || dt->kind != JsonValue::String || !shape || shape->kind != JsonValue::Array || !offs ||
+        offs->kind != JsonValue::Array || offs->arr.size() != 2)
+      throw std::runtime_error(where + ": entry needs dtype, shape and data_offsets [begin, end]");
+    std::vector<int64_t> shp;
+    for (auto& d : shape->arr) shp.push_back(static_cast<int64_t>(d.num));
+    if (shp != ti->shape) {
+      std::string a, b;
+      for (auto d : shp) a += std::to_string(d) + ",";
+      for (auto d : ti->shape) b += std::to_string(d) + ",";
+      throw std::runtime_error(where + ": shape [" + a + "] but the config needs [" + b + "]");
+    }
+    size_t esize;
+    if (dt->str == "F32") esize = 4;
+    else if (dt->str == "BF16" || dt->str == "F16") esize = 2;
+    else throw std::runtime_error(where + ": dtype " + dt->str + " is not supported (F32, BF16, F16)");
+    const double b0 = offs->arr[0].num, b1 = offs->arr[1].num;
+    const uint64_t nbytes = ti->numel() * esize;
+    if (b0 < 0 || b1 < b0 || b1 > static_cast<double>(data_size) || static_cast<uint64_t>(b1 - b0) != nbytes)
+      throw std::runtime_error(where + ": data_offsets [" + std::to_string((long long)b0) + ", " +
+                               std::to_string((long long)b1) + "] do not fit " + std::to_string(nbytes) +
+                               " bytes inside the " + std::to_string(data_size) + "-byte data section (truncated file?)");
+    buf.resize(nbytes);
+    f.seekg(static_cast<std::streamoff>(data_start + static_cast<uint64_t>(b0)));
+    f.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(nbytes));
+    if (!f) throw std::runtime_error(where + ": read failed");
+    float* dst = m.params.data() + ti->offset;
+    const size_t n = ti->numel();
+    if (esize == 4) {
+      std::memcpy(dst, buf.data(), nbytes);
+    } else {
+      const bool bf = dt->str == "BF16";
+      for (size_t k = 0; k < n; ++k) {
+        uint16_t v = static_cast<uint16_t>(buf[2 * k] | (buf[2 * k + 1] << 8));
+        dst[k] = bf ? bf16_to_f32(v) : f16_to_f32(v);
+      }
+    }
+    seen[static_cast<size_t>(ti - m.tensors.data())] = true;
+  }
+}
+
+/** Writes `bytes` to `path` via a temporary file in the same directory and a rename. */
+void write_atomic(const fs::path& path, const std::string& head, const float* data, size_t nfloats) {
+  fs::path tmp = path;
+  tmp += ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error(tmp.string() + ": cannot create");
+    f.write(head.data(), static_cast<std::streamsize>(head.size()));
+    if (data) f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(nfloats * 4));
+    f.flush();
+    if (!f) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw std::runtime_error(path.string() + ": rename failed: " + ec.message());
+}
+
+}  // namespace
+
+Model load_model_dir(const std::string& dir, LoadedInfo* info) {
+  const fs::path d(dir);
+  const fs::path cfg_path = d / "config.json";
+  if (!fs::exists(cfg_path)) throw std::runtime_error(cfg_path.string() + ": not found (is '" + dir + "' a model directory?)");
+  LlamaConfig cfg = config_from_json(parse_json(read_text(cfg_path), cfg_path.string()), cfg_path.string());
+  Model m = make_model(cfg);
+  std::vector<bool> seen(m.tensors.size(), false);
+  std::vector<fs::path> files;
+  const fs::path single = d / "model.safetensors", index = d / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    files.push_back(single);
+  } else if (fs::exists(index)) {
+    JsonValue ix = parse_json(read_text(index), index.string());
+    const JsonValue* wm = ix.get("weight_map");
+    if (!wm || wm->kind != JsonValue::Object) throw std::runtime_error(index.string() + ": no weight_map object");
+    for (auto& [name, file] : wm->obj) {
+      fs::path p = d / file.str;
+      bool dup = false;
+      for (auto& q : files) dup = dup || q == p;
+      if (!dup) files.push_back(p);
+    }
+  } else {
+    throw std::runtime_error(single.string() + ": not found (nor model.safetensors.index.json)");
+  }
+  for (auto& p : files) read_safetensors(p, m, seen, info);
+  for (size_t k = 0; k < seen.size(); ++k)
+    if (!seen[k])
+      throw std::runtime_error((files.size() == 1 ? files[0].string() : dir) + ": tensor '" + m.tensors[k].name +
+                               "' is missing");
+  return m;
+}
+
+void save_model_dir(const Model& m, const std::string& dir, const std::string& weight_version) {
+  const fs::path d(dir);
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot create directory: " + ec.message());
+  std::string h = "{\"__metadata__\":{\"format\":\"pt\"";
+  if (!weight_version.empty()) h += ",\"weight_version\":" + json_quote(weight_version);
+  h += "}";
+  size_t off = 0;
+  for (auto& t : m.tensors) {
+    h += "," + json_quote(t.name) + ":{\"dtype\":\"F32\",\"shape\":[";
+    for (size_t k = 0; k < t.shape.size(); ++k) h += (k ? "," : "") + std::to_string(t.shape[k]);
+    size_t bytes = t.numel() * 4;
+    h += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + bytes) + "]}";
+    off += bytes;
+  }
+  h += "}";
+  while (h.size() % 8) h += ' ';
+  std::string head(8, '\0');
+  uint64_t n = h.size();
+  for (int k = 0; k < 8; ++k) head[k] = static_cast<char>((n >> (8 * k)) & 0xFF);
+  head += h;
+  // Tensors are contiguous in layout order, so the data section is the params buffer itself.
+  write_atomic(d / "model.safetensors", head, m.params.data(), m.params.size());
+  std::string cfg = config_to_json(m.cfg);
+  write_atomic(d / "config.json", cfg, nullptr, 0);
+}
+
+// ---------------------------------------------------------------- JS exports
+
+namespace {
+
+/** A JS config object (HF config.json shape) → LlamaConfig, via JSON.stringify and our reader. */
+LlamaConfig config_from_js(Napi::Env env, Napi::Value v) {
+  if (!v.IsObject()) throw Napi::TypeError::New(env, "config must be an object (config.json fields)");
+  Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
+  std::string text = json.Get("stringify").As<Napi::Function>().Call(json, {v}).As<Napi::String>();
+  try {
+    return config_from_json(parse_json(text, "config"), "config");
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
+Napi::Value config_to_js(Napi::Env env, const LlamaConfig& c) {
+  Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
+  return json.Get("parse").As<Napi::Function>().Call(json, {Napi::String::New(env, config_to_json(c))});
+}
+
+Napi::Array tensors_to_js(Napi::Env env, const Model& m) {
+  Napi::Array arr = Napi::Array::New(env, m.tensors.size());
+  for (size_t k = 0; k < m.tensors.size(); ++k) {
+    const TensorInfo& t = m.tensors[k];
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", t.name);
+    o.Set("offset", static_cast<double>(t.offset));
+    Napi::Array shape = Napi::Array::New(env, t.shape.size());
+    for (size_t d = 0; d < t.shape.size(); ++d) shape.Set(d, static_cast<double>(t.shape[d]));
+    o.Set("shape", shape);
+    arr.Set(k, o);
+  }
+  return arr;
+}
+
+Napi::Float32Array params_to_js(Napi::Env env, const std::vector<float>& p) {
+  Napi::Float32Array a = Napi::Float32Array::New(env, p.size());
+  std::memcpy(a.Data(), p.data(), p.size() * 4);
+  return a;
+}
+
+Napi::Value LoadModelDirJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw Napi::TypeError::New(env, "loadModelDir(dir: string)");
+  LoadedInfo li;
+  Model m;
+  try {
+    m = load_model_dir(info[0].As<Napi::String>(), &li);
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("config", config_to_js(env, m.cfg));
+  out.Set("params", params_to_js(env, m.params));
+  out.Set("tensors", tensors_to_js(env, m));
+  out.Set("weightVersion", li.weight_version.empty() ? env.Null() : Napi::String::New(env, li.weight_version));
+  return out;
+}
+
+Napi::Value SaveModelDirJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString() || !info[2].IsTypedArray())
+    throw Napi::TypeError::New(env, "saveModelDir(dir: string, config: object, params: Float32Array, weightVersion?: string | null)");
+  Model m = make_model(config_from_js(env, info[1]));
+  Napi::Float32Array p = info[2].As<Napi::Float32Array>();
+  if (p.ElementLength() != m.params.size())
+    throw Napi::RangeError::New(env, "saveModelDir: params has " + std::to_string(p.ElementLength()) +
+                                         " floats but the config needs " + std::to_string(m.params.size()));
+  std::memcpy(m.params.data(), p.Data(), m.params.size() * 4);
+  std::string wv = info.Length() > 3 && info[3].IsString() ? std::string(info[3].As<Napi::String>()) : "";
+  try {
+    save_model_dir(m, info[0].As<Napi::String>(), wv);
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+  return env.Undefined();
+}
+
+Napi::Value InitModelParamsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Model m = make_model(config_from_js(env, info[0]));
+  double seed = info.Length() > 1 && info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : 0;
+  double std = info.Length() > 2 && info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : 0.02;
+  init_random(m, static_cast<uint64_t>(seed), static_cast<float>(std));
+  return params_to_js(env, m.params);
+}
+
+Napi::Value ModelLayoutJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  LlamaConfig cfg = config_from_js(env, info[0]);
+  Model m = make_model(cfg);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("config", config_to_js(env, cfg));
+  out.Set("numel", static_cast<double>(m.params.size()));
+  out.Set("tensors", tensors_to_js(env, m));
+  return out;
+}
+
+void InitCheckpoint(Napi::Env env, Napi::Object exports) {
+  exports.Set("loadModelDir", Napi::Function::New(env, LoadModelDirJs, "loadModelDir"));
+  exports.Set("saveModelDir", Napi::Function::New(env, SaveModelDirJs, "saveModelDir"));
+  exports.Set("initModelParams", Napi::Function::New(env, InitModelParamsJs, "initModelParams"));
+  exports.Set("modelLayout", Napi::Function::New(env, ModelLayoutJs, "modelLayout"));
+}
+
+}  // namespace
+
+OOZE_REGISTER(checkpoint, InitCheckpoint);
+
+}  // namespace ooze

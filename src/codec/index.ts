@@ -14,3 +14,4 @@ export {
   type MessageRegistry,
 } from "./message.ts";
 export { type DeadLetter, deadLetter, malformedCount } from "./dead-letter.ts";
+export { zBigInt64Array, zFloat32Array, zFloat64Array, zInt32Array, zUint8Array } from "./schemas.ts";

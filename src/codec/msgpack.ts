@@ -34,8 +34,9 @@ export function decode(bytes: Uint8Array): unknown {
   }
   if (bytes.length === 0) throw new MalformedMessageError("empty frame (0 bytes)");
   try {
-    // unpackMultiple would accept several concatenated values; a frame holds exactly one.
-    const values = packr.unpackMultiple(bytes) as unknown[];
+    // A fresh view: msgpackr caches a DataView as a property of the buffer it reads, which must not
+    // land on the caller's bytes. unpackMultiple reports concatenated values; a frame holds one.
+    const values = packr.unpackMultiple(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength)) as unknown[];
     if (values.length !== 1) {
       throw new MalformedMessageError(`frame holds ${values.length} msgpack values, expected exactly 1`);
     }

@@ -86,28 +86,33 @@ function isExecutable(p: string): boolean {
   }
 }
 
-// The watchdog: runs the server in the background, prints its pid, forwards TERM/INT/HUP, and kills
-// it when the shell's parent (the node process) disappears: reparenting shows in /proc/$$/stat.
+// The watchdog: runs the server in the background, prints its pid, forwards TERM/INT/HUP, exits as
+// soon as the server does, and (in a polling subshell) kills the server when the shell's parent, the
+// node process, disappears: reparenting shows in /proc/$$/stat.
 const WATCHDOG = `
 parent=$1; shift
 "$@" &
 child=$!
 echo "ooze-nats-pid $child"
-trap 'kill -TERM $child 2>/dev/null' TERM INT HUP
 alive() {
   if [ -r /proc/$$/stat ]; then read -r _ _ _ pp _ < /proc/$$/stat; [ "$pp" = "$parent" ]; else kill -0 "$parent" 2>/dev/null; fi
 }
-while kill -0 $child 2>/dev/null; do
-  if ! alive; then
-    kill -TERM $child 2>/dev/null
-    i=0
-    while kill -0 $child 2>/dev/null && [ $i -lt 20 ]; do sleep 0.25; i=$((i+1)); done
-    kill -KILL $child 2>/dev/null
-    break
-  fi
-  sleep 1
-done
-wait $child
+(
+  while kill -0 $child 2>/dev/null; do
+    if ! alive; then
+      kill -TERM $child 2>/dev/null
+      i=0
+      while kill -0 $child 2>/dev/null && [ $i -lt 20 ]; do sleep 0.25; i=$((i+1)); done
+      kill -KILL $child 2>/dev/null
+      exit 0
+    fi
+    sleep 1
+  done
+) &
+watcher=$!
+trap 'kill -TERM $child 2>/dev/null' TERM INT HUP
+while kill -0 $child 2>/dev/null; do wait $child; done
+kill $watcher 2>/dev/null
 `;
 
 interface Proc {

@@ -1,3 +1,5 @@
-// ooze/testing: the test harness — a real nats-server per test file, fault injectors, waits with
-// deadlines.
-export {};
+// ooze/testing: the test harness — a real nats-server per test file, fault injectors (kill/restart on
+// the server handle, a cuttable TCP proxy), and waits with deadlines.
+export { startTestNats, type TestNats, useNats } from "./nats.ts";
+export { type CutProxy, createCutProxy } from "./cut-proxy.ts";
+export { nextMessage, nextStatus, waitUntil, type WaitOptions, withDeadline } from "./wait.ts";

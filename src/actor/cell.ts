@@ -58,6 +58,7 @@ export class ActorCell<S, M> implements SupervisedChild, GroupHost {
   crashes = 0;
   processed = 0;
   deadLetters = 0;
+  malformed = 0;
   depth = 0;
   lastError: WireError | null = null;
   private state: S | undefined = undefined;
@@ -142,6 +143,11 @@ export class ActorCell<S, M> implements SupervisedChild, GroupHost {
     });
   }
 
+  /** Fire and forget with delivery metadata (a tell that came from the bus). */
+  tellWithMeta(msg: M, meta: DeliveryMeta): void {
+    this.enqueue({ msg, meta, settle: null, settled: false });
+  }
+
   /** Snapshot for `ooze ps`. */
   info(): ActorInfo {
     return {
@@ -153,6 +159,7 @@ export class ActorCell<S, M> implements SupervisedChild, GroupHost {
       mailboxDepth: this.depth,
       processed: this.processed,
       deadLetters: this.deadLetters,
+      malformed: this.malformed,
       lastError: this.lastError,
     };
   }

@@ -2,3 +2,13 @@
 export * from "./types.ts";
 export { defineActor } from "./define.ts";
 export { createSystem, type ActorSystem, type SystemOptions, type Supervisor } from "./system.ts";
+export { attachBus, remoteRef, remoteLayer, subjectOf, type AttachOptions, type RemoteLayer } from "./remote.ts";
+export {
+  durableRef,
+  serveDurable,
+  ensureMailboxStream,
+  type DurableMailbox,
+  type DurableOptions,
+  type DurableRef,
+  type DurableStats,
+} from "./durable.ts";

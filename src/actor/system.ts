@@ -46,6 +46,8 @@ export interface ActorSystem {
   supervisor(opts: { name: string; supervision?: Partial<SupervisionPolicy> }): Supervisor;
   /** Ref of a local actor by path; throws ACTOR_NOT_FOUND. */
   ref<M>(path: string): ActorRef<M>;
+  /** Ref to an actor in any process of the job (needs attachBus from remote.ts); throws CONFIG_INVALID without a bus. */
+  remoteRef<M>(path: string): ActorRef<M>;
   /** Every live actor with status, restarts and mailbox depth. */
   list(): ActorInfo[];
   /** Subscribes to lifecycle events; returns the unsubscribe function. */
@@ -62,7 +64,12 @@ export interface ActorSystem {
 
 /** Internal view used by remoting and durable mailboxes (same package). */
 export interface SystemInternals extends ActorSystem {
+  readonly defaultAskTimeoutMs: number;
   cell(path: string): ActorCell<unknown, unknown> | null;
+  cells(): ActorCell<unknown, unknown>[];
+  /** Called when a cell is registered (added) or unregistered; returns the remover. */
+  onCells(fn: (cell: ActorCell<unknown, unknown>, added: boolean) => void): () => void;
+  setRemote(factory: ((path: string) => ActorRef<unknown>) | null): void;
   /** Adds an extra event sink (the bus publisher); returns its remover. */
   addSink(sink: (e: LifecycleEvent) => void): () => void;
   /** Runs before stop (remoting and durable consumers unsubscribe here). */
@@ -78,11 +85,13 @@ class SystemImpl implements SystemInternals, CellHost, GroupHost {
   failure: OozeError | null = null;
   private resolveEscalation: (e: OozeError) => void = () => {};
   private readonly root: SupervisorGroup;
-  private readonly cells = new Map<string, ActorCell<unknown, unknown>>();
+  private readonly cellMap = new Map<string, ActorCell<unknown, unknown>>();
   private readonly listeners = new Set<(e: LifecycleEvent) => void>();
   private readonly stopHooks: (() => Promise<void>)[] = [];
   private readonly logLine: (line: string) => void;
   private stopped = false;
+  private remote: ((path: string) => ActorRef<unknown>) | null = null;
+  private readonly cellWatchers = new Set<(cell: ActorCell<unknown, unknown>, added: boolean) => void>();
 
   constructor(opts: SystemOptions) {
     this.name = opts.name;
@@ -106,19 +115,39 @@ class SystemImpl implements SystemInternals, CellHost, GroupHost {
   }
 
   ref<M>(path: string): ActorRef<M> {
-    const c = this.cells.get(path);
+    const c = this.cellMap.get(path);
     if (!c) {
-      throw new OozeError("ACTOR_NOT_FOUND", `no actor '${path}' in system '${this.name}'; live actors: ${[...this.cells.keys()].join(", ") || "none"}`);
+      throw new OozeError("ACTOR_NOT_FOUND", `no actor '${path}' in system '${this.name}'; live actors: ${[...this.cellMap.keys()].join(", ") || "none"}`);
     }
     return c.ref as ActorRef<M>;
   }
 
   cell(path: string): ActorCell<unknown, unknown> | null {
-    return this.cells.get(path) ?? null;
+    return this.cellMap.get(path) ?? null;
+  }
+
+  cells(): ActorCell<unknown, unknown>[] {
+    return [...this.cellMap.values()];
+  }
+
+  onCells(fn: (cell: ActorCell<unknown, unknown>, added: boolean) => void): () => void {
+    this.cellWatchers.add(fn);
+    return () => this.cellWatchers.delete(fn);
+  }
+
+  setRemote(factory: ((path: string) => ActorRef<unknown>) | null): void {
+    this.remote = factory;
+  }
+
+  remoteRef<M>(path: string): ActorRef<M> {
+    if (!this.remote) {
+      throw new OozeError("CONFIG_INVALID", `actor system '${this.name}' has no bus; call attachBus(system, bus) before remoteRef('${path}')`);
+    }
+    return this.remote(path) as ActorRef<M>;
   }
 
   list(): ActorInfo[] {
-    return [...this.cells.values()].map((c) => c.info());
+    return [...this.cellMap.values()].map((c) => c.info());
   }
 
   onEvent(listener: (e: LifecycleEvent) => void): () => void {
@@ -141,11 +170,11 @@ class SystemImpl implements SystemInternals, CellHost, GroupHost {
     const idle = (async () => {
       // Handlers may tell other actors: loop until a full pass finds everything idle.
       for (;;) {
-        const busy = [...this.cells.values()].filter((c) => c.depth > 0 || c.info().status === "restarting");
+        const busy = [...this.cellMap.values()].filter((c) => c.depth > 0 || c.info().status === "restarting");
         if (busy.length === 0) break;
         await Promise.race([Promise.all(busy.map((c) => c.whenIdle())), new Promise((r) => setTimeout(r, 20))]);
       }
-      for (const c of this.cells.values()) await c.whenIdle();
+      for (const c of this.cellMap.values()) await c.whenIdle();
       return true;
     })();
     const drained = await Promise.race([idle, deadline]);
@@ -170,11 +199,14 @@ class SystemImpl implements SystemInternals, CellHost, GroupHost {
 
   // CellHost
   register(cell: ActorCell<unknown, unknown>): void {
-    this.cells.set(cell.path, cell);
+    this.cellMap.set(cell.path, cell);
+    for (const w of this.cellWatchers) w(cell, true);
   }
 
   unregister(cell: ActorCell<unknown, unknown>): void {
-    if (this.cells.get(cell.path) === cell) this.cells.delete(cell.path);
+    if (this.cellMap.get(cell.path) !== cell) return;
+    this.cellMap.delete(cell.path);
+    for (const w of this.cellWatchers) w(cell, false);
   }
 
   lifecycle(kind: LifecycleKind, actor: string, restarts: number, err: OozeError | null, delayMs: number | null): void {
@@ -189,7 +221,7 @@ class SystemImpl implements SystemInternals, CellHost, GroupHost {
   }
 
   groupEvents(kind: "crashed" | "escalated", child: string, err: OozeError, delayMs: number | null): void {
-    const c = this.cells.get(child);
+    const c = this.cellMap.get(child);
     this.lifecycle(kind, child, c ? c.restarts : 0, err, delayMs);
     if (kind === "crashed") {
       this.logger(child).warn(`crashed: [${err.code}] ${err.message}${delayMs === null ? "" : `; restart in ${Math.round(delayMs)} ms`}`);
@@ -211,7 +243,7 @@ class SystemImpl implements SystemInternals, CellHost, GroupHost {
     if (this.failure) return;
     this.failure = err;
     this.logLine(`[${this.name}] ESCALATED: ${err.message}`);
-    for (const c of this.cells.values()) c.markEscalated();
+    for (const c of this.cellMap.values()) c.markEscalated();
     this.resolveEscalation(err);
   }
 

@@ -98,6 +98,8 @@ export interface ActorInfo {
   mailboxDepth: number;
   processed: number;
   deadLetters: number;
+  /** Frames from the bus that failed to decode or validate (dead-lettered, never handled). */
+  malformed: number;
   lastError: WireError | null;
 }
 

@@ -1,0 +1,232 @@
+// Remoting over NATS: every actor of a system with a bus attached answers on `names.actor(path)`;
+// `remoteRef(path)` in any process gives an ActorRef whose tell publishes and whose ask is a NATS
+// request with a deadline. Frames are ooze envelopes (H3's codec), decoded and validated once at the
+// edge; a malformed frame is counted and dead-lettered, never handed to the actor. Replies carry
+// errors as the wire record {code, message, retryable, actor}. Lifecycle events go to
+// `names.events(actor, kind)`, which a JetStream events stream keeps.
+import { z } from "zod";
+import { decode, deadLetter, encode, envelopeSchema, makeEnvelope } from "../codec/index.ts";
+import { MalformedMessageError, OozeError, TimeoutError, type WireError } from "../errors.ts";
+import type { Bus, BusMsg, BusSubscription } from "../transport/bus.ts";
+import { jobNames, type JobNames } from "../transport/names.ts";
+import type { ActorCell } from "./cell.ts";
+import { internals, type ActorSystem, type SystemInternals } from "./system.ts";
+import type { ActorRef, AskOptions, LifecycleEvent } from "./types.ts";
+
+/** Envelope kinds used by remoting. */
+export const ACTOR_MSG_KIND = "ooze.actor.msg";
+export const ACTOR_REPLY_KIND = "ooze.actor.reply";
+export const LIFECYCLE_KIND = "ooze.actor.lifecycle";
+
+/** Subject token(s) of an actor path: `parent/child` becomes `parent.child`. */
+export function subjectOf(path: string): string {
+  return path.replace(/\//g, ".");
+}
+
+const wireErrorSchema = z.object({
+  code: z.string(),
+  message: z.string(),
+  retryable: z.boolean(),
+  actor: z.string().nullable(),
+});
+const replyBodySchema = z.union([
+  z.object({ ok: z.literal(true), value: z.unknown() }),
+  z.object({ ok: z.literal(false), error: wireErrorSchema }),
+]);
+
+/** Options of `attachBus`. */
+export interface AttachOptions {
+  /** Job id whose names are used; default: the system's name. */
+  job?: string;
+  /** Answer on names.actor(path) for local actors (default true). */
+  serve?: boolean;
+  /** Publish lifecycle events on names.events (default true). */
+  events?: boolean;
+  /** Keep events in the JetStream stream names.streamEvents (default true). */
+  eventsStream?: boolean;
+}
+
+/** A bus attached to a system: remote refs, served actors, lifecycle publishing. */
+export interface RemoteLayer {
+  readonly bus: Bus;
+  readonly names: JobNames;
+  /** Ref to an actor hosted by any process of the job (or this one). */
+  remoteRef<M>(path: string): ActorRef<M>;
+  /** Paths this process answers for. */
+  served(): string[];
+  /** Unsubscribes everything (called by system.stop()). */
+  detach(): Promise<void>;
+}
+
+const layers = new WeakMap<ActorSystem, RemoteLayer>();
+
+/** The remote layer of a system, or a CONFIG_INVALID error saying to call attachBus first. */
+export function remoteLayer(system: ActorSystem): RemoteLayer {
+  const l = layers.get(system);
+  if (!l) throw new OozeError("CONFIG_INVALID", `actor system '${system.name}' has no bus; call attachBus(system, bus) before using remote refs or durable mailboxes`);
+  return l;
+}
+
+/** Shorthand: `remoteRef(system, path)` = `remoteLayer(system).remoteRef(path)`. */
+export function remoteRef<M>(system: ActorSystem, path: string): ActorRef<M> {
+  return remoteLayer(system).remoteRef<M>(path);
+}
+
+/** Attaches a connected bus to a system: serves its actors, publishes its events, enables remote refs. */
+export async function attachBus(system: ActorSystem, bus: Bus, opts: AttachOptions = {}): Promise<RemoteLayer> {
+  const sys = internals(system);
+  const names = jobNames(opts.job ?? system.name);
+  if (layers.has(system)) throw new OozeError("CONFIG_INVALID", `actor system '${system.name}' already has a bus attached`);
+  if (opts.events !== false && opts.eventsStream !== false) {
+    await bus.ensureStream(names.streamEvents, [names.eventsAll], { max_age: 24 * 3600 * 1e9, max_msgs: 100_000 } as never);
+  }
+  const subs = new Map<string, BusSubscription>();
+  const serve = (cell: ActorCell<unknown, unknown>): void => {
+    if (subs.has(cell.path)) return;
+    const subject = names.actor(subjectOf(cell.path));
+    subs.set(cell.path, bus.subscribe(subject, { queue: subject, handler: (m) => onFrame(bus, names, sys, cell, m) }));
+  };
+  const unserve = (path: string): void => {
+    subs.get(path)?.unsubscribe();
+    subs.delete(path);
+  };
+  const offs: (() => void)[] = [];
+  if (opts.serve !== false) {
+    for (const c of sys.cells()) serve(c);
+    offs.push(sys.onCells((c, added) => (added ? serve(c) : unserve(c.path))));
+  }
+  if (opts.events !== false) {
+    offs.push(
+      sys.addSink((e: LifecycleEvent) => {
+        const frame = encode(makeEnvelope(LIFECYCLE_KIND, 1, e, { sender: e.actor }));
+        bus.publish(names.events(subjectOf(e.actor), e.kind), frame).catch(() => {});
+      }),
+    );
+  }
+  const layer: RemoteLayer = {
+    bus,
+    names,
+    remoteRef: <M>(path: string) => makeRemoteRef<M>(bus, names, path, sys.defaultAskTimeoutMs),
+    served: () => [...subs.keys()],
+    detach: async () => {
+      for (const o of offs.splice(0)) o();
+      for (const p of [...subs.keys()]) unserve(p);
+      layers.delete(system);
+      sys.setRemote(null);
+    },
+  };
+  layers.set(system, layer);
+  sys.setRemote((path) => layer.remoteRef(path));
+  sys.beforeStop(async () => {
+    // Let events of the stop go out first, then stop serving.
+    setImmediate(() => void layer.detach());
+  });
+  return layer;
+}
+
+/** Handles one frame for a served actor: decode, validate, dispatch, answer. Never throws. */
+async function onFrame(bus: Bus, names: JobNames, sys: SystemInternals, cell: ActorCell<unknown, unknown>, m: BusMsg): Promise<void> {
+  let env;
+  let body: unknown;
+  try {
+    env = decodeEnvelope(m.data, ACTOR_MSG_KIND);
+    body = validateBody(cell, env.body);
+  } catch (e) {
+    cell.malformed++;
+    void deadLetter(bus, names, subjectOf(cell.path), m.data, e, m.subject);
+    if (m.reply !== null) void respond(m, { ok: false, error: { ...(e as OozeError).toWire(), actor: cell.path } });
+    return;
+  }
+  const meta = { messageId: env.id, deliveryCount: 1 };
+  if (m.reply === null) {
+    cell.tellWithMeta(body, meta);
+    return;
+  }
+  const left = env.deadline === null ? sys.defaultAskTimeoutMs : Math.max(1, env.deadline - Date.now());
+  cell.ask(body, meta, left).then(
+    (value) => respond(m, { ok: true, value }),
+    (e: unknown) => respond(m, { ok: false, error: (e instanceof OozeError ? e : new OozeError("INTERNAL", String(e))).toWire() }),
+  );
+}
+
+function respond(m: BusMsg, body: { ok: true; value: unknown } | { ok: false; error: WireError }): Promise<void> {
+  let frame: Uint8Array;
+  try {
+    frame = encode(makeEnvelope(ACTOR_REPLY_KIND, 1, body));
+  } catch (e) {
+    frame = encode(makeEnvelope(ACTOR_REPLY_KIND, 1, { ok: false, error: (e as OozeError).toWire() }));
+  }
+  return m.respond(frame).catch(() => {});
+}
+
+/** Decodes a frame into an ooze envelope of the given kind; MalformedMessageError otherwise. */
+export function decodeEnvelope(bytes: Uint8Array, kind: string) {
+  const raw = decode(bytes);
+  const env = envelopeSchema.safeParse(raw);
+  if (!env.success) throw new MalformedMessageError(`frame is not an ooze envelope: ${env.error.issues[0]?.message ?? "invalid"}`);
+  if (env.data.kind !== kind || env.data.v !== 1) {
+    throw new MalformedMessageError(`expected message '${kind}' v1, got '${env.data.kind}' v${env.data.v} (id ${env.data.id})`);
+  }
+  return env.data;
+}
+
+/** Validates a body with the actor's `messages` schema (when it has one). */
+export function validateBody(cell: ActorCell<unknown, unknown>, body: unknown): unknown {
+  const schema = cell.def.messages;
+  if (!schema) return body;
+  const r = schema.safeParse(body);
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new MalformedMessageError(
+      `message for actor '${cell.path}' failed its validator: field '${i?.path.map(String).join(".") || "(root)"}': ${i?.message ?? "invalid"}`,
+    );
+  }
+  return r.data;
+}
+
+function makeRemoteRef<M>(bus: Bus, names: JobNames, path: string, defaultTimeoutMs: number): ActorRef<M> {
+  const subject = names.actor(subjectOf(path));
+  return {
+    path,
+    tell(msg: M): void {
+      let frame: Uint8Array;
+      try {
+        frame = encode(makeEnvelope(ACTOR_MSG_KIND, 1, msg));
+      } catch {
+        return;
+      }
+      bus.publish(subject, frame).catch(() => {});
+    },
+    async ask<R>(msg: M, o: AskOptions = {}): Promise<R> {
+      const timeoutMs = o.timeoutMs ?? defaultTimeoutMs;
+      const deadline = Date.now() + timeoutMs;
+      const frame = encode(makeEnvelope(ACTOR_MSG_KIND, 1, msg, { deadline }));
+      let last: OozeError | null = null;
+      // Nobody listening (the host is reconnecting) or the publish failed: nothing was delivered, so
+      // trying again until the deadline is safe. A timeout is not retried (the message may have arrived).
+      for (let attempt = 0; ; attempt++) {
+        const left = deadline - Date.now();
+        if (left <= 0) break;
+        try {
+          const reply = await bus.request(subject, frame, { timeoutMs: left });
+          const env = decodeEnvelope(reply.data, ACTOR_REPLY_KIND);
+          const body = replyBodySchema.parse(env.body);
+          if (body.ok) return body.value as R;
+          throw OozeError.fromWire(body.error as WireError);
+        } catch (e) {
+          const err = e instanceof OozeError ? e : new OozeError("INTERNAL", String(e), { cause: e });
+          if (err.code === "TIMEOUT") {
+            throw new TimeoutError(`ask to actor '${path}' on '${subject}' got no reply within ${timeoutMs} ms`, { actor: path, cause: err });
+          }
+          if (err.code !== "ACTOR_NOT_FOUND" && err.code !== "TRANSPORT") throw err;
+          last = err;
+          await new Promise((r) => setTimeout(r, Math.min(Math.max(0, deadline - Date.now()), 10 * 2 ** Math.min(attempt, 5))));
+        }
+      }
+      throw new TimeoutError(`ask to actor '${path}' on '${subject}' got no reply within ${timeoutMs} ms (last: ${last?.message ?? "none"})`, {
+        actor: path,
+        cause: last ?? undefined,
+      });
+    },
+  };
+}

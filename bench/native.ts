@@ -1,0 +1,203 @@
+// Native benchmark (`npm run bench -- native [--threads N] [--window S]`): GEMM GFLOP/s on the
+// model presets' training shapes against OpenBLAS cblas_sgemm measured in the same run (same thread
+// count, default 1 for both, interleaved per shape), the skinny decode shapes, the prefix cache's
+// saving on a synthetic multi-turn trace, KV bytes per token, and the engine's prefill/decode
+// tokens/s when the engine is present. Progress on stderr; one JSON line last on stdout.
+import { loadNative } from "../native/load.ts";
+import { buildOpenblasProgram, OpenblasTimer } from "./native/openblas.ts";
+import { measureEngine } from "./native/engine-throughput.ts";
+import { runPrefixTrace } from "./native/prefix-trace.ts";
+
+type Kind = "nt" | "nn" | "tn";
+interface Shape {
+  model: string;
+  layer: string;
+  kind: Kind;
+  M: number;
+  N: number;
+  K: number;
+}
+
+function arg(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && process.argv[i + 1] !== undefined ? Number(process.argv[i + 1]) : fallback;
+}
+const threads = arg("threads", 1);
+const window = arg("window", 0.08);
+const rounds = arg("rounds", 3);
+const log = (msg: string): void => void process.stderr.write(`[bench native] ${msg}\n`);
+
+/** Preset sizes used here (mirrors native/presets.ts: quickstart and base100m). */
+const MODELS = {
+  quickstart: { hidden: 128, intermediate: 352, vocab: 259, layers: 4, heads: 4, kvHeads: 2 },
+  base100m: { hidden: 768, intermediate: 2048, vocab: 32000, layers: 12, heads: 12, kvHeads: 4 },
+};
+const TOKENS = 512;
+
+/** Each Linear [out, in] at TOKENS tokens: forward nt, input-grad nn, weight-grad tn. */
+function trainingShapes(): Shape[] {
+  const out: Shape[] = [];
+  const seen = new Set<string>();
+  for (const [model, m] of Object.entries(MODELS)) {
+    const kv = (m.hidden / m.heads) * m.kvHeads;
+    const linears: Array<[string, number, number]> = [
+      ["q_proj/o_proj", m.hidden, m.hidden],
+      ["k_proj/v_proj", kv, m.hidden],
+      ["gate_proj/up_proj", m.intermediate, m.hidden],
+      ["down_proj", m.hidden, m.intermediate],
+    ];
+    if (m.vocab < 1000) linears.push(["lm_head", m.vocab, m.hidden]);
+    for (const [layer, o, i] of linears) {
+      for (const s of [
+        { kind: "nt" as const, M: TOKENS, N: o, K: i },
+        { kind: "nn" as const, M: TOKENS, N: i, K: o },
+        { kind: "tn" as const, M: o, N: i, K: TOKENS },
+      ]) {
+        const key = `${s.kind} ${s.M} ${s.N} ${s.K}`;
+        if (!seen.has(key)) {
+          seen.add(key);
+          out.push({ model, layer, ...s });
+        }
+      }
+    }
+  }
+  return out;
+}
+
+/** Decode: a batch of 1 and 8 rows through base100m's gate_proj and down_proj. */
+const decodeShapes: Shape[] = [1, 8].flatMap((M) => [
+  { model: "base100m", layer: "gate_proj", kind: "nt" as const, M, N: 2048, K: 768 },
+  { model: "base100m", layer: "down_proj", kind: "nt" as const, M, N: 768, K: 2048 },
+]);
+
+function randomArray(n: number): Float32Array {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = ((i * 7919) % 1000) / 1000 - 0.5;
+  return a;
+}
+
+const native = loadNative();
+native.gemmThreads(threads);
+
+/** Seconds per ooze matmul call over a window of at least `window` seconds (after a warm-up call). */
+function timeOoze(s: Shape): number {
+  const A = randomArray(s.M * s.K);
+  const B = randomArray(s.N * s.K);
+  const C = new Float32Array(s.M * s.N);
+  native.matmul(s.kind, A, B, C, s.M, s.N, s.K, false);
+  const t0 = performance.now();
+  let calls = 0;
+  let dt = 0;
+  do {
+    native.matmul(s.kind, A, B, C, s.M, s.N, s.K, false);
+    calls++;
+    dt = (performance.now() - t0) / 1000;
+  } while (dt < window);
+  return dt / calls;
+}
+
+interface Timed {
+  shape: Shape;
+  ooze: number;
+  openblas: number | null;
+}
+
+/** Interleaves ooze and OpenBLAS per shape for `rounds` rounds; keeps each one's best. */
+async function timeAll(shapes: Shape[], blas: OpenblasTimer | null): Promise<Timed[]> {
+  const res: Timed[] = [];
+  for (const s of shapes) {
+    let best = Infinity;
+    let bestBlas = Infinity;
+    for (let r = 0; r < rounds; r++) {
+      best = Math.min(best, timeOoze(s));
+      if (blas) bestBlas = Math.min(bestBlas, await blas.time(s.kind, s.M, s.N, s.K, window));
+    }
+    const gf = (t: number) => ((2 * s.M * s.N * s.K) / t / 1e9).toFixed(1);
+    log(
+      `${s.model} ${s.layer} ${s.kind} M=${s.M} N=${s.N} K=${s.K}: ooze ${gf(best)} GFLOP/s` +
+        (blas ? `, openblas ${gf(bestBlas)} GFLOP/s` : ""),
+    );
+    res.push({ shape: s, ooze: best, openblas: blas ? bestBlas : null });
+  }
+  return res;
+}
+
+/** Total flops / total time over a set of timings (a model-weighted mean), for ooze and OpenBLAS. */
+function aggregate(ts: Timed[]): { ooze: number; openblas: number | null } {
+  const flops = ts.reduce((a, t) => a + 2 * t.shape.M * t.shape.N * t.shape.K, 0);
+  const tOoze = ts.reduce((a, t) => a + t.ooze, 0);
+  const tBlas = ts.every((t) => t.openblas !== null) ? ts.reduce((a, t) => a + t.openblas!, 0) : null;
+  return { ooze: flops / tOoze / 1e9, openblas: tBlas === null ? null : flops / tBlas / 1e9 };
+}
+
+const round = (x: number | null, d = 3): number | null => (x === null ? null : Number(x.toFixed(d)));
+
+log(`threads: ${threads} for ooze and for OpenBLAS; window ${window}s x ${rounds} rounds, best kept`);
+const built = buildOpenblasProgram();
+let blas: OpenblasTimer | null = null;
+let openblasNote = `cblas_sgemm from Debian libopenblas, OPENBLAS_NUM_THREADS=${threads}`;
+if ("path" in built) blas = new OpenblasTimer(built.path, threads);
+else {
+  openblasNote = `OpenBLAS unavailable: ${built.reason}`;
+  log(openblasNote);
+}
+
+let train: Timed[];
+let decode: Timed[];
+try {
+  train = await timeAll(trainingShapes(), blas);
+  decode = await timeAll(decodeShapes, blas);
+} finally {
+  blas?.close();
+}
+const all = aggregate(train);
+const perModel = Object.fromEntries(
+  Object.keys(MODELS).map((m) => {
+    const a = aggregate(train.filter((t) => t.shape.model === m));
+    return [m, { gemm_gflops: round(a.ooze, 1), openblas_gflops: round(a.openblas, 1) }];
+  }),
+);
+const dec = aggregate(decode);
+
+log("prefix cache: synthetic multi-turn trace (32 sessions x 4 turns x group 4, budget 16384 tokens)");
+const trace = runPrefixTrace(native, {
+  sessions: 32,
+  turns: 4,
+  group: 4,
+  systemTokens: 96,
+  userTokens: 24,
+  responseTokens: 48,
+  budgetTokens: 16_384,
+  seed: 7,
+});
+log(`prefix cache: ${trace.hitTokens}/${trace.promptTokens} prompt tokens matched, ${trace.evictedTokens} evicted`);
+
+const q = MODELS.quickstart;
+const kvBytesPerToken = 2 * q.layers * ((q.hidden / q.heads) * q.kvHeads) * 4;
+
+log("engine: prefill and decode through createNativeBackend (quickstart preset)");
+const engine = await measureEngine("quickstart");
+log(`engine: ${engine.note}`);
+
+const result = {
+  bench: "native",
+  threads,
+  gemm_gflops: round(all.ooze, 1),
+  openblas_gflops: round(all.openblas, 1),
+  gemm_vs_openblas: all.openblas === null ? null : round(all.ooze / all.openblas),
+  gemm_by_model: perModel,
+  gemm_shapes: `Linear layers of quickstart (h128/i352/v259) and base100m (h768/i2048) at M=${TOKENS} tokens: forward nt, dx nn, dW tn`,
+  gemv_decode_gflops: round(dec.ooze, 1),
+  openblas_decode_gflops: round(dec.openblas, 1),
+  gemv_vs_openblas: dec.openblas === null ? null : round(dec.ooze / dec.openblas),
+  openblas: openblasNote,
+  prefix_cache_prefill_saved: round(trace.savedFraction),
+  prefix_cache_trace: trace,
+  kv_bytes_per_token: kvBytesPerToken,
+  // Filled by the engine (native/engine.ts) when present; the trainer's figure comes from its own bench.
+  prefill_tokens_per_s: round(engine.prefillTokensPerS, 0),
+  decode_tokens_per_s: round(engine.decodeTokensPerS, 0),
+  engine_note: engine.note,
+  train_tokens_per_s: null,
+};
+process.stdout.write(`${JSON.stringify(result)}\n`);

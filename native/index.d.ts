@@ -5,6 +5,10 @@ export interface NativeAddon {
   /** Names of the modules compiled into this build. */
   readonly modules: readonly string[];
 
+  // --- training (train_binding.cc) ---
+  /** The native trainer: forward/backward over packed sequences, policy losses, AdamW. */
+  readonly Trainer: NativeTrainerConstructor;
+
   // --- checkpoints (checkpoint.cc) and the inference engine (engine_napi.cc) ---
   /** Reads config.json + model.safetensors (or sharded index); F32/BF16/F16. Sync. Throws naming file and tensor. */
   loadModelDir(dir: string): LoadedModel;
@@ -163,4 +167,119 @@ export interface NativeEngine {
   config(): LlamaHfConfig;
   /** Releases native memory; later calls throw. */
   close(): void;
+}
+
+// --- training (train_binding.cc; typed wrapper in native/trainer.ts) ---
+
+/**
+ * A packed batch: sequences concatenated; sequence s is tokens[cuSeqlens[s] .. cuSeqlens[s+1]).
+ * Attention never crosses sequences; positions restart at 0 in each.
+ */
+export interface NativePackedBatch {
+  tokens: Int32Array;
+  cuSeqlens: Int32Array;
+}
+
+/**
+ * A training batch: per-token arrays aligned with tokens (one entry per token). Entry i of
+ * oldLogprobs/rolloutLogprobs/refLogprobs is the logprob of tokens[i] given the tokens before it in its
+ * sequence (the first token of each sequence has no logprob: give 0 and mask it out).
+ */
+export interface NativeTrainBatch extends NativePackedBatch {
+  /** 1 = model token trained on; 0 = prompt, environment or tool token. */
+  lossMask: Uint8Array;
+  advantages: Float32Array;
+  oldLogprobs: Float32Array;
+  /** The inference engine's logprobs (TIS); null when tisCap is null. */
+  rolloutLogprobs: Float32Array | null;
+  /** Reference policy logprobs (KL); null when klCoef is 0. */
+  refLogprobs: Float32Array | null;
+}
+
+/** Loss settings (see native/reference/losses.ts for the formulas); native defaults in comments. */
+export interface NativeLossConfig {
+  epsClip: number; // 0.2
+  epsClipHigh: number; // = epsClip
+  epsClipC: number | null; // null: no dual clip
+  klCoef: number; // 0
+  klType: "k1" | "k2" | "k3"; // "k3"
+  entropyCoef: number; // 0
+  tisCap: number | null; // null: no TIS
+  reduction: "token" | "sample"; // "token"
+  normalizer: number | null; // null: the batch's own token/sample count
+  temperature: number; // 1: logits / temperature before the log-softmax
+}
+
+/** AdamW settings. Weight decay is decoupled and never applied to 1-D tensors (RMSNorm weights). */
+export interface NativeOptimConfig {
+  lr: number;
+  beta1: number; // 0.9
+  beta2: number; // 0.999
+  eps: number; // 1e-8
+  weightDecay: number; // 0
+  maxGradNorm: number; // 1; 0 disables clipping
+}
+
+/** Loss metrics; means use the reduction's weights (with a normalizer: this micro-batch's share). */
+export interface NativeLossMetrics {
+  loss: number;
+  pgLoss: number;
+  kl: number;
+  entropy: number;
+  clipfrac: number;
+  dualClipfrac: number;
+  ratioMean: number;
+  ratioMin: number;
+  ratioMax: number;
+  tisMean: number;
+  numTokens: number;
+  numSamples: number;
+}
+
+/** Result of one optimizer step. */
+export interface NativeOptimResult {
+  /** Global gradient L2 norm before clipping. */
+  gradNorm: number;
+  clipCoef: number;
+  /** The norm was not finite: params unchanged, step not advanced. */
+  skipped: boolean;
+  /** Steps taken so far. */
+  step: number;
+}
+
+export interface NativeTrainerConstructor {
+  /** From a config and params (flat, HF layout), or random init (HF's N(0, 0.02²)) from seed; no argument: empty until load(dir). */
+  new (opts?: { config: Partial<LlamaHfConfig>; params: Float32Array | null; seed: number | null }): NativeTrainer;
+}
+
+/**
+ * The native trainer: one model, its gradient buffer and AdamW state. Promise methods run off the
+ * event loop, one at a time (a call while another is in flight rejects); sync methods throw while busy.
+ */
+export interface NativeTrainer {
+  /** Per-token logprobs and entropies (aligned with tokens, 0 at each sequence's first token), no grad. */
+  logprobs(batch: NativePackedBatch, temperature?: number): Promise<{ logprobs: Float32Array; entropy: Float32Array }>;
+  /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy into the grads (a custom loss from JS). */
+  backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array): Promise<void>;
+  /** Forward, policy loss, backward; gradients are added into the grads (micro-batch accumulation). */
+  accumulate(batch: NativeTrainBatch, loss: Partial<NativeLossConfig>): Promise<NativeLossMetrics>;
+  /** Clips, takes one AdamW step with the accumulated grads, and zeroes them. */
+  applyGrads(optim: Partial<NativeOptimConfig> & { lr: number }): Promise<NativeOptimResult>;
+  /** zeroGrads + accumulate + applyGrads in one call. */
+  trainStep(batch: NativeTrainBatch, loss: Partial<NativeLossConfig>, optim: Partial<NativeOptimConfig> & { lr: number }): Promise<NativeLossMetrics & NativeOptimResult>;
+  zeroGrads(): void;
+  /** A copy of the params (flat, HF layout). */
+  getParams(): Float32Array;
+  /** Replaces the params (same size); keeps the optimizer state. */
+  setParams(params: Float32Array): void;
+  /** A copy of the accumulated gradients. */
+  getGrads(): Float32Array;
+  /** Forgets the AdamW moments and step count. */
+  resetOptimizer(): void;
+  /** Config, size, optimizer step and tensor layout; null while empty. */
+  info(): { config: LlamaHfConfig; numParams: number; step: number; tensors: TensorLayout[] } | null;
+  /** Writes dir/config.json and dir/model.safetensors (F32) of the current params. */
+  save(dir: string, weightVersion?: string): Promise<void>;
+  /** Replaces the model from a checkpoint dir; zeroes grads and resets the optimizer. */
+  load(dir: string): Promise<{ weightVersion: string }>;
 }

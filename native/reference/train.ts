@@ -1,0 +1,354 @@
+// TypeScript reference of the native training forward and backward over packed sequences (float64,
+// plain loops): per-token logprobs and entropies of a Llama model and every parameter's gradient.
+// Slow on purpose; it exists to check native/src/train.cc on tiny configs.
+
+/** The config.json fields of a Llama model that training reads (Hugging Face names). */
+export interface TrainModelConfig {
+  vocab_size: number;
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads: number;
+  rms_norm_eps: number;
+  rope_theta: number;
+  tie_word_embeddings: boolean;
+}
+
+/** One named tensor in the flat parameter buffer (offset and size in floats). */
+export interface TensorSpec {
+  name: string;
+  offset: number;
+  shape: number[];
+  numel: number;
+}
+
+/** A packed batch: sequences concatenated; sequence s is tokens[cuSeqlens[s] .. cuSeqlens[s+1]). */
+export interface PackedTokens {
+  tokens: Int32Array;
+  cuSeqlens: Int32Array;
+}
+
+type Buf = Float64Array | Float32Array;
+
+/** The flat buffer layout in HF tensor order, as native/src/model.cc builds it. */
+export function tensorLayout(cfg: TrainModelConfig): { tensors: TensorSpec[]; numel: number } {
+  const tensors: TensorSpec[] = [];
+  let off = 0;
+  const add = (name: string, shape: number[]): void => {
+    const numel = shape.reduce((a, b) => a * b, 1);
+    tensors.push({ name, offset: off, shape, numel });
+    off += numel;
+  };
+  const H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
+  const hd = H / cfg.num_attention_heads;
+  const Q = cfg.num_attention_heads * hd, KV = cfg.num_key_value_heads * hd;
+  add("model.embed_tokens.weight", [V, H]);
+  for (let l = 0; l < cfg.num_hidden_layers; l++) {
+    const p = `model.layers.${l}.`;
+    add(p + "input_layernorm.weight", [H]);
+    add(p + "self_attn.q_proj.weight", [Q, H]);
+    add(p + "self_attn.k_proj.weight", [KV, H]);
+    add(p + "self_attn.v_proj.weight", [KV, H]);
+    add(p + "self_attn.o_proj.weight", [H, Q]);
+    add(p + "post_attention_layernorm.weight", [H]);
+    add(p + "mlp.gate_proj.weight", [I, H]);
+    add(p + "mlp.up_proj.weight", [I, H]);
+    add(p + "mlp.down_proj.weight", [H, I]);
+  }
+  add("model.norm.weight", [H]);
+  if (!cfg.tie_word_embeddings) add("lm_head.weight", [V, H]);
+  return { tensors, numel: off };
+}
+
+/** Offsets of each tensor by role; lm_head is embed_tokens when tied. */
+interface Offsets {
+  embed: number;
+  layers: { ln1: number; q: number; k: number; v: number; o: number; ln2: number; gate: number; up: number; down: number }[];
+  norm: number;
+  lmHead: number;
+}
+
+function offsets(cfg: TrainModelConfig): Offsets {
+  const { tensors } = tensorLayout(cfg);
+  const at = (name: string): number => {
+    const t = tensors.find((x) => x.name === name);
+    if (!t) throw new Error(`tensor ${name} missing from layout`);
+    return t.offset;
+  };
+  const layers = [];
+  for (let l = 0; l < cfg.num_hidden_layers; l++) {
+    const p = `model.layers.${l}.`;
+    layers.push({
+      ln1: at(p + "input_layernorm.weight"), q: at(p + "self_attn.q_proj.weight"),
+      k: at(p + "self_attn.k_proj.weight"), v: at(p + "self_attn.v_proj.weight"),
+      o: at(p + "self_attn.o_proj.weight"), ln2: at(p + "post_attention_layernorm.weight"),
+      gate: at(p + "mlp.gate_proj.weight"), up: at(p + "mlp.up_proj.weight"), down: at(p + "mlp.down_proj.weight"),
+    });
+  }
+  const embed = at("model.embed_tokens.weight");
+  return { embed, layers, norm: at("model.norm.weight"), lmHead: cfg.tie_word_embeddings ? embed : at("lm_head.weight") };
+}
+
+/** y[T,out] = x[T,in] · W[out,in]ᵀ, W read from buffer p at offset w. */
+function linear(x: Float64Array, p: Buf, w: number, T: number, nOut: number, nIn: number): Float64Array {
+  const y = new Float64Array(T * nOut);
+  for (let t = 0; t < T; t++)
+    for (let o = 0; o < nOut; o++) {
+      let s = 0;
+      for (let i = 0; i < nIn; i++) s += x[t * nIn + i]! * p[w + o * nIn + i]!;
+      y[t * nOut + o] = s;
+    }
+  return y;
+}
+
+/** Backward of linear: returns dx, adds dyᵀ·x into g at offset w. */
+function linearBack(dy: Float64Array, x: Float64Array, p: Buf, g: Float64Array, w: number, T: number, nOut: number, nIn: number): Float64Array {
+  const dx = new Float64Array(T * nIn);
+  for (let t = 0; t < T; t++)
+    for (let o = 0; o < nOut; o++) {
+      const d = dy[t * nOut + o]!;
+      if (d === 0) continue;
+      for (let i = 0; i < nIn; i++) {
+        dx[t * nIn + i]! += d * p[w + o * nIn + i]!;
+        g[w + o * nIn + i]! += d * x[t * nIn + i]!;
+      }
+    }
+  return dx;
+}
+
+/** RMSNorm forward: returns y and the per-row reciprocal rms. */
+function rmsnorm(x: Float64Array, p: Buf, w: number, T: number, H: number, eps: number): { y: Float64Array; rstd: Float64Array } {
+  const y = new Float64Array(T * H), rstd = new Float64Array(T);
+  for (let t = 0; t < T; t++) {
+    let ss = 0;
+    for (let i = 0; i < H; i++) ss += x[t * H + i]! ** 2;
+    const r = 1 / Math.sqrt(ss / H + eps);
+    rstd[t] = r;
+    for (let i = 0; i < H; i++) y[t * H + i] = x[t * H + i]! * r * p[w + i]!;
+  }
+  return { y, rstd };
+}
+
+function rmsnormBack(dy: Float64Array, x: Float64Array, rstd: Float64Array, p: Buf, g: Float64Array, w: number, T: number, H: number): Float64Array {
+  const dx = new Float64Array(T * H);
+  for (let t = 0; t < T; t++) {
+    const r = rstd[t]!;
+    let dot = 0;
+    for (let i = 0; i < H; i++) {
+      const xh = x[t * H + i]! * r;
+      const dxh = dy[t * H + i]! * p[w + i]!;
+      g[w + i]! += dy[t * H + i]! * xh;
+      dot += dxh * xh;
+    }
+    dot /= H;
+    for (let i = 0; i < H; i++) {
+      const xh = x[t * H + i]! * r;
+      dx[t * H + i] = r * (dy[t * H + i]! * p[w + i]! - xh * dot);
+    }
+  }
+  return dx;
+}
+
+/** Position of each token within its own sequence. */
+export function positionsOf(cuSeqlens: Int32Array, T: number): Int32Array {
+  const pos = new Int32Array(T);
+  for (let s = 0; s + 1 < cuSeqlens.length; s++)
+    for (let i = cuSeqlens[s]!; i < cuSeqlens[s + 1]!; i++) pos[i] = i - cuSeqlens[s]!;
+  return pos;
+}
+
+/** Applies rotate-half RoPE in place to x[T, nHeads*hd] (sign -1 applies the inverse rotation). */
+function rope(x: Float64Array, pos: Int32Array, nHeads: number, hd: number, theta: number, sign: number): void {
+  const half = hd / 2;
+  const T = pos.length;
+  for (let t = 0; t < T; t++)
+    for (let h = 0; h < nHeads; h++)
+      for (let i = 0; i < half; i++) {
+        const ang = pos[t]! * Math.pow(theta, (-2 * i) / hd);
+        const c = Math.cos(ang), s = sign * Math.sin(ang);
+        const base = t * nHeads * hd + h * hd;
+        const x1 = x[base + i]!, x2 = x[base + i + half]!;
+        x[base + i] = x1 * c - x2 * s;
+        x[base + i + half] = x2 * c + x1 * s;
+      }
+}
+
+/** Sequence index of every token. */
+function seqStarts(cuSeqlens: Int32Array, T: number): Int32Array {
+  const st = new Int32Array(T);
+  for (let s = 0; s + 1 < cuSeqlens.length; s++)
+    for (let i = cuSeqlens[s]!; i < cuSeqlens[s + 1]!; i++) st[i] = cuSeqlens[s]!;
+  return st;
+}
+
+/** Checks a packed batch: offsets start at 0, never decrease, end at tokens.length; ids in range. */
+export function validatePacked(batch: PackedTokens, vocab: number): void {
+  const { tokens, cuSeqlens } = batch;
+  if (cuSeqlens.length < 2 || cuSeqlens[0] !== 0 || cuSeqlens[cuSeqlens.length - 1] !== tokens.length)
+    throw new Error(`cuSeqlens must start at 0 and end at tokens.length (${tokens.length})`);
+  for (let s = 0; s + 1 < cuSeqlens.length; s++)
+    if (cuSeqlens[s + 1]! < cuSeqlens[s]!) throw new Error(`cuSeqlens decreases at ${s}`);
+  for (let i = 0; i < tokens.length; i++)
+    if (tokens[i]! < 0 || tokens[i]! >= vocab) throw new Error(`token ${tokens[i]} at ${i} outside vocab ${vocab}`);
+}
+
+/** Result of the reference: logprobs/entropy aligned with tokens (0 at each sequence's first token). */
+export interface ReferenceResult {
+  logprobs: Float64Array;
+  entropy: Float64Array;
+  /** Gradient of Σ dLogprobs·logprobs + dEntropy·entropy wrt every parameter; null without upstream grads. */
+  grads: Float64Array | null;
+}
+
+/**
+ * Forward (and, given upstream gradients, backward) of a Llama model over a packed batch.
+ * logprobs[i] = log softmax(logits(tokens[..i-1]) / temperature)[tokens[i]] for every token that is
+ * not the first of its sequence; entropy[i] is that distribution's entropy.
+ */
+export function referenceForwardBackward(
+  cfg: TrainModelConfig,
+  params: Buf,
+  batch: PackedTokens,
+  temperature: number,
+  upstream: { dLogprobs: ArrayLike<number>; dEntropy: ArrayLike<number> } | null,
+): ReferenceResult {
+  validatePacked(batch, cfg.vocab_size);
+  const { tokens, cuSeqlens } = batch;
+  const T = tokens.length, H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
+  const nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads, hd = H / nh;
+  const Q = nh * hd, KV = nkv * hd, grp = nh / nkv, scale = 1 / Math.sqrt(hd), eps = cfg.rms_norm_eps;
+  const off = offsets(cfg);
+  const pos = positionsOf(cuSeqlens, T), starts = seqStarts(cuSeqlens, T);
+
+  let x = new Float64Array(T * H);
+  for (let t = 0; t < T; t++) for (let i = 0; i < H; i++) x[t * H + i] = params[off.embed + tokens[t]! * H + i]!;
+
+  interface Cache { xIn: Float64Array; n1: { y: Float64Array; rstd: Float64Array }; q: Float64Array; k: Float64Array; v: Float64Array; probs: Float64Array; att: Float64Array; h: Float64Array; n2: { y: Float64Array; rstd: Float64Array }; gate: Float64Array; up: Float64Array; act: Float64Array }
+  const caches: Cache[] = [];
+  for (const L of off.layers) {
+    const n1 = rmsnorm(x, params, L.ln1, T, H, eps);
+    const q = linear(n1.y, params, L.q, T, Q, H), k = linear(n1.y, params, L.k, T, KV, H), v = linear(n1.y, params, L.v, T, KV, H);
+    rope(q, pos, nh, hd, cfg.rope_theta, 1);
+    rope(k, pos, nkv, hd, cfg.rope_theta, 1);
+    const probs = new Float64Array(T * nh * T); // probs[(t*nh+h)*T + j]
+    const att = new Float64Array(T * Q);
+    for (let t = 0; t < T; t++)
+      for (let h = 0; h < nh; h++) {
+        const g = Math.floor(h / grp);
+        let mx = -Infinity;
+        const base = (t * nh + h) * T;
+        for (let j = starts[t]!; j <= t; j++) {
+          let s = 0;
+          for (let d = 0; d < hd; d++) s += q[t * Q + h * hd + d]! * k[j * KV + g * hd + d]!;
+          probs[base + j] = s * scale;
+          mx = Math.max(mx, s * scale);
+        }
+        let sum = 0;
+        for (let j = starts[t]!; j <= t; j++) sum += (probs[base + j] = Math.exp(probs[base + j]! - mx));
+        for (let j = starts[t]!; j <= t; j++) {
+          const pj = (probs[base + j]! /= sum);
+          for (let d = 0; d < hd; d++) att[t * Q + h * hd + d]! += pj * v[j * KV + g * hd + d]!;
+        }
+      }
+    const o = linear(att, params, L.o, T, H, Q);
+    const h = new Float64Array(T * H);
+    for (let i = 0; i < T * H; i++) h[i] = x[i]! + o[i]!;
+    const n2 = rmsnorm(h, params, L.ln2, T, H, eps);
+    const gate = linear(n2.y, params, L.gate, T, I, H), up = linear(n2.y, params, L.up, T, I, H);
+    const act = new Float64Array(T * I);
+    for (let i = 0; i < T * I; i++) act[i] = (gate[i]! / (1 + Math.exp(-gate[i]!))) * up[i]!;
+    const down = linear(act, params, L.down, T, H, I);
+    const xOut = new Float64Array(T * H);
+    for (let i = 0; i < T * H; i++) xOut[i] = h[i]! + down[i]!;
+    caches.push({ xIn: x, n1, q, k, v, probs, att, h, n2, gate, up, act });
+    x = xOut;
+  }
+  const nf = rmsnorm(x, params, off.norm, T, H, eps);
+  const logits = linear(nf.y, params, off.lmHead, T, V, H);
+  const logprobs = new Float64Array(T), entropy = new Float64Array(T);
+  const logpOut = new Float64Array(T * V);
+  for (let t = 0; t < T; t++) {
+    if (t + 1 >= T || starts[t + 1] !== starts[t]) continue; // last token of its sequence
+    let mx = -Infinity;
+    for (let c = 0; c < V; c++) mx = Math.max(mx, logits[t * V + c]! / temperature);
+    let sum = 0;
+    for (let c = 0; c < V; c++) sum += Math.exp(logits[t * V + c]! / temperature - mx);
+    const lse = mx + Math.log(sum);
+    let ent = 0;
+    for (let c = 0; c < V; c++) {
+      const lp = logits[t * V + c]! / temperature - lse;
+      logpOut[t * V + c] = lp;
+      ent -= Math.exp(lp) * lp;
+    }
+    logprobs[t + 1] = logits[t * V + tokens[t + 1]!]! / temperature - lse;
+    entropy[t + 1] = ent;
+  }
+  if (!upstream) return { logprobs, entropy, grads: null };
+
+  // Backward.
+  const grads = new Float64Array(tensorLayout(cfg).numel);
+  const dLogits = new Float64Array(T * V);
+  for (let t = 0; t + 1 < T; t++) {
+    if (starts[t + 1] !== starts[t]) continue;
+    const gl = upstream.dLogprobs[t + 1]!, ge = upstream.dEntropy[t + 1]!, ent = entropy[t + 1]!;
+    for (let c = 0; c < V; c++) {
+      const lp = logpOut[t * V + c]!, p = Math.exp(lp);
+      const dz = gl * ((c === tokens[t + 1] ? 1 : 0) - p) - ge * p * (lp + ent);
+      dLogits[t * V + c] = dz / temperature;
+    }
+  }
+  const dnf = linearBack(dLogits, nf.y, params, grads, off.lmHead, T, V, H);
+  let dx = rmsnormBack(dnf, x, nf.rstd, params, grads, off.norm, T, H);
+  for (let l = off.layers.length - 1; l >= 0; l--) {
+    const L = off.layers[l]!, c = caches[l]!;
+    // MLP branch.
+    const dAct = linearBack(dx, c.act, params, grads, L.down, T, H, I);
+    const dGate = new Float64Array(T * I), dUp = new Float64Array(T * I);
+    for (let i = 0; i < T * I; i++) {
+      const gv = c.gate[i]!, sg = 1 / (1 + Math.exp(-gv));
+      dUp[i] = dAct[i]! * gv * sg;
+      dGate[i] = dAct[i]! * c.up[i]! * sg * (1 + gv * (1 - sg));
+    }
+    const dn2 = linearBack(dGate, c.n2.y, params, grads, L.gate, T, I, H);
+    const dn2b = linearBack(dUp, c.n2.y, params, grads, L.up, T, I, H);
+    for (let i = 0; i < T * H; i++) dn2[i]! += dn2b[i]!;
+    const dhNorm = rmsnormBack(dn2, c.h, c.n2.rstd, params, grads, L.ln2, T, H);
+    const dh = new Float64Array(T * H);
+    for (let i = 0; i < T * H; i++) dh[i] = dx[i]! + dhNorm[i]!;
+    // Attention branch.
+    const dAtt = linearBack(dh, c.att, params, grads, L.o, T, H, Q);
+    const dq = new Float64Array(T * Q), dk = new Float64Array(T * KV), dv = new Float64Array(T * KV);
+    for (let t = 0; t < T; t++)
+      for (let h = 0; h < nh; h++) {
+        const g = Math.floor(h / grp), base = (t * nh + h) * T;
+        let dot = 0; // Σ_j p_j dp_j
+        const dp = new Float64Array(T);
+        for (let j = starts[t]!; j <= t; j++) {
+          let s = 0;
+          for (let d = 0; d < hd; d++) s += dAtt[t * Q + h * hd + d]! * c.v[j * KV + g * hd + d]!;
+          dp[j] = s;
+          dot += c.probs[base + j]! * s;
+        }
+        for (let j = starts[t]!; j <= t; j++) {
+          const pj = c.probs[base + j]!, ds = pj * (dp[j]! - dot) * scale;
+          for (let d = 0; d < hd; d++) {
+            dq[t * Q + h * hd + d]! += ds * c.k[j * KV + g * hd + d]!;
+            dk[j * KV + g * hd + d]! += ds * c.q[t * Q + h * hd + d]!;
+            dv[j * KV + g * hd + d]! += pj * dAtt[t * Q + h * hd + d]!;
+          }
+        }
+      }
+    rope(dq, pos, nh, hd, cfg.rope_theta, -1);
+    rope(dk, pos, nkv, hd, cfg.rope_theta, -1);
+    const dn1 = linearBack(dq, c.n1.y, params, grads, L.q, T, Q, H);
+    const dn1k = linearBack(dk, c.n1.y, params, grads, L.k, T, KV, H);
+    const dn1v = linearBack(dv, c.n1.y, params, grads, L.v, T, KV, H);
+    for (let i = 0; i < T * H; i++) dn1[i]! += dn1k[i]! + dn1v[i]!;
+    const dxNorm = rmsnormBack(dn1, c.xIn, c.n1.rstd, params, grads, L.ln1, T, H);
+    dx = new Float64Array(T * H);
+    for (let i = 0; i < T * H; i++) dx[i] = dh[i]! + dxNorm[i]!;
+  }
+  for (let t = 0; t < T; t++) for (let i = 0; i < H; i++) grads[off.embed + tokens[t]! * H + i]! += dx[t * H + i]!;
+  return { logprobs, entropy, grads };
+}

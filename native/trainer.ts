@@ -1,0 +1,195 @@
+// Typed wrapper of the native Trainer: fills config defaults, queues calls so they never overlap, turns
+// native failures into OozeError, and packs samples (prompt + response, response-aligned arrays) into
+// the packed per-token batch the native trainer takes.
+import { OozeError } from "../src/errors.ts";
+import { loadNative } from "./load.ts";
+import type {
+  LlamaHfConfig,
+  NativeLossConfig,
+  NativeLossMetrics,
+  NativeOptimConfig,
+  NativeOptimResult,
+  NativePackedBatch,
+  NativeTrainBatch,
+  NativeTrainer,
+  TensorLayout,
+} from "./index.d.ts";
+
+export type { NativeLossConfig, NativeLossMetrics, NativeOptimConfig, NativeOptimResult, NativePackedBatch, NativeTrainBatch };
+
+/** Loss defaults: PPO clip 0.2 both sides, no dual clip, no KL, no entropy bonus, no TIS, per-token mean, temperature 1. */
+export const defaultLossConfig: NativeLossConfig = {
+  epsClip: 0.2, epsClipHigh: 0.2, epsClipC: null, klCoef: 0, klType: "k3", entropyCoef: 0,
+  tisCap: null, reduction: "token", normalizer: null, temperature: 1,
+};
+
+/** AdamW defaults (lr has none). */
+export const defaultOptimConfig: Omit<NativeOptimConfig, "lr"> = {
+  beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, maxGradNorm: 1,
+};
+
+/** How to build a trainer: a config with params (or a seed for random init), or a checkpoint dir. */
+export type TrainerSource =
+  | { config: Partial<LlamaHfConfig>; params: Float32Array | null; seed: number | null }
+  | { modelDir: string };
+
+/** Metrics of trainStep: the loss metrics and the optimizer step's result. */
+export type TrainStepMetrics = NativeLossMetrics & NativeOptimResult;
+
+function wrapError(e: unknown, what: string): OozeError {
+  if (e instanceof OozeError) return e;
+  const msg = e instanceof Error ? e.message : String(e);
+  const code = e instanceof TypeError ? "CONFIG_INVALID" : "NATIVE_FAILED";
+  return new OozeError(code, `Trainer.${what}: ${msg}`, { cause: e });
+}
+
+/** The native trainer with types, defaults and a call queue. */
+export class Trainer {
+  private queue: Promise<unknown> = Promise.resolve();
+
+  private constructor(private readonly native: NativeTrainer) {}
+
+  /** Builds a trainer from a config + params/seed, or loads a checkpoint directory. */
+  static async create(source: TrainerSource): Promise<Trainer> {
+    const addon = loadNative();
+    try {
+      if ("modelDir" in source) {
+        const t = new Trainer(new addon.Trainer());
+        await t.load(source.modelDir);
+        return t;
+      }
+      return new Trainer(new addon.Trainer({ config: source.config, params: source.params, seed: source.seed }));
+    } catch (e) {
+      throw wrapError(e, "create");
+    }
+  }
+
+  private enqueue<T>(what: string, fn: () => Promise<T> | T): Promise<T> {
+    const run = this.queue.then(async () => {
+      try {
+        return await fn();
+      } catch (e) {
+        throw wrapError(e, what);
+      }
+    });
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Per-token logprobs and entropies (entry i: of tokens[i] given its sequence's earlier tokens; 0 at each sequence start). */
+  logprobs(batch: NativePackedBatch, temperature = 1): Promise<{ logprobs: Float32Array; entropy: Float32Array }> {
+    return this.enqueue("logprobs", () => this.native.logprobs(batch, temperature));
+  }
+
+  /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy into the accumulated grads. */
+  backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array): Promise<void> {
+    return this.enqueue("backward", () => this.native.backward(batch, temperature, dLogprobs, dEntropy));
+  }
+
+  /** Forward + policy loss + backward of one micro-batch; grads add up until applyGrads. */
+  accumulate(batch: NativeTrainBatch, loss: Partial<NativeLossConfig> = {}): Promise<NativeLossMetrics> {
+    return this.enqueue("accumulate", () => this.native.accumulate(batch, { ...defaultLossConfig, ...loss }));
+  }
+
+  /** Clip + AdamW step with the accumulated grads, then zero them. */
+  applyGrads(optim: Partial<NativeOptimConfig> & { lr: number }): Promise<NativeOptimResult> {
+    return this.enqueue("applyGrads", () => this.native.applyGrads({ ...defaultOptimConfig, ...optim }));
+  }
+
+  /** One whole step on one batch: zero grads, accumulate, applyGrads. */
+  trainStep(
+    batch: NativeTrainBatch, loss: Partial<NativeLossConfig>, optim: Partial<NativeOptimConfig> & { lr: number },
+  ): Promise<TrainStepMetrics> {
+    return this.enqueue("trainStep", () =>
+      this.native.trainStep(batch, { ...defaultLossConfig, ...loss }, { ...defaultOptimConfig, ...optim }),
+    );
+  }
+
+  /** Drops accumulated gradients. */
+  zeroGrads(): Promise<void> {
+    return this.enqueue("zeroGrads", () => this.native.zeroGrads());
+  }
+
+  /** A copy of the params (flat, HF tensor order). */
+  getParams(): Promise<Float32Array> {
+    return this.enqueue("getParams", () => this.native.getParams());
+  }
+
+  /** Replaces the params; the optimizer state stays. */
+  setParams(params: Float32Array): Promise<void> {
+    return this.enqueue("setParams", () => this.native.setParams(params));
+  }
+
+  /** A copy of the accumulated gradients. */
+  getGrads(): Promise<Float32Array> {
+    return this.enqueue("getGrads", () => this.native.getGrads());
+  }
+
+  /** Forgets AdamW moments and the step count. */
+  resetOptimizer(): Promise<void> {
+    return this.enqueue("resetOptimizer", () => this.native.resetOptimizer());
+  }
+
+  /** Writes an HF checkpoint (config.json + model.safetensors, F32) of the current params. */
+  save(dir: string, weightVersion = ""): Promise<void> {
+    return this.enqueue("save", () => this.native.save(dir, weightVersion));
+  }
+
+  /** Replaces the model with a checkpoint's; grads zeroed, optimizer reset. */
+  load(dir: string): Promise<{ weightVersion: string }> {
+    return this.enqueue("load", () => this.native.load(dir));
+  }
+
+  /** Config, parameter count, optimizer step and tensor layout. */
+  info(): { config: LlamaHfConfig; numParams: number; step: number; tensors: TensorLayout[] } {
+    const i = this.native.info();
+    if (!i) throw new OozeError("NATIVE_FAILED", "Trainer.info: no model loaded");
+    return i;
+  }
+}
+
+/** What packSamples needs of a sample (a subset of src/sample.ts's Sample). */
+export interface TrainSample {
+  /** Prompt ids followed by response ids. */
+  tokens: Int32Array;
+  responseLength: number;
+  /** Over the response: 1 = model token. */
+  lossMask: Uint8Array;
+  /** Over the response: the engine's logprobs, or null. */
+  rolloutLogprobs: Float32Array | null;
+  /** One advantage for the whole sample, or one per response token. */
+  advantage: number | Float32Array;
+}
+
+/**
+ * Packs samples into one training batch with per-token arrays aligned with the packed tokens; prompt
+ * positions are masked out. oldLogprobs starts as the rollout logprobs (or zeros): fill it with
+ * Trainer.logprobs for a recomputed old policy. rolloutLogprobs is null when any sample lacks them.
+ */
+export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
+  const total = samples.reduce((n, s) => n + s.tokens.length, 0);
+  const tokens = new Int32Array(total), cuSeqlens = new Int32Array(samples.length + 1);
+  const lossMask = new Uint8Array(total), advantages = new Float32Array(total);
+  const rollout = new Float32Array(total);
+  let haveRollout = samples.length > 0;
+  let off = 0;
+  samples.forEach((s, i) => {
+    const n = s.tokens.length, p = n - s.responseLength;
+    if (p < 1) throw new OozeError("CONFIG_INVALID", `packSamples: sample ${i} has no prompt token before its response (responseLength ${s.responseLength}, tokens ${n})`);
+    if (s.lossMask.length !== s.responseLength) throw new OozeError("CONFIG_INVALID", `packSamples: sample ${i} lossMask has ${s.lossMask.length} entries, responseLength is ${s.responseLength}`);
+    tokens.set(s.tokens, off);
+    lossMask.set(s.lossMask, off + p);
+    if (typeof s.advantage === "number") advantages.fill(s.advantage, off + p, off + n);
+    else advantages.set(s.advantage, off + p);
+    if (s.rolloutLogprobs) rollout.set(s.rolloutLogprobs, off + p);
+    else haveRollout = false;
+    off += n;
+    cuSeqlens[i + 1] = off;
+  });
+  return {
+    tokens, cuSeqlens, lossMask, advantages,
+    oldLogprobs: haveRollout ? rollout.slice() : new Float32Array(total),
+    rolloutLogprobs: haveRollout ? rollout : null,
+    refLogprobs: null,
+  };
+}

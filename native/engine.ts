@@ -1,0 +1,122 @@
+// The native InferenceBackend: src/engine/backend.ts's contract over the addon's Engine
+// (continuous batching, KV slot pool, radix prefix cache, seeded sampling), for `ooze serve`.
+import type {
+  BackendAdmission,
+  BackendCacheStats,
+  BackendModelInfo,
+  BackendSampling,
+  InferenceBackend,
+  TokenEvent,
+} from "../src/engine/backend.ts";
+import { OozeError } from "../src/errors.ts";
+import type { NativeEngine } from "./index.d.ts";
+import { loadNative } from "./load.ts";
+
+/** Options of createNativeBackend. */
+export interface NativeBackendOptions {
+  /** A model directory (config.json + model.safetensors). */
+  modelDir: string;
+  /** KV pool size in tokens, also the prefix-cache budget (default 16384; at least the context). */
+  cacheTokens?: number;
+  /** Most requests decoding together; later ones wait in order (default 64). */
+  maxRunning?: number;
+}
+
+class NativeBackend implements InferenceBackend {
+  readonly info: BackendModelInfo;
+  private engine: NativeEngine | null;
+  /** step() and loadWeights() run one at a time, in call order. */
+  private chain: Promise<unknown> = Promise.resolve();
+
+  constructor(opts: NativeBackendOptions) {
+    const { Engine } = loadNative();
+    try {
+      this.engine = new Engine({
+        modelDir: opts.modelDir,
+        ...(opts.cacheTokens === undefined ? {} : { cacheTokens: opts.cacheTokens }),
+        ...(opts.maxRunning === undefined ? {} : { maxRunning: opts.maxRunning }),
+      });
+    } catch (e) {
+      throw new OozeError("CHECKPOINT_INVALID", `cannot load model ${opts.modelDir}: ${(e as Error).message}`, {
+        cause: e,
+      });
+    }
+    const config = this.engine.config();
+    this.info = {
+      modelPath: opts.modelDir,
+      config: { ...config },
+      eosTokenId: config.eos_token_id,
+      maxContext: config.max_position_embeddings,
+    };
+  }
+
+  private native(): NativeEngine {
+    if (!this.engine) throw new OozeError("INTERNAL", "the native backend is closed");
+    return this.engine;
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn, fn);
+    this.chain = run.catch(() => undefined);
+    return run;
+  }
+
+  add(rid: string, inputIds: Int32Array, sampling: BackendSampling): BackendAdmission {
+    const engine = this.native();
+    try {
+      return { cachedTokens: engine.add(rid, inputIds, sampling) };
+    } catch (e) {
+      throw new OozeError("BAD_REQUEST", (e as Error).message, { cause: e });
+    }
+  }
+
+  step(): Promise<TokenEvent[]> {
+    return this.serial(async () => {
+      try {
+        return await this.native().step();
+      } catch (e) {
+        if (e instanceof OozeError) throw e;
+        throw new OozeError("NATIVE_FAILED", (e as Error).message, { cause: e });
+      }
+    });
+  }
+
+  abort(rid: string): void {
+    this.engine?.abort(rid);
+  }
+
+  running(): number {
+    return this.engine ? this.engine.running() : 0;
+  }
+
+  flushCache(): boolean {
+    return this.native().flushCache();
+  }
+
+  cacheStats(): BackendCacheStats {
+    return this.native().cacheStats();
+  }
+
+  loadWeights(dir: string): Promise<void> {
+    return this.serial(async () => {
+      try {
+        await this.native().loadWeights(dir);
+      } catch (e) {
+        if (e instanceof OozeError) throw e;
+        throw new OozeError("CHECKPOINT_INVALID", `cannot load weights from ${dir}: ${(e as Error).message}`, {
+          cause: e,
+        });
+      }
+    });
+  }
+
+  close(): void {
+    this.engine?.close();
+    this.engine = null;
+  }
+}
+
+/** An InferenceBackend running the model in `opts.modelDir` on the native engine. */
+export function createNativeBackend(opts: NativeBackendOptions): InferenceBackend {
+  return new NativeBackend(opts);
+}

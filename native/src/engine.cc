@@ -1,0 +1,232 @@
+// The inference engine (see engine.h): admission against the KV slot pool and the radix prefix cache,
+// batched prefill + decode through forward_step, sampling, and hand-back of finished sequences.
+#include "engine.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace ooze {
+
+Engine::Engine(Model model, int pool_tokens, int max_running)
+    : model_(std::move(model)), max_running_(std::max(1, max_running)) {
+  const LlamaConfig& c = model_.cfg;
+  const int pool = std::max(pool_tokens, c.max_position_embeddings);
+  rope_.init(c);
+  kv_.init(c.num_hidden_layers, pool, c.kv_dim());
+  free_slots_.reserve(pool);
+  for (int s = pool - 1; s >= 0; --s) free_slots_.push_back(s);
+  // Every slot is free, held by a request, or held by the cache, so a budget of the whole pool
+  // means insert() never has to drop tokens it was given.
+  cache_ = std::make_unique<RadixCache>(static_cast<size_t>(pool), [this](const int32_t* s, size_t n) {
+    free_slots_.insert(free_slots_.end(), s, s + n);
+  });
+}
+
+int Engine::add(const std::string& rid, std::vector<int32_t> prompt, const SamplingParams& sp) {
+  const LlamaConfig& c = model_.cfg;
+  const int n = static_cast<int>(prompt.size());
+  if (n == 0) throw std::invalid_argument("request '" + rid + "': input_ids is empty");
+  if (n > c.max_position_embeddings)
+    throw std::invalid_argument("request '" + rid + "': prompt of " + std::to_string(n) +
+                                " tokens is longer than the context (" + std::to_string(c.max_position_embeddings) + ")");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= c.vocab_size)
+      throw std::invalid_argument("request '" + rid + "': token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                                  std::to_string(c.vocab_size - 1) + ")");
+  std::lock_guard<std::mutex> lk(mu_);
+  if (reqs_.count(rid)) throw std::invalid_argument("request '" + rid + "' is already running");
+  auto r = std::make_unique<Request>();
+  r->rid = rid;
+  r->prompt_len = n;
+  r->tokens = std::move(prompt);
+  r->sp = sp;
+  r->rng = Rng(sp.seed);
+  const int max_new = sp.max_new_tokens < 0 ? c.max_position_embeddings : std::max(1, sp.max_new_tokens);
+  r->max_fed = std::min(n + max_new - 1, c.max_position_embeddings);
+  // Leave the last prompt token uncached: its logits give the first sampled token.
+  RadixCache::Match m = cache_->match(r->tokens.data(), static_cast<size_t>(n - 1));
+  if (m.length > 0) {
+    cache_->lock(m.node);
+    r->node = m.node;
+    r->cached = static_cast<int>(m.length);
+    r->slots = std::move(m.slots);
+    r->fed = r->cached;
+  }
+  prompt_tokens_ += n;
+  hit_tokens_ += r->cached;
+  waiting_.push_back(r.get());
+  const int cached = r->cached;
+  reqs_.emplace(rid, std::move(r));
+  return cached;
+}
+
+void Engine::abort(const std::string& rid) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = reqs_.find(rid);
+  if (it == reqs_.end()) return;
+  Request* r = it->second.get();
+  if (r->in_batch) r->aborted = true;  // the step in flight releases it
+  else release(r);
+}
+
+size_t Engine::running() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return reqs_.size();
+}
+
+bool Engine::flush_cache() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return cache_->flush();
+}
+
+EngineCacheStats Engine::cache_stats() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return {cache_->size(), cache_->budget(), prompt_tokens_, hit_tokens_};
+}
+
+bool Engine::ensure_free(size_t n) {
+  if (free_slots_.size() < n) cache_->evict(n - free_slots_.size());
+  return free_slots_.size() >= n;
+}
+
+void Engine::unpin_waiting() {
+  for (Request* r : waiting_) {
+    if (r->cached == 0) continue;
+    cache_->unlock(r->node);
+    r->node = 0;
+    r->cached = 0;
+    r->fed = 0;
+    r->slots.clear();
+  }
+}
+
+void Engine::release(Request* r) {
+  const size_t fed = static_cast<size_t>(r->fed);
+  size_t start_own = static_cast<size_t>(r->cached);
+  if (fed > 0) {
+    // Tokens [cached, already) were cached meanwhile by another request: ours are duplicates.
+    size_t already = cache_->insert(r->tokens.data(), r->slots.data(), fed);
+    for (size_t i = start_own; i < already; ++i) free_slots_.push_back(r->slots[i]);
+    start_own = fed;  // [max(cached, already), fed) now belong to the cache
+  }
+  for (size_t i = std::max(start_own, fed); i < r->slots.size(); ++i) free_slots_.push_back(r->slots[i]);
+  if (r->node != 0) cache_->unlock(r->node);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+  active_.erase(std::remove(active_.begin(), active_.end(), r), active_.end());
+  reqs_.erase(r->rid);
+}
+
+bool Engine::finished(Request& r, EngineEvent& ev) const {
+  const int t = r.tokens.back();
+  if (is_stop_token(r.sp, model_.cfg.eos_token_id, t)) {
+    ev.finish = EngineEvent::Stop;
+    ev.finish_value = t;
+  } else if ((r.sp.max_new_tokens >= 0 && r.n_gen >= std::max(1, r.sp.max_new_tokens)) ||
+             r.prompt_len + r.n_gen >= model_.cfg.max_position_embeddings) {
+    ev.finish = EngineEvent::Length;
+    ev.finish_value = r.n_gen;
+  }
+  return ev.finish != EngineEvent::None;
+}
+
+std::vector<EngineEvent> Engine::step() {
+  std::lock_guard<std::mutex> compute(compute_mu_);
+  std::vector<EngineEvent> events;
+  std::vector<Request*> batch;
+  std::vector<SeqChunk> chunks;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // Admit waiting requests in order while there are places and slots for their whole length.
+    while (!waiting_.empty() && static_cast<int>(active_.size()) < max_running_) {
+      Request* r = waiting_.front();
+      size_t need = static_cast<size_t>(r->max_fed) - r->slots.size();
+      if (!ensure_free(need)) {
+        if (!active_.empty()) break;  // wait for running requests to give slots back
+        unpin_waiting();              // nothing runs: waiting requests' cache hits are in the way
+        need = static_cast<size_t>(r->max_fed) - r->slots.size();
+        if (!ensure_free(need)) {
+          EngineEvent ev;
+          ev.rid = r->rid;
+          ev.finish = EngineEvent::Abort;
+          ev.message = "the KV cache cannot hold this request (" + std::to_string(need) + " tokens)";
+          events.push_back(ev);
+          release(r);
+          continue;
+        }
+      }
+      r->slots.insert(r->slots.end(), free_slots_.end() - static_cast<long>(need), free_slots_.end());
+      free_slots_.resize(free_slots_.size() - need);
+      r->admitted = true;
+      waiting_.pop_front();
+      active_.push_back(r);
+    }
+    for (Request* r : active_) {
+      r->in_batch = true;
+      batch.push_back(r);
+      const int n_in = r->n_gen == 0 ? r->prompt_len - r->fed : 1;  // prefill rest, or the last token
+      chunks.push_back({r->tokens.data() + r->fed, n_in, r->fed, r->slots.data()});
+    }
+  }
+  if (batch.empty()) return events;
+  std::string error;
+  try {
+    forward_step(model_, rope_, kv_, chunks, false, ws_, logits_);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  const int V = model_.cfg.vocab_size;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Request* r = batch[i];
+    r->in_batch = false;
+    r->fed += chunks[i].n;
+    if (r->aborted) {
+      release(r);
+      continue;
+    }
+    EngineEvent ev;
+    ev.rid = r->rid;
+    if (!error.empty()) {
+      ev.finish = EngineEvent::Abort;
+      ev.message = "forward failed: " + error;
+      events.push_back(ev);
+      release(r);
+      continue;
+    }
+    ev.token = sample_token(logits_.data() + i * static_cast<size_t>(V), V, r->sp, model_.cfg.eos_token_id, r->n_gen,
+                            r->rng, &ev.logprob, scratch_, order_);
+    r->tokens.push_back(ev.token);
+    r->n_gen++;
+    const bool done = finished(*r, ev);
+    events.push_back(ev);
+    if (done) release(r);
+  }
+  return events;
+}
+
+void Engine::load_weights(Model&& model) {
+  const LlamaConfig &a = model_.cfg, &b = model.cfg;
+  if (a.vocab_size != b.vocab_size || a.hidden_size != b.hidden_size || a.intermediate_size != b.intermediate_size ||
+      a.num_hidden_layers != b.num_hidden_layers || a.num_attention_heads != b.num_attention_heads ||
+      a.num_key_value_heads != b.num_key_value_heads || a.tie_word_embeddings != b.tie_word_embeddings ||
+      a.max_position_embeddings != b.max_position_embeddings || a.rope_theta != b.rope_theta ||
+      a.rms_norm_eps != b.rms_norm_eps || a.eos_token_id != b.eos_token_id)
+    throw std::invalid_argument("the new weights' config differs from the running model's");
+  std::lock_guard<std::mutex> compute(compute_mu_);
+  std::lock_guard<std::mutex> lk(mu_);
+  model_.params.swap(model.params);
+  unpin_waiting();
+  // Cached keys/values are stale under new weights. Prefixes pinned by requests stay until released.
+  if (!cache_->flush()) cache_->evict(cache_->size());
+}
+
+std::vector<float> Engine::forward_logits(const std::vector<int32_t>& tokens) {
+  std::lock_guard<std::mutex> compute(compute_mu_);
+  for (int32_t t : tokens)
+    if (t < 0 || t >= model_.cfg.vocab_size) throw std::invalid_argument("token id outside the vocabulary");
+  if (tokens.empty() || static_cast<int>(tokens.size()) > model_.cfg.max_position_embeddings)
+    throw std::invalid_argument("forwardLogits: need 1..max_position_embeddings tokens");
+  return forward_full(model_, tokens.data(), static_cast<int>(tokens.size()));
+}
+
+}  // namespace ooze

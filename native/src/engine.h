@@ -1,0 +1,102 @@
+// The inference engine: continuous batching over a token-slot KV pool with a radix prefix cache.
+// Plain C++ (no N-API): engine_napi.cc wraps it for JavaScript and runs step() off the event loop.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "forward.h"
+#include "model.h"
+#include "radix_cache.h"
+#include "sampling.h"
+
+namespace ooze {
+
+/** One sampled token (or, with token -1, a request dropped for lack of KV memory). */
+struct EngineEvent {
+  enum Finish { None = 0, Stop = 1, Length = 2, Abort = 3 };
+  std::string rid;
+  int token = -1;
+  float logprob = 0;
+  Finish finish = None;
+  int finish_value = 0;  // Stop: the matched token id; Length: tokens generated
+  std::string message;   // Abort: why
+};
+
+/** Prefix-cache figures for cacheStats(). */
+struct EngineCacheStats {
+  size_t cached_tokens = 0, budget_tokens = 0;
+  uint64_t prompt_tokens = 0, hit_tokens = 0;
+};
+
+/**
+ * Requests are added at any time (add/abort/running/flush/stats are cheap and thread-safe);
+ * step() admits waiting requests while there are running places and KV slots, runs prefill for the
+ * newly admitted and one decode token for the others in one batched forward, samples, and returns
+ * the events. The KV cache is a pool of `pool_tokens` slots; each request holds a list of slot ids
+ * (the prefix-cache hit's slots first), so finished sequences are handed to the radix cache as-is.
+ */
+class Engine {
+ public:
+  Engine(Model model, int pool_tokens, int max_running);
+
+  const LlamaConfig& config() const { return model_.cfg; }
+  /** Admits a request; returns its prompt tokens served from the prefix cache. Throws std::invalid_argument. */
+  int add(const std::string& rid, std::vector<int32_t> prompt, const SamplingParams& sp);
+  /** Drops a request (its computed prefix goes into the prefix cache). Unknown rids are ignored. */
+  void abort(const std::string& rid);
+  /** One scheduling iteration; call from one thread at a time (it serialises itself anyway). */
+  std::vector<EngineEvent> step();
+  /** Requests added and not finished (waiting or running). */
+  size_t running();
+  /** Empties the prefix cache; false (nothing flushed) while a request holds a cached prefix. */
+  bool flush_cache();
+  EngineCacheStats cache_stats();
+  /** Replaces the weights (same config required; throws std::invalid_argument otherwise) and flushes the cache. */
+  void load_weights(Model&& model);
+  /** Logits [n, vocab] of every position of `tokens` without touching the cache (tests). */
+  std::vector<float> forward_logits(const std::vector<int32_t>& tokens);
+
+ private:
+  struct Request {
+    std::string rid;
+    std::vector<int32_t> tokens;  // prompt, then every sampled token
+    int prompt_len = 0;
+    int n_gen = 0;
+    int fed = 0;      // leading tokens whose keys/values are in `slots`
+    int max_fed = 0;  // most tokens this request will ever feed
+    int cached = 0;   // leading slots owned by the prefix cache (locked through `node`)
+    RadixCache::NodeId node = 0;
+    std::vector<int32_t> slots;
+    SamplingParams sp;
+    Rng rng;
+    bool admitted = false, in_batch = false, aborted = false;
+  };
+
+  bool ensure_free(size_t n);       // evicts from the prefix cache until n slots are free
+  void unpin_waiting();             // drops the prefix hits of waiting requests (deadlock escape)
+  void release(Request* r);         // hands slots to the cache / free list and forgets r
+  bool finished(Request& r, EngineEvent& ev) const;
+
+  std::mutex mu_;          // requests, queue, free list, prefix cache
+  std::mutex compute_mu_;  // one step / weight load / debug forward at a time
+  Model model_;
+  RopeTable rope_;
+  KvPool kv_;
+  Workspace ws_;
+  std::vector<float> logits_, scratch_;
+  std::vector<int> order_;
+  int max_running_;
+  std::vector<int32_t> free_slots_;
+  std::unique_ptr<RadixCache> cache_;
+  std::unordered_map<std::string, std::unique_ptr<Request>> reqs_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> active_;
+  uint64_t prompt_tokens_ = 0, hit_tokens_ = 0;
+};
+
+}  // namespace ooze

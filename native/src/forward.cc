@@ -1,0 +1,186 @@
+// The Llama inference forward pass (see forward.h), computed as Hugging Face's LlamaForCausalLM does
+// in fp32: RMSNorm, rotate-half RoPE, grouped-query causal attention over slot-indexed keys/values,
+// SiLU-gated MLP, final norm and lm_head.
+#include "forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels.h"
+
+namespace ooze {
+
+void KvPool::init(int n_layers, int n_slots, int dim) {
+  layers = n_layers, slots = n_slots, kv_dim = dim;
+  k.assign(static_cast<size_t>(n_layers) * n_slots * dim, 0.0f);
+  v.assign(k.size(), 0.0f);
+}
+
+void RopeTable::init(const LlamaConfig& cfg) {
+  const int d = cfg.head_dim();
+  half = d / 2;
+  positions = cfg.max_position_embeddings;
+  cos.resize(static_cast<size_t>(positions) * half);
+  sin.resize(cos.size());
+  for (int i = 0; i < half; ++i) {
+    // inv_freq = 1 / theta^(2i/d), in fp32 like HF; angle = fp32(pos * inv_freq).
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(d);
+    const float inv_freq = 1.0f / std::pow(cfg.rope_theta, expo);
+    for (int p = 0; p < positions; ++p) {
+      const float ang = static_cast<float>(p) * inv_freq;
+      cos[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(static_cast<double>(ang)));
+      sin[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(static_cast<double>(ang)));
+    }
+  }
+}
+
+namespace {
+
+void rmsnorm(const float* x, const float* w, float* out, int rows, int dim, float eps) {
+#pragma omp parallel for schedule(static) if (rows > 4)
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * dim;
+    float* o = out + static_cast<size_t>(r) * dim;
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / dim) + eps);
+    for (int i = 0; i < dim; ++i) o[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+void rope_rotate(float* vec, const float* c, const float* s, int half) {
+  for (int i = 0; i < half; ++i) {
+    const float a = vec[i], b = vec[i + half];
+    vec[i] = a * c[i] - b * s[i];
+    vec[i + half] = b * c[i] + a * s[i];
+  }
+}
+
+}  // namespace
+
+void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::vector<SeqChunk>& chunks,
+                  bool all_rows, Workspace& ws, std::vector<float>& logits) {
+  const LlamaConfig& c = m.cfg;
+  const int H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim();
+  const int NH = c.num_attention_heads, NKV = c.num_key_value_heads, Q = NH * D, KV = NKV * D;
+  const int group = NH / NKV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Row bookkeeping: row r belongs to chunk row_seq[r] at position row_pos[r].
+  std::vector<int> row_seq, row_pos;
+  for (size_t s = 0; s < chunks.size(); ++s)
+    for (int j = 0; j < chunks[s].n; ++j) {
+      const int pos = chunks[s].start + j;
+      if (pos >= rope.positions) throw std::out_of_range("position beyond max_position_embeddings");
+      row_seq.push_back(static_cast<int>(s));
+      row_pos.push_back(pos);
+    }
+  const int R = static_cast<int>(row_seq.size());
+  logits.clear();
+  if (R == 0) return;
+  auto sz = [](int a, int b) { return static_cast<size_t>(a) * b; };
+  ws.x.resize(sz(R, H)), ws.h.resize(sz(R, H)), ws.q.resize(sz(R, Q)), ws.k.resize(sz(R, KV)),
+      ws.v.resize(sz(R, KV)), ws.att.resize(sz(R, Q)), ws.g.resize(sz(R, I)), ws.u.resize(sz(R, I));
+  Model::Ptrs P = m.ptrs(const_cast<float*>(m.params.data()));
+  // Embedding lookup.
+  {
+    int r = 0;
+    for (auto& ch : chunks)
+      for (int j = 0; j < ch.n; ++j, ++r) {
+        const int t = ch.tokens[j];
+        if (t < 0 || t >= V) throw std::out_of_range("token id " + std::to_string(t) + " outside the vocabulary");
+        std::copy_n(P.embed_tokens + sz(t, H), H, ws.x.data() + sz(r, H));
+      }
+  }
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerPtrs& L = P.layers[l];
+    rmsnorm(ws.x.data(), L.input_layernorm, ws.h.data(), R, H, c.rms_norm_eps);
+    matmul_nt(ws.h.data(), L.q_proj, ws.q.data(), R, Q, H, false);
+    matmul_nt(ws.h.data(), L.k_proj, ws.k.data(), R, KV, H, false);
+    matmul_nt(ws.h.data(), L.v_proj, ws.v.data(), R, KV, H, false);
+    // RoPE on q and k, then store k/v in each row's slot.
+#pragma omp parallel for schedule(static) if (R > 1)
+    for (int r = 0; r < R; ++r) {
+      const float* cs = rope.cos.data() + sz(row_pos[r], rope.half);
+      const float* sn = rope.sin.data() + sz(row_pos[r], rope.half);
+      for (int h = 0; h < NH; ++h) rope_rotate(ws.q.data() + sz(r, Q) + sz(h, D), cs, sn, rope.half);
+      for (int h = 0; h < NKV; ++h) rope_rotate(ws.k.data() + sz(r, KV) + sz(h, D), cs, sn, rope.half);
+      const int slot = chunks[row_seq[r]].slots[row_pos[r]];
+      std::copy_n(ws.k.data() + sz(r, KV), KV, kv.key(l, slot));
+      std::copy_n(ws.v.data() + sz(r, KV), KV, kv.value(l, slot));
+    }
+    // Causal attention: row at position p attends to positions 0..p of its own sequence.
+#pragma omp parallel for schedule(dynamic) if (R * NH > 1)
+    for (int rh = 0; rh < R * NH; ++rh) {
+      const int r = rh / NH, h = rh % NH, g = h / group;
+      const SeqChunk& ch = chunks[row_seq[r]];
+      const int npos = row_pos[r] + 1;
+      thread_local std::vector<float> sc;
+      sc.resize(npos);
+      const float* q = ws.q.data() + sz(r, Q) + sz(h, D);
+      float mx = -INFINITY;
+      for (int t = 0; t < npos; ++t) {
+        const float* k = kv.key(l, ch.slots[t]) + sz(g, D);
+        float s = 0;
+        for (int d = 0; d < D; ++d) s += q[d] * k[d];
+        sc[t] = s * scale;
+        mx = std::max(mx, sc[t]);
+      }
+      float sum = 0;
+      for (int t = 0; t < npos; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+      const float inv = 1.0f / sum;
+      float* o = ws.att.data() + sz(r, Q) + sz(h, D);
+      std::fill_n(o, D, 0.0f);
+      for (int t = 0; t < npos; ++t) {
+        const float* v = kv.value(l, ch.slots[t]) + sz(g, D);
+        const float w = sc[t] * inv;
+        for (int d = 0; d < D; ++d) o[d] += w * v[d];
+      }
+    }
+    matmul_nt(ws.att.data(), L.o_proj, ws.x.data(), R, H, Q, true);  // residual
+    rmsnorm(ws.x.data(), L.post_attention_layernorm, ws.h.data(), R, H, c.rms_norm_eps);
+    matmul_nt(ws.h.data(), L.gate_proj, ws.g.data(), R, I, H, false);
+    matmul_nt(ws.h.data(), L.up_proj, ws.u.data(), R, I, H, false);
+    const size_t n_gu = sz(R, I);
+#pragma omp parallel for schedule(static) if (n_gu > 65536)
+    for (size_t i = 0; i < n_gu; ++i) {
+      const float gv = ws.g[i];
+      ws.g[i] = gv / (1.0f + std::exp(-gv)) * ws.u[i];
+    }
+    matmul_nt(ws.g.data(), L.down_proj, ws.x.data(), R, H, I, true);  // residual
+  }
+  // Final norm and lm_head over the rows that need logits.
+  std::vector<int> out_rows;
+  {
+    int r = 0;
+    for (auto& ch : chunks) {
+      if (all_rows)
+        for (int j = 0; j < ch.n; ++j) out_rows.push_back(r + j);
+      else if (ch.n > 0)
+        out_rows.push_back(r + ch.n - 1);
+      r += ch.n;
+    }
+  }
+  const int NO = static_cast<int>(out_rows.size());
+  ws.out_h.resize(sz(NO, H));
+  for (int o = 0; o < NO; ++o) std::copy_n(ws.x.data() + sz(out_rows[o], H), H, ws.out_h.data() + sz(o, H));
+  rmsnorm(ws.out_h.data(), P.norm, ws.out_h.data(), NO, H, c.rms_norm_eps);
+  logits.resize(sz(NO, V));
+  matmul_nt(ws.out_h.data(), P.lm_head, logits.data(), NO, V, H, false);
+}
+
+std::vector<float> forward_full(const Model& m, const int32_t* tokens, int n) {
+  KvPool kv;
+  kv.init(m.cfg.num_hidden_layers, n, m.cfg.kv_dim());
+  RopeTable rope;
+  rope.init(m.cfg);
+  std::vector<int32_t> slots(n);
+  for (int i = 0; i < n; ++i) slots[i] = i;
+  SeqChunk ch{tokens, n, 0, slots.data()};
+  Workspace ws;
+  std::vector<float> logits;
+  forward_step(m, rope, kv, {ch}, true, ws, logits);
+  return logits;
+}
+
+}  // namespace ooze

@@ -1,0 +1,263 @@
+// The native inference engine against the TypeScript reference forward (tiny preset): logits,
+// greedy tokens and logprobs, prefill-then-decode, seeded sampling, batch invariance, stop rules,
+// the radix prefix cache, abort, weight reload and admission limits.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import type { LlamaHfConfig, NativeEngine, NativeSampling, NativeTokenEvent } from "../../native/index.d.ts";
+import { loadNative } from "../../native/load.ts";
+import { PRESETS } from "../../native/presets.ts";
+import { referenceArgmax, referenceLogits, referenceLogprob } from "../../native/reference/model.ts";
+
+const native = loadNative();
+const root = mkdtempSync(join(tmpdir(), "ooze-engine-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const tiny: LlamaHfConfig = { ...PRESETS.tiny };
+const tinyTied: LlamaHfConfig = { ...PRESETS.tiny, tie_word_embeddings: true };
+const V = tiny.vocab_size;
+// std 0.2 rather than 0.02 so logits are far from uniform and comparisons mean something.
+const params = native.initModelParams(tiny, 11, 0.2);
+
+function engine(opts: { cacheTokens?: number; maxRunning?: number; config?: LlamaHfConfig; p?: Float32Array } = {}) {
+  return new native.Engine({
+    config: opts.config ?? tiny,
+    params: opts.p ?? params,
+    ...(opts.cacheTokens === undefined ? {} : { cacheTokens: opts.cacheTokens }),
+    ...(opts.maxRunning === undefined ? {} : { maxRunning: opts.maxRunning }),
+  });
+}
+
+function sampling(s: Partial<NativeSampling> = {}): NativeSampling {
+  return { maxNewTokens: 8, temperature: 0, topP: 1, topK: -1, minNewTokens: 0, stopTokenIds: [], ignoreEos: true, seed: 1, ...s };
+}
+
+function prompt(n: number, salt = 0): Int32Array {
+  return Int32Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 5) % 256);
+}
+
+interface Out {
+  tokens: number[];
+  logprobs: number[];
+  finished: NativeTokenEvent["finished"];
+}
+
+/** Steps until nothing runs; collects each request's tokens. */
+async function drain(e: NativeEngine, onStep?: (events: NativeTokenEvent[]) => void): Promise<Map<string, Out>> {
+  const out = new Map<string, Out>();
+  for (let steps = 0; e.running() > 0; steps++) {
+    if (steps > 5000) throw new Error("engine did not finish within 5000 steps");
+    const events = await e.step();
+    onStep?.(events);
+    for (const ev of events) {
+      const o = out.get(ev.rid) ?? { tokens: [], logprobs: [], finished: null };
+      if (ev.tokenId >= 0) o.tokens.push(ev.tokenId), o.logprobs.push(ev.logprob);
+      o.finished = ev.finished;
+      out.set(ev.rid, o);
+    }
+  }
+  return out;
+}
+
+async function generate(e: NativeEngine, rid: string, ids: Int32Array, s: NativeSampling): Promise<Out> {
+  e.add(rid, ids, s);
+  return (await drain(e)).get(rid)!;
+}
+
+/** Fails with the first differing values (llm.c's check_tensor). */
+function expectClose(got: Float32Array | number[], want: Float32Array | number[], tol: number, what: string) {
+  expect(got.length).toBe(want.length);
+  const bad: string[] = [];
+  for (let i = 0; i < got.length; i++)
+    if (!(Math.abs(got[i]! - want[i]!) <= tol)) bad.push(`[${i}] got ${got[i]} want ${want[i]}`);
+  if (bad.length) console.error(`${what}: ${bad.length} values differ by more than ${tol}; first: ${bad.slice(0, 5).join(", ")}`);
+  expect(bad.length).toBe(0);
+}
+
+describe("native engine vs the TypeScript reference", () => {
+  it("forwardLogits equals the reference within 1e-4 (untied and tied heads)", () => {
+    for (const cfg of [tiny, tinyTied]) {
+      const p = native.initModelParams(cfg, 4, 0.2);
+      const e = engine({ config: cfg, p });
+      const ids = prompt(40);
+      expectClose(e.forwardLogits(ids), referenceLogits(cfg, p, ids), 1e-4, `logits tie=${cfg.tie_word_embeddings}`);
+      e.close();
+    }
+  });
+
+  it("greedy tokens and logprobs (prefill then decode) equal the reference full forward", async () => {
+    const e = engine();
+    const ids = prompt(13);
+    const out = await generate(e, "g", ids, sampling({ maxNewTokens: 12 }));
+    expect(out.finished).toEqual({ type: "length", length: 12 });
+    const seq = Int32Array.from([...ids, ...out.tokens]);
+    const ref = referenceLogits(tiny, params, seq);
+    const wantTokens = out.tokens.map((_, i) => referenceArgmax(ref, V, ids.length - 1 + i));
+    expect(out.tokens).toEqual(wantTokens);
+    const wantLp = out.tokens.map((t, i) => referenceLogprob(ref, V, ids.length - 1 + i, t));
+    expectClose(out.logprobs, wantLp, 1e-4, "greedy logprobs");
+    e.close();
+  });
+
+  it("sampled logprobs are log-softmax(logits / temperature) and top-k bounds the choice", async () => {
+    const e = engine();
+    const ids = prompt(9, 2);
+    const T = 0.7;
+    const out = await generate(e, "s", ids, sampling({ temperature: T, topK: 5, topP: 0.9, maxNewTokens: 10, seed: 3 }));
+    const ref = referenceLogits(tiny, params, Int32Array.from([...ids, ...out.tokens]));
+    out.tokens.forEach((t, i) => {
+      const row = ids.length - 1 + i;
+      const rank = Array.from(ref.subarray(row * V, (row + 1) * V)).filter((x) => x > ref[row * V + t]!).length;
+      expect(rank).toBeLessThan(5);
+    });
+    const want = out.tokens.map((t, i) => referenceLogprob(ref, V, ids.length - 1 + i, t, T));
+    expectClose(out.logprobs, want, 1e-4, "sampled logprobs");
+    e.close();
+  });
+});
+
+describe("native engine batching and sampling", () => {
+  it("same seed and inputs give the same tokens, alone or in any batch", async () => {
+    const s = sampling({ temperature: 1, maxNewTokens: 10, seed: 42 });
+    const alone = await generate(engine(), "a", prompt(7), s);
+    const e = engine();
+    e.add("x", prompt(20, 1), sampling({ temperature: 1, maxNewTokens: 6, seed: 7 }));
+    await e.step(); // "x" is already decoding when "a" joins
+    e.add("a", prompt(7), s);
+    e.add("y", prompt(3, 2), sampling({ temperature: 0.5, maxNewTokens: 15, seed: 9 }));
+    const batch = await drain(e);
+    expect(batch.get("a")!.tokens).toEqual(alone.tokens);
+    expectClose(batch.get("a")!.logprobs, alone.logprobs, 1e-5, "logprobs alone vs batched");
+    const other = await generate(engine(), "a", prompt(7), sampling({ temperature: 1, maxNewTokens: 10, seed: 43 }));
+    expect(other.tokens).not.toEqual(alone.tokens);
+  });
+
+  it("a batch of different-length greedy requests gives each request's tokens alone", async () => {
+    const lens = [1, 4, 17, 33, 60];
+    const alone = await Promise.all(lens.map(async (n, i) => generate(engine(), `r${i}`, prompt(n, i), sampling({ maxNewTokens: 5 + i }))));
+    const e = engine({ maxRunning: 3 });
+    lens.forEach((n, i) => e.add(`r${i}`, prompt(n, i), sampling({ maxNewTokens: 5 + i })));
+    let most = 0;
+    const batch = await drain(e, (ev) => (most = Math.max(most, ev.length)));
+    expect(most).toBe(3); // maxRunning caps the batch; the rest wait in order
+    lens.forEach((_, i) => {
+      expect(batch.get(`r${i}`)!.tokens).toEqual(alone[i]!.tokens);
+      expectClose(batch.get(`r${i}`)!.logprobs, alone[i]!.logprobs, 1e-5, `r${i} logprobs`);
+    });
+  });
+
+  it("stop ids end generation, min_new_tokens masks them, max_new_tokens and the context bound it", async () => {
+    const ids = prompt(10, 3);
+    const first = (await generate(engine(), "f", ids, sampling({ maxNewTokens: 1 }))).tokens[0]!;
+    const stop = await generate(engine(), "st", ids, sampling({ stopTokenIds: [first] }));
+    expect(stop).toMatchObject({ tokens: [first], finished: { type: "stop", matched: first } });
+    // A model that prefers EOS after this prompt: lm_head[EOS] = 2·lm_head[first] doubles a positive logit.
+    const eosId = tiny.eos_token_id;
+    const head = native.modelLayout(tiny).tensors.find((t) => t.name === "lm_head.weight")!.offset;
+    const H = tiny.hidden_size;
+    const p2 = params.slice();
+    for (let k = 0; k < H; k++) p2[head + eosId * H + k] = 2 * p2[head + first * H + k]!;
+    const withEos = (s: Partial<NativeSampling>) => generate(engine({ p: p2 }), "e", ids, sampling(s));
+    expect(await withEos({ ignoreEos: false })).toMatchObject({ tokens: [eosId], finished: { type: "stop", matched: eosId } });
+    expect((await withEos({ ignoreEos: true, maxNewTokens: 3 })).tokens).toHaveLength(3);
+    const late = await withEos({ ignoreEos: false, minNewTokens: 2, maxNewTokens: 3 });
+    expect(late.tokens.slice(0, 2)).not.toContain(eosId);
+    const masked = await generate(engine(), "m", ids, sampling({ stopTokenIds: [first], minNewTokens: 3, maxNewTokens: 6 }));
+    expect(masked.tokens[0]).not.toBe(first);
+    expect(masked.tokens.slice(0, 3)).not.toContain(first);
+    expect(masked.tokens.length).toBeGreaterThanOrEqual(3);
+    const ctx = tiny.max_position_embeddings;
+    const full = await generate(engine(), "c", prompt(ctx - 2), sampling({ maxNewTokens: null }));
+    expect(full).toMatchObject({ finished: { type: "length", length: 2 } });
+    expect(full.tokens.length).toBe(2);
+  });
+
+  it("rejects empty, too-long, out-of-vocabulary and duplicate requests", () => {
+    const e = engine();
+    expect(() => e.add("a", new Int32Array(0), sampling())).toThrow(/empty/);
+    expect(() => e.add("a", prompt(tiny.max_position_embeddings + 1), sampling())).toThrow(/longer than the context \(512\)/);
+    expect(() => e.add("a", Int32Array.from([1, V]), sampling())).toThrow(/outside the vocabulary/);
+    e.add("a", prompt(3), sampling());
+    expect(() => e.add("a", prompt(3), sampling())).toThrow(/already running/);
+    e.close();
+    expect(() => e.running()).toThrow(/closed/);
+  });
+});
+
+describe("native engine prefix cache, abort and weights", () => {
+  it("reuses cached prefixes with identical results and reports cached tokens", async () => {
+    const e = engine();
+    const ids = prompt(25, 4);
+    expect(e.add("a", ids, sampling({ maxNewTokens: 6 }))).toBe(0);
+    const a = (await drain(e)).get("a")!;
+    expect(e.cacheStats()).toMatchObject({ cachedTokens: 25 + 6 - 1, promptTokens: 25, hitTokens: 0 });
+    // Same prompt: all but the last prompt token come from the cache; same tokens and logprobs.
+    expect(e.add("b", ids, sampling({ maxNewTokens: 6 }))).toBe(24);
+    const b = (await drain(e)).get("b")!;
+    expect(b.tokens).toEqual(a.tokens);
+    expectClose(b.logprobs, a.logprobs, 1e-5, "cached vs fresh logprobs");
+    // A continuation (multi-turn) hits the whole previous sequence that has keys/values.
+    const turn2 = Int32Array.from([...ids, ...a.tokens, 10, 11, 12]);
+    expect(e.add("c", turn2, sampling({ maxNewTokens: 4 }))).toBe(25 + 6 - 1);
+    expect(e.flushCache()).toBe(false); // "c" holds its cached prefix
+    const c = (await drain(e)).get("c")!;
+    const fresh = await generate(engine(), "c", turn2, sampling({ maxNewTokens: 4 }));
+    expect(c.tokens).toEqual(fresh.tokens);
+    expect(e.cacheStats().hitTokens).toBe(24 + 30);
+    expect(e.flushCache()).toBe(true);
+    expect(e.cacheStats().cachedTokens).toBe(0);
+  });
+
+  it("abort drops a request at any point and keeps its prefix cached", async () => {
+    const e = engine();
+    const ids = prompt(12, 5);
+    e.add("a", ids, sampling({ maxNewTokens: 50 }));
+    await e.step();
+    await e.step();
+    e.abort("a");
+    e.abort("unknown");
+    expect(e.running()).toBe(0);
+    expect(await e.step()).toEqual([]);
+    expect(e.cacheStats().cachedTokens).toBe(13); // 12 prompt + 1 fed sampled token
+    // Abort while a step is in flight: no event after the step that was running.
+    e.add("b", ids, sampling({ maxNewTokens: 50 }));
+    const inFlight = e.step();
+    e.abort("b");
+    await inFlight;
+    expect(e.running()).toBe(0);
+    expect(await e.step()).toEqual([]);
+    // Abort before admission.
+    e.add("c", ids, sampling());
+    e.abort("c");
+    expect(e.running()).toBe(0);
+  });
+
+  it("a small KV pool evicts cached prefixes and still serves every request", async () => {
+    const e = engine({ cacheTokens: 512, maxRunning: 8 });
+    const want = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => generate(engine(), `r${i}`, prompt(100, i), sampling({ maxNewTokens: 20 }))));
+    for (let round = 0; round < 2; round++) {
+      [0, 1, 2, 3, 4, 5].forEach((i) => e.add(`r${i}`, prompt(100, i), sampling({ maxNewTokens: 20 })));
+      const got = await drain(e);
+      [0, 1, 2, 3, 4, 5].forEach((i) => expect(got.get(`r${i}`)!.tokens).toEqual(want[i]!.tokens));
+      expect(e.cacheStats().cachedTokens).toBeLessThanOrEqual(512);
+    }
+  });
+
+  it("loadWeights swaps the weights, flushes the cache and refuses another shape", async () => {
+    const e = engine();
+    const ids = prompt(10, 6);
+    await generate(e, "a", ids, sampling());
+    expect(e.cacheStats().cachedTokens).toBeGreaterThan(0);
+    const p2 = native.initModelParams(tiny, 99, 0.2);
+    const dir = join(root, "w2");
+    native.saveModelDir(dir, tiny, p2, "v2");
+    await e.loadWeights(dir);
+    expect(e.cacheStats().cachedTokens).toBe(0);
+    expectClose(e.forwardLogits(ids), referenceLogits(tiny, p2, ids), 1e-4, "logits after reload");
+    const other = join(root, "other");
+    native.saveModelDir(other, tinyTied, native.initModelParams(tinyTied, 1, 0.02), null);
+    await expect(e.loadWeights(other)).rejects.toThrow(/config differs/);
+    await expect(e.loadWeights(join(root, "nowhere"))).rejects.toThrow(/config.json: not found/);
+  });
+});

@@ -77,7 +77,7 @@ export interface NativeRadixCache {
 
 // --- checkpoints and inference engine (checkpoint.cc, engine_napi.cc) ---
 
-/** config.json of a LlamaForCausalLM (the fields ooze reads; others are kept as they are). */
+/** config.json of a LlamaForCausalLM: the fields ooze reads (a loaded config.json carries others too). */
 export interface LlamaHfConfig {
   vocab_size: number;
   hidden_size: number;
@@ -91,7 +91,6 @@ export interface LlamaHfConfig {
   tie_word_embeddings: boolean;
   bos_token_id: number;
   eos_token_id: number;
-  [field: string]: unknown;
 }
 
 /** One tensor of the flat params buffer: HF name, offset in floats, shape. */

@@ -237,8 +237,10 @@ class NatsBus implements Bus {
   }
 
   private async watchStatus(): Promise<void> {
+    let sawClose = false;
     try {
       for await (const s of this.nc.status()) {
+        if (s.type === "close") sawClose = true;
         if (s.type === "disconnect" || s.type === "reconnecting") this.connected = false;
         if (s.type === "reconnect") this.connected = true;
         const detail = "server" in s ? String(s.server) : "error" in s ? String(s.error?.message) : "";
@@ -254,7 +256,7 @@ class NatsBus implements Bus {
       // the status iterator ends with the connection
     }
     this.connected = false;
-    for (const l of this.listeners) l({ type: "close", detail: "" });
+    if (!sawClose) for (const l of this.listeners) l({ type: "close", detail: "" });
   }
 
   isConnected(): boolean {

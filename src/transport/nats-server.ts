@@ -18,8 +18,8 @@ export interface NatsServerOptions {
   storeDir?: string;
   /** Auth token clients must present; default: 32 random bytes as hex. */
   token?: string;
-  /** Largest message the server accepts, in bytes; default 8 MiB (the server's own default is 1 MiB). */
-  maxPayload?: number;
+  /** Largest message the server accepts, in bytes; default 8 MiB; null keeps the server's own default (1 MiB). */
+  maxPayload?: number | null;
   /** Enable JetStream (default true). */
   jetstream?: boolean;
   /** Path of the nats-server binary; default: searched in `searchDirs`. */
@@ -40,6 +40,7 @@ export interface NatsServerHandle {
   readonly host: string;
   readonly port: number;
   readonly storeDir: string;
+  /** The configured max_payload (1 MiB when the server default is kept). */
   readonly maxPayload: number;
   /** Pid of the nats-server process (changes on restart). */
   readonly pid: number;
@@ -149,14 +150,14 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   const binary = findNatsServer(opts);
   const host = opts.host ?? "127.0.0.1";
   const token = opts.token ?? randomBytes(32).toString("hex");
-  const maxPayload = opts.maxPayload ?? 8 * 1024 * 1024;
+  const maxPayload = opts.maxPayload === undefined ? 8 * 1024 * 1024 : opts.maxPayload;
   const jetstream = opts.jetstream ?? true;
   const readyTimeoutMs = opts.readyTimeoutMs ?? 20_000;
   const workDir = mkdtempSync(join(tmpdir(), "ooze-nats-"));
   const ownStore = opts.storeDir === undefined;
   const storeDir = opts.storeDir ?? join(workDir, "store");
   const confPath = join(workDir, "nats.conf");
-  writeFileSync(confPath, `max_payload: ${maxPayload}\n`);
+  writeFileSync(confPath, maxPayload === null ? "# server defaults\n" : `max_payload: ${maxPayload}\n`);
   let port = opts.port ?? -1;
   let log = "";
   const appendLog = (s: string) => {
@@ -269,7 +270,7 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
       return port;
     },
     storeDir,
-    maxPayload,
+    maxPayload: maxPayload ?? 1024 * 1024,
     get pid() {
       return proc?.pid ?? -1;
     },

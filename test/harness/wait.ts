@@ -63,7 +63,8 @@ export async function withDeadline<T>(promise: Promise<T>, timeoutMs: number, wh
 
 /**
  * Subscribes to `subject` now and returns a promise of the first message that passes `filter`.
- * Subscribe before triggering the event; the promise rejects after `timeoutMs` (default 10 s).
+ * Call it, then `await bus.flush()` (so the server knows the subscription), then trigger the event;
+ * the promise rejects after `timeoutMs` (default 10 s).
  */
 export function nextMessage(
   bus: Bus,

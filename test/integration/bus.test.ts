@@ -5,12 +5,13 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { createRegistry, type DeadLetter, deadLetter, decode, decodeMessage, defineMessage, encode, malformedCount, zFloat32Array, zInt32Array, zUint8Array } from "../../src/codec/index.ts";
 import { MalformedMessageError, OozeError, TimeoutError, TransportError } from "../../src/errors.ts";
-import { LARGE_HEADER, resolveNatsUrl, splitNatsUrl } from "../../src/transport/bus.ts";
 import { jobNames } from "../../src/transport/names.ts";
-import { createCutProxy, nextMessage, nextStatus, useNats, waitUntil } from "../harness/index.ts";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import { connectBus, LARGE_HEADER, resolveNatsUrl, splitNatsUrl } from "../../src/transport/bus.ts";
+import { createCutProxy, nextMessage, nextStatus, startTestNats, useNats, waitUntil } from "../harness/index.ts";
 
 const MiB = 1024 * 1024;
-const nats = useNats({ maxPayload: MiB });
+const nats = useNats({ maxPayload: null }); // the server's own default max_payload: 1 MiB
 
 const Rollout = defineMessage({
   kind: "test.rollout",
@@ -143,6 +144,58 @@ describe("bus", () => {
     }
   });
 
+  it("keeps its subscriptions across a nats-server crash and restart", async () => {
+    const server = await startTestNats({ maxPayload: null });
+    try {
+      const bus = await connectBus({ url: server.authUrl, reconnectWaitMs: 50, name: "crash" });
+      const got: number[] = [];
+      bus.subscribe("t.survive", { handler: (m) => void got.push(decode(m.data) as number) });
+      await bus.flush();
+      await bus.publish("t.survive", encode(1));
+      await waitUntil(() => got.length === 1, { what: "the first message", diagnostics: () => JSON.stringify(got) });
+      const down = nextStatus(bus, "disconnect");
+      server.kill("SIGKILL");
+      await down;
+      const up = nextStatus(bus, "reconnect");
+      await server.restart();
+      await up;
+      await bus.flush();
+      await bus.publish("t.survive", encode(2));
+      await waitUntil(() => got.length === 2, { what: "a message after the restart", diagnostics: () => `${JSON.stringify(got)}\n${server.logTail()}` });
+      expect(got).toEqual([1, 2]);
+      await bus.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("reports handler failures and missing large payloads to onError, and keeps delivering", async () => {
+    const bus = await nats.connect({ name: "errors" });
+    const errors: OozeError[] = [];
+    const seen: string[] = [];
+    bus.subscribe("t.err", {
+      handler: (m) => {
+        const s = decode(m.data) as string;
+        if (s === "boom") throw new Error("handler exploded");
+        seen.push(s);
+      },
+      onError: (e) => errors.push(e),
+    });
+    await bus.flush();
+    await bus.publish("t.err", encode("boom"));
+    // A reference to a large payload that is not in the object store.
+    await bus.obj(bus.largeBucket);
+    const ref = natsHeaders();
+    ref.set(LARGE_HEADER, `${bus.largeBucket}/gone`);
+    bus.nc.publish("t.err", new Uint8Array(0), { headers: ref });
+    await bus.publish("t.err", encode("after"));
+    await waitUntil(() => seen.length === 1 && errors.length === 2, { what: "one delivery and two errors", diagnostics: () => `${seen} / ${errors.map((e) => e.message)}` });
+    expect(seen).toEqual(["after"]);
+    expect(errors[0]!.message).toContain("handler exploded");
+    expect(errors[1]).toBeInstanceOf(TransportError);
+    expect(errors[1]!.message).toContain("missing from the object store");
+  });
+
   it("dead-letters a malformed frame with its error and counts it", async () => {
     const bus = await nats.connect({ name: "dead" });
     const names = jobNames("bustest");
@@ -167,7 +220,6 @@ describe("bus", () => {
   });
 
   it("wraps failures as TransportError: unreachable server, closed connection", async () => {
-    const { connectBus } = await import("../../src/transport/bus.ts");
     const err = await connectBus({ url: "nats://127.0.0.1:1", reconnect: false, connectTimeoutMs: 2_000 }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TransportError);
     expect((err as TransportError).message).toContain("127.0.0.1:1");

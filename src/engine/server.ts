@@ -1,0 +1,432 @@
+// ooze's SGLang-compatible HTTP engine server (node:http) over an InferenceBackend: /generate (plain,
+// batched, n > 1, SSE streaming, logprobs, stop strings) and the control endpoints of
+// /work/shared/sglang-api.md. Bad requests get SGLang's 400 bodies; no request can crash the server.
+import { randomUUID } from "node:crypto";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { z } from "zod";
+import { OozeError } from "../errors.ts";
+import type { InferenceBackend } from "./backend.ts";
+import { badRequestBody, parseGenerateRequest, type GenerateItem, type WireGenerateResponse, type WireMetaInfo } from "./protocol.ts";
+import { newSchedRequest, Scheduler, type PauseMode, type SchedRequest } from "./scheduler.ts";
+import { decodeBytes, encodeBytes } from "./tokenizer.ts";
+
+/** Replaces the weights for /update_weights_from_disk. The default loads a model directory; a delta format plugs in here. */
+export type LoadWeightsHook = (req: { modelPath: string; loadFormat: string | null }) => Promise<void>;
+
+/** Options of startEngineServer. */
+export interface EngineServerOptions {
+  backend: InferenceBackend;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0 (OS-assigned). */
+  port?: number;
+  /** Reported weight version (default "default", SGLang's). */
+  weightVersion?: string;
+  /** Reported model path (default backend.info.modelPath). */
+  modelPath?: string;
+  /** The backend's batch size, for load reporting (default 64). */
+  maxRunning?: number;
+  /** Default: backend.loadWeights(modelPath) for load_format null/"auto"/"safetensors". */
+  loadWeights?: LoadWeightsHook;
+  /** /health's generation deadline, ms (default 20 000). */
+  healthTimeoutMs?: number;
+  /** Largest accepted request body, bytes (default 64 MiB). */
+  maxBodyBytes?: number;
+}
+
+/** A running engine server. Closing it does not close the backend. */
+export interface EngineServer {
+  url: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+const newRid = () => randomUUID().replace(/-/g, "");
+const OK_PAUSE = { message: "Generation paused successfully.", status: "ok" };
+const OK_CONTINUE = { message: "Generation continued successfully.", status: "ok" };
+const FLUSH_TEXT = "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n";
+
+const updateSchema = z.looseObject({
+  model_path: z.string().min(1, "model_path is required"),
+  load_format: z.string().nullable().optional(),
+  weight_version: z.string().nullable().optional(),
+  abort_all_requests: z.boolean().nullable().optional(),
+  flush_cache: z.boolean().nullable().optional(),
+});
+const pauseSchema = z.looseObject({ mode: z.enum(["abort", "retract", "in_place"]).nullable().optional() });
+const abortSchema = z.looseObject({ rid: z.string().nullable().optional(), abort_all: z.boolean().nullable().optional() });
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+  ) {
+    super(typeof body === "string" ? body : JSON.stringify(body));
+  }
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent || res.destroyed) return;
+  if (body === null) {
+    res.writeHead(status, { "content-length": "0" });
+    res.end();
+  } else if (typeof body === "string") {
+    res.writeHead(status, { "content-type": "text/plain; charset=utf-8" });
+    res.end(body);
+  } else {
+    const text = JSON.stringify(body);
+    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+    res.end(text);
+  }
+}
+
+function readBody(req: IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (c: Buffer) => {
+      size += c.length;
+      if (size > limit) {
+        reject(new HttpError(413, badRequestBody(`request body exceeds ${limit} bytes`)));
+        req.removeAllListeners("data");
+        req.resume();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+    req.on("error", reject);
+  });
+}
+
+function parseJsonBody(text: string, emptyOk: boolean): unknown {
+  if (text.trim() === "") {
+    if (emptyOk) return {};
+    throw new HttpError(400, badRequestBody("the request body is empty; send a JSON object"));
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (e) {
+    throw new HttpError(400, badRequestBody(`the request body is not valid JSON: ${(e as Error).message}`));
+  }
+}
+
+function zodMessage(err: z.ZodError): string {
+  const i = err.issues[0];
+  return i ? `${i.path.join(".") || "body"}: ${i.message}` : "invalid request";
+}
+
+/** Starts the server; resolves once it listens. */
+export async function startEngineServer(opts: EngineServerOptions): Promise<EngineServer> {
+  const backend = opts.backend;
+  const host = opts.host ?? "127.0.0.1";
+  const maxRunning = opts.maxRunning ?? 64;
+  const healthTimeoutMs = opts.healthTimeoutMs ?? 20_000;
+  const maxBody = opts.maxBodyBytes ?? 64 * 1024 * 1024;
+  const vocab = typeof backend.info.config.vocab_size === "number" ? backend.info.config.vocab_size : undefined;
+  const loadWeights: LoadWeightsHook =
+    opts.loadWeights ??
+    (async ({ modelPath, loadFormat }) => {
+      if (loadFormat !== null && loadFormat !== "auto" && loadFormat !== "safetensors") {
+        throw new OozeError("BAD_REQUEST", `load_format '${loadFormat}' is not supported; use a model directory (auto or safetensors)`);
+      }
+      await backend.loadWeights(modelPath);
+    });
+  const sched = new Scheduler(backend);
+  let status: "starting" | "ready" | "stopping" = "starting";
+  let weightVersion = opts.weightVersion ?? "default";
+  let modelPath = opts.modelPath ?? backend.info.modelPath;
+  let updating = false;
+  let updateChain: Promise<unknown> = Promise.resolve();
+  let port = 0;
+
+  function responseOf(item: GenerateItem, r: SchedRequest, t0: number, index: number | null): WireGenerateResponse {
+    let ids = r.outIds;
+    const f = r.finish;
+    if (f && f.type === "stop" && typeof f.matched === "number" && !item.noStopTrim) ids = ids.slice(0, -1);
+    let text = decodeBytes(ids, item.skipSpecialTokens);
+    if (r.stopAt !== null && !item.noStopTrim) text = decodeBytes(r.outIds, true).slice(0, r.stopAt);
+    const meta: WireMetaInfo = {
+      id: r.rid,
+      finish_reason: f,
+      prompt_tokens: r.promptIds.length,
+      completion_tokens: r.outIds.length,
+      cached_tokens: r.cachedTokens,
+      e2e_latency: (performance.now() - t0) / 1000,
+      weight_version: weightVersion,
+    };
+    if (item.returnLogprob) {
+      meta.input_token_logprobs = [];
+      meta.output_token_logprobs = r.outIds.map((id, k) => [r.logprobs[k]!, id, item.returnTextInLogprobs ? decodeBytes([id], item.skipSpecialTokens) : null]);
+    }
+    const out: WireGenerateResponse = { text, output_ids: [...r.outIds], meta_info: meta };
+    if (index !== null) out.index = index;
+    return out;
+  }
+
+  async function generate(req: IncomingMessage, res: ServerResponse, body: unknown): Promise<void> {
+    const parsed = parseGenerateRequest(body, newRid, vocab);
+    if (!parsed.ok) throw new HttpError(400, badRequestBody(parsed.message));
+    if (status !== "ready") throw new HttpError(503, { error: { message: `the server is ${status}` } });
+    const { items, isBatch, stream } = parsed.call;
+    const t0 = performance.now();
+    const recs: SchedRequest[] = [];
+    let done = 0;
+    let ended = false;
+    const finishAll = () => {
+      ended = true;
+      if (stream) {
+        if (!res.destroyed) res.end("data: [DONE]\n\n");
+        return;
+      }
+      const failed = recs.find((r) => r.error !== null);
+      if (failed) return send(res, 500, { error: { message: failed.error } });
+      const outs = recs.map((r, i) => responseOf(items[i]!, r, t0, null));
+      send(res, 200, isBatch ? outs : outs[0]);
+    };
+    const onUpdate = (i: number) => (r: SchedRequest) => {
+      if (stream && !res.destroyed) {
+        if (r.error !== null) res.write(`data: ${JSON.stringify({ error: { message: r.error } })}\n\n`);
+        else res.write(`data: ${JSON.stringify(responseOf(items[i]!, r, t0, isBatch ? i : null))}\n\n`);
+      }
+      if (r.state === "done" && ++done === recs.length) finishAll();
+    };
+    items.forEach((it, i) => {
+      const prompt = it.inputIds ?? encodeBytes(it.text ?? "", true);
+      if (prompt.length >= backend.info.maxContext) {
+        throw new HttpError(400, {
+          error: { message: `The input (${prompt.length} tokens) is longer than the model's context length (${backend.info.maxContext} tokens).` },
+        });
+      }
+      recs.push(newSchedRequest(it.rid, prompt, it.sampling, it.stop, onUpdate(i)));
+    });
+    if (stream) {
+      res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
+      res.flushHeaders();
+    }
+    res.on("close", () => {
+      if (ended) return;
+      ended = true;
+      for (const r of recs) if (r.state !== "done") sched.abort(r.rid, "the client disconnected");
+    });
+    try {
+      sched.submit(recs);
+    } catch (e) {
+      ended = true;
+      const message = e instanceof Error ? e.message : String(e);
+      if (stream) {
+        res.write(`data: ${JSON.stringify({ error: { message } })}\n\n`);
+        res.end("data: [DONE]\n\n");
+        return;
+      }
+      throw new HttpError(400, { error: { message } });
+    }
+  }
+
+  async function health(): Promise<void> {
+    if (status !== "ready") throw new HttpError(503, null);
+    // A paused or updating engine is alive: its scheduler is held on purpose.
+    if (sched.pauseMode !== null || updating) return;
+    const rid = `HEALTH_CHECK_${newRid()}`;
+    const ok = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => {
+        sched.abort(rid, "health check timed out");
+        resolve(false);
+      }, healthTimeoutMs);
+      const rec = newSchedRequest(
+        rid,
+        new Int32Array([0]),
+        { maxNewTokens: 1, temperature: 0, topP: 1, topK: -1, minNewTokens: 0, stopTokenIds: [], ignoreEos: false, seed: 0 },
+        [],
+        (r) => {
+          if (r.state !== "done") return;
+          clearTimeout(timer);
+          resolve(r.error === null && r.outIds.length > 0);
+        },
+        true,
+      );
+      try {
+        sched.submit([rec]);
+      } catch {
+        clearTimeout(timer);
+        resolve(false);
+      }
+    });
+    if (!ok) throw new HttpError(503, null);
+  }
+
+  async function updateWeights(body: unknown): Promise<[number, unknown]> {
+    const p = updateSchema.safeParse(body);
+    if (!p.success) throw new HttpError(400, badRequestBody(zodMessage(p.error)));
+    const u = p.data;
+    const run = async (): Promise<[number, unknown]> => {
+      updating = true;
+      let paused = 0;
+      try {
+        if (u.abort_all_requests) sched.abortAll("Aborted by /update_weights_from_disk (abort_all_requests)");
+        const kept = await sched.holdAndDrain();
+        paused = sched.pauseMode === null ? 0 : kept;
+        await loadWeights({ modelPath: u.model_path, loadFormat: u.load_format ?? null });
+        modelPath = u.model_path;
+        if (u.weight_version !== undefined && u.weight_version !== null) weightVersion = u.weight_version;
+        if (u.flush_cache ?? true) backend.flushCache();
+        return [200, { success: true, message: "Succeeded to update model weights.", num_paused_requests: paused }];
+      } catch (e) {
+        const message = `Failed to update weights: ${e instanceof Error ? e.message : String(e)}`;
+        return [400, { success: false, message, num_paused_requests: paused }];
+      } finally {
+        sched.release();
+        updating = false;
+      }
+    };
+    const result = updateChain.then(run, run);
+    updateChain = result.catch(() => undefined);
+    return result;
+  }
+
+  function loads(): Record<string, unknown> {
+    const c = sched.counts(maxRunning);
+    const stats = backend.cacheStats();
+    return {
+      timestamp: Date.now() / 1000,
+      dp_rank_count: 1,
+      loads: [
+        {
+          dp_rank: 0,
+          num_running_reqs: c.running,
+          num_waiting_reqs: c.waiting,
+          num_used_tokens: stats.cachedTokens,
+          max_total_num_tokens: stats.budgetTokens,
+          token_usage: stats.budgetTokens > 0 ? stats.cachedTokens / stats.budgetTokens : 0,
+        },
+      ],
+    };
+  }
+
+  function modelInfo(): Record<string, unknown> {
+    const cfg = backend.info.config;
+    return {
+      model_path: modelPath,
+      tokenizer_path: null,
+      is_generation: true,
+      preferred_sampling_params: null,
+      weight_version: weightVersion,
+      has_image_understanding: false,
+      has_audio_understanding: false,
+      model_type: typeof cfg.model_type === "string" ? cfg.model_type : "llama",
+      architectures: Array.isArray(cfg.architectures) ? cfg.architectures : null,
+    };
+  }
+
+  function serverInfo(): Record<string, unknown> {
+    const stats = backend.cacheStats();
+    return {
+      model_path: modelPath,
+      tokenizer_path: null,
+      host,
+      port,
+      tp_size: 1,
+      dp_size: 1,
+      pp_size: 1,
+      page_size: 1,
+      max_running_requests: maxRunning,
+      context_length: backend.info.maxContext,
+      skip_tokenizer_init: false,
+      max_total_num_tokens: stats.budgetTokens,
+      weight_version: weightVersion,
+      version: "ooze-0.1.0",
+      internal_states: [{ cache: stats, paused: sched.pauseMode }],
+    };
+  }
+
+  type Handler = (req: IncomingMessage, res: ServerResponse, body: unknown) => Promise<[number, unknown] | void>;
+  const routes = new Map<string, { methods: string[]; emptyBodyOk: boolean; handler: Handler }>();
+  const route = (paths: string[], methods: string[], handler: Handler, emptyBodyOk = true) => {
+    for (const p of paths) routes.set(p, { methods, emptyBodyOk, handler });
+  };
+  route(["/generate"], ["POST", "PUT"], (req, res, body) => generate(req, res, body), false);
+  route(["/health", "/health_generate"], ["GET", "POST"], async () => {
+    await health();
+    return [200, null];
+  });
+  route(["/model_info", "/get_model_info"], ["GET"], async () => [200, modelInfo()]);
+  route(["/server_info", "/get_server_info"], ["GET"], async () => [200, serverInfo()]);
+  route(["/get_weight_version"], ["GET"], async () => [200, { weight_version: weightVersion }]);
+  route(["/flush_cache"], ["GET", "POST"], async () => {
+    if (sched.busy()) return [400, FLUSH_TEXT];
+    return [backend.flushCache() ? 200 : 400, FLUSH_TEXT];
+  });
+  route(["/update_weights_from_disk"], ["POST"], async (_q, _r, body) => updateWeights(body));
+  route(["/pause_generation"], ["POST"], async (_q, _r, body) => {
+    const p = pauseSchema.safeParse(body);
+    if (!p.success) throw new HttpError(400, badRequestBody(zodMessage(p.error)));
+    await sched.pause((p.data.mode ?? "abort") as PauseMode);
+    return [200, OK_PAUSE];
+  });
+  route(["/continue_generation"], ["POST"], async () => {
+    sched.resume();
+    return [200, OK_CONTINUE];
+  });
+  route(["/abort_request"], ["POST"], async (_q, _r, body) => {
+    const p = abortSchema.safeParse(body);
+    if (!p.success) throw new HttpError(400, badRequestBody(zodMessage(p.error)));
+    if (p.data.abort_all) sched.abortAll();
+    else if (p.data.rid) sched.abort(p.data.rid);
+    return [200, null];
+  });
+  route(["/v1/loads", "/get_loads"], ["GET"], async () => [200, loads()]);
+
+  const server = createServer((req, res) => {
+    void (async () => {
+      try {
+        const path = (req.url ?? "/").split("?")[0]!;
+        const r = routes.get(path);
+        if (!r) {
+          req.resume();
+          return send(res, 404, { detail: "Not Found" });
+        }
+        if (!r.methods.includes(req.method ?? "")) {
+          req.resume();
+          return send(res, 405, { detail: "Method Not Allowed" });
+        }
+        const text = req.method === "GET" ? (req.resume(), "") : await readBody(req, maxBody);
+        const body = parseJsonBody(text, r.emptyBodyOk);
+        const out = await r.handler(req, res, body);
+        if (out) send(res, out[0], out[1]);
+      } catch (e) {
+        if (e instanceof HttpError) return send(res, e.status, e.body);
+        const message = e instanceof Error ? e.message : String(e);
+        if (res.headersSent) res.destroy();
+        else send(res, 500, { error: { message } });
+      }
+    })();
+  });
+  server.on("clientError", (_err, socket) => {
+    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
+    else socket.destroy();
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port ?? 0, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  port = (server.address() as AddressInfo).port;
+  status = "ready";
+  return {
+    url: `http://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    port,
+    async close() {
+      if (status === "stopping") return;
+      status = "stopping";
+      sched.abortAll("the server is stopping");
+      await sched.waitIdle();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}

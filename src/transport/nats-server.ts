@@ -157,7 +157,11 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   const ownStore = opts.storeDir === undefined;
   const storeDir = opts.storeDir ?? join(workDir, "store");
   const confPath = join(workDir, "nats.conf");
-  writeFileSync(confPath, maxPayload === null ? "# server defaults\n" : `max_payload: ${maxPayload}\n`);
+  // The token goes in the config file (mode 0600, private dir), not on the command line where any
+  // local user could read it with ps.
+  const conf = [`authorization { token: ${JSON.stringify(token)} }`];
+  if (maxPayload !== null) conf.push(`max_payload: ${maxPayload}`);
+  writeFileSync(confPath, `${conf.join("\n")}\n`, { mode: 0o600 });
   let port = opts.port ?? -1;
   let log = "";
   const appendLog = (s: string) => {
@@ -167,7 +171,7 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   let stopped = false;
 
   const launch = async (): Promise<Proc> => {
-    const args = ["-c", confPath, "-a", host, "-p", String(port), "--auth", token];
+    const args = ["-c", confPath, "-a", host, "-p", String(port)];
     if (jetstream) args.push("-js", "-sd", storeDir);
     const child = spawn("/bin/sh", ["-c", WATCHDOG, "ooze-nats-watchdog", String(process.pid), binary, ...args], {
       detached: true,

@@ -2,7 +2,7 @@
 // and no orphan server after its parent exits, is SIGTERMed, or is SIGKILLed.
 import { spawn } from "node:child_process";
 import { createServer } from "node:net";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { OozeError } from "../../src/errors.ts";
@@ -26,6 +26,8 @@ describe("nats-server", () => {
       expect(server.url).toMatch(/^nats:\/\/127\.0\.0\.1:\d+$/);
       expect(server.token).toMatch(/^[0-9a-f]{64}$/);
       expect(alive(server.pid)).toBe(true);
+      // The token is not on the command line (visible to every local user through ps).
+      expect(readFileSync(`/proc/${server.pid}/cmdline`, "utf8")).not.toContain(server.token);
       // The token is required.
       await expect(connectBus({ url: server.url, reconnect: false })).rejects.toMatchObject({ code: "TRANSPORT" });
       const bus = await connectBus({ url: server.authUrl, reconnectWaitMs: 50 });

@@ -8,6 +8,8 @@ export interface NativeAddon {
   // --- training (train_binding.cc) ---
   /** The native trainer: forward/backward over packed sequences, policy losses, AdamW. */
   readonly Trainer: NativeTrainerConstructor;
+  /** The policy loss alone (same code as the Trainer's), synchronous: metrics and dL/dlogprobs, dL/dentropy. */
+  policyLoss(inputs: NativePolicyLossInputs, loss: Partial<NativeLossConfig>): NativePolicyLossResult;
 
   // --- checkpoints (checkpoint.cc) and the inference engine (engine_napi.cc) ---
   /** Reads config.json + model.safetensors (or sharded index); F32/BF16/F16. Sync. Throws naming file and tensor. */
@@ -244,6 +246,25 @@ export interface NativeOptimResult {
   skipped: boolean;
   /** Steps taken so far. */
   step: number;
+}
+
+/** Per-token inputs of policyLoss (all arrays one entry per token; sequences by cuSeqlens). */
+export interface NativePolicyLossInputs {
+  cuSeqlens: Int32Array;
+  logprobs: Float32Array;
+  entropy: Float32Array;
+  lossMask: Uint8Array;
+  advantages: Float32Array;
+  oldLogprobs: Float32Array;
+  rolloutLogprobs: Float32Array | null;
+  refLogprobs: Float32Array | null;
+}
+
+/** What policyLoss returns. */
+export interface NativePolicyLossResult {
+  metrics: NativeLossMetrics;
+  dLogprobs: Float32Array;
+  dEntropy: Float32Array;
 }
 
 export interface NativeTrainerConstructor {

@@ -15,8 +15,9 @@ std::string validate_loss(const LossConfig& c, const LossInputs& in) {
   if (!(c.tis_cap >= 0)) return "tis_cap must be >= 0 (0 disables TIS)";
   if (c.tis_cap > 0 && in.rollout_logprobs == nullptr) return "tis_cap is set but no rollout logprobs were given";
   if (!(c.normalizer >= 0)) return "normalizer must be >= 0 (0 = count the batch)";
-  if (!in.logprobs || !in.entropy || !in.loss_mask || !in.advantages || !in.old_logprobs || !in.cu_seqlens)
-    return "logprobs, entropy, loss_mask, advantages, old_logprobs and cu_seqlens are required";
+  if (in.T > 0 && (!in.logprobs || !in.entropy || !in.loss_mask || !in.advantages || !in.old_logprobs))
+    return "logprobs, entropy, loss_mask, advantages and old_logprobs are required";
+  if (!in.cu_seqlens) return "cu_seqlens is required";
   return "";
 }
 

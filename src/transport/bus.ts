@@ -16,8 +16,11 @@ import {
   StorageType,
 } from "@nats-io/jetstream";
 import { type KV, type KvOptions, Kvm } from "@nats-io/kv";
-import { type ObjectStore, type ObjectStoreOptions, Objm } from "@nats-io/obj";
+import { type ObjectStore, type ObjectStoreOptions, Objm, setSha256Backend } from "@nats-io/obj";
 import { OozeError, TimeoutError, TransportError } from "../errors.ts";
+
+// Object store digests with node:crypto instead of the pure-JS default: ~10x faster on large objects.
+setSha256Backend("native");
 
 /** Header naming a large payload stored in the object store: `bucket/object`. */
 export const LARGE_HEADER = "Ooze-Large";
@@ -277,7 +280,8 @@ class NatsBus implements Bus {
     const store = await this.obj(this.largeBucket, { ttl: this.largeTtlMs * 1_000_000, storage: StorageType.File });
     const name = nuid.next();
     try {
-      await store.putBlob({ name }, data);
+      // Chunks as large as the server allows: fewer publishes and acks than the 128 KiB default.
+      await store.putBlob({ name, options: { max_chunk_size: this.maxPayload - HEADER_ROOM } }, data);
     } catch (e) {
       throw toTransportError(e, `storing a large payload (${data.length} bytes) in object store '${this.largeBucket}'`);
     }

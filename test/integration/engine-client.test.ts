@@ -152,6 +152,12 @@ describe("EngineClient, hostile server", () => {
     expect(e.message).toContain(`${fake.url}/generate`);
   });
 
+  it("a slow server within the deadline still answers", async () => {
+    fake.script("/generate", { kind: "slow", ms: 50 });
+    const r = await client.generate({ inputIds: [1], sampling: { max_new_tokens: 2 } });
+    expect(Array.from(r.outputIds)).toEqual([2, 3]);
+  });
+
   it("4xx → ENGINE_REJECTED with the server's message, not retried", async () => {
     fake.script("/generate", {
       kind: "status",

@@ -100,7 +100,13 @@ export function decodeMessage<D extends AnyMessageDef>(bytes: Uint8Array, regist
         : `${where}: unsupported version; known versions of '${kind}': ${known.map((x) => `v${x}`).join(", ")}`,
     );
   }
-  const body = def.schema.safeParse(env.data.body);
+  let body: ReturnType<typeof def.schema.safeParse>;
+  try {
+    body = def.schema.safeParse(env.data.body);
+  } catch (e) {
+    // A schema's own refinement threw on this input: still the frame's fault, not the receiver's.
+    throw new MalformedMessageError(`${where}: body validator threw: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+  }
   if (!body.success) {
     throw new MalformedMessageError(`${where}: ${formatIssues(body.error.issues, env.data.body, "body")}`);
   }

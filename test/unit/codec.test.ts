@@ -143,6 +143,18 @@ describe("typed messages", () => {
     expectMalformed(() => decodeMessage(Raw.encode({ ids: new Float32Array(1) as never }), createRegistry(Raw)), "body.ids", "Float32Array");
   });
 
+  it("turns a throwing refinement into MalformedMessageError", () => {
+    const Picky = defineMessage({
+      kind: "test.picky",
+      v: 1,
+      schema: z.object({ n: z.number() }).refine((b) => {
+        if (b.n < 0) throw new Error("negative");
+        return true;
+      }),
+    });
+    expectMalformed(() => decodeMessage(Picky.encode({ n: -1 }), createRegistry(Picky)), "test.picky", "validator threw", "negative");
+  });
+
   it("refuses duplicate (kind, v) in a registry", () => {
     expect(() => createRegistry(Ping, Ping)).toThrow(/defined twice/);
   });

@@ -1,0 +1,273 @@
+// TrainerWorker: supervises a trainer worker child process (native/worker/main.ts) and forwards Trainer
+// calls to it. When the child dies (SIGKILL, SIGSEGV, any exit), every call in flight rejects with a
+// retryable WORKER_DIED OozeError and a fresh child is started from the last restore point: the last
+// checkpoint directory it saved or loaded, or the last params it was given or snapshotted.
+import { spawn, type ChildProcess } from "node:child_process";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { OozeError, type WireError } from "../../src/errors.ts";
+import type { LlamaHfConfig, TensorLayout } from "../index.d.ts";
+import type {
+  NativeLossConfig,
+  NativeLossMetrics,
+  NativeOptimConfig,
+  NativeOptimResult,
+  NativePackedBatch,
+  NativeTrainBatch,
+  TrainerSource,
+  TrainStepMetrics,
+} from "../trainer.ts";
+import { encodeFrame, FrameDecoder, type WorkerOp, type WorkerReply } from "./protocol.ts";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repoRoot = resolve(here, "..", "..");
+
+/** Options of TrainerWorker.start. */
+export interface TrainerWorkerOptions {
+  /** What the first worker loads; later restarts use the latest restore point. */
+  source: TrainerSource;
+  /** Restarts allowed over the worker's life before it gives up (default 10). */
+  maxRestarts?: number;
+  /** Called after each restart completes (or fails: error is set). */
+  onRestart?: (event: { restarts: number; pid: number | null; reason: string; error: OozeError | null }) => void;
+  /** Extra environment for the child. */
+  env?: Record<string, string>;
+}
+
+interface Pending {
+  op: WorkerOp;
+  resolve: (v: unknown) => void;
+  reject: (e: OozeError) => void;
+}
+
+/** Model info as the worker reports it. */
+export type WorkerModelInfo = { config: LlamaHfConfig; numParams: number; step: number; tensors: TensorLayout[] };
+
+/** A Trainer in a supervised child process; same methods as native/trainer.ts's Trainer. */
+export class TrainerWorker {
+  private child: ChildProcess | null = null;
+  private ready: Promise<void> = Promise.resolve();
+  private pending = new Map<number, Pending>();
+  private nextId = 1;
+  private restorePoint: TrainerSource;
+  private restartCount = 0;
+  private closed = false;
+  private fatal: OozeError | null = null;
+  private readonly maxRestarts: number;
+
+  private constructor(private readonly opts: TrainerWorkerOptions) {
+    this.restorePoint = TrainerWorker.absolute(opts.source);
+    this.maxRestarts = opts.maxRestarts ?? 10;
+  }
+
+  /** Spawns the worker and loads `source` into it. */
+  static async start(opts: TrainerWorkerOptions): Promise<TrainerWorker> {
+    const w = new TrainerWorker(opts);
+    w.ready = w.boot();
+    try {
+      await w.ready;
+    } catch (e) {
+      w.closed = true;
+      w.child?.kill("SIGKILL");
+      throw e;
+    }
+    return w;
+  }
+
+  /** The child's pid (null while none runs). */
+  get pid(): number | null {
+    return this.child?.pid ?? null;
+  }
+
+  /** How many times the worker was restarted. */
+  get restarts(): number {
+    return this.restartCount;
+  }
+
+  /** What a restart would load now. */
+  get restoreSource(): TrainerSource {
+    return this.restorePoint;
+  }
+
+  /** Sets what the next restart loads (a checkpoint dir, or a config with params). */
+  setRestorePoint(source: TrainerSource): void {
+    this.restorePoint = TrainerWorker.absolute(source);
+  }
+
+  private static absolute(s: TrainerSource): TrainerSource {
+    return "modelDir" in s ? { modelDir: resolve(s.modelDir) } : s;
+  }
+
+  private async boot(): Promise<void> {
+    const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+    const child = spawn(process.execPath, ["--import", tsx, join(here, "main.ts")], {
+      cwd: repoRoot,
+      stdio: ["pipe", "pipe", "inherit"],
+      env: { ...process.env, ...this.opts.env },
+    });
+    this.child = child;
+    const decoder = new FrameDecoder();
+    child.stdout!.on("data", (chunk: Buffer) => {
+      let msgs: unknown[];
+      try {
+        msgs = decoder.push(chunk);
+      } catch {
+        child.kill("SIGKILL"); // a corrupt stream: treat as a dead worker
+        return;
+      }
+      for (const m of msgs) this.onReply(m as WorkerReply);
+    });
+    child.stdin!.on("error", () => undefined); // EPIPE when it died; 'exit' handles it
+    child.on("exit", (code, signal) => this.onExit(child, code, signal));
+    child.on("error", (e) => this.onExit(child, null, null, e));
+    await this.send("init", [this.restorePoint], child);
+  }
+
+  private onReply(r: WorkerReply): void {
+    const p = this.pending.get(r.id);
+    if (!p) return;
+    this.pending.delete(r.id);
+    if (r.ok) p.resolve(r.result);
+    else p.reject(OozeError.fromWire(r.error as WireError));
+  }
+
+  private onExit(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null, err?: Error): void {
+    if (this.child !== child) return;
+    this.child = null;
+    const how = err ? `failed to spawn: ${err.message}` : signal ? `was killed by ${signal}` : `exited with code ${code}`;
+    const reason = `trainer worker pid ${child.pid ?? "?"} ${how}`;
+    for (const [id, p] of this.pending) {
+      this.pending.delete(id);
+      p.reject(new OozeError("WORKER_DIED", `${reason} during ${p.op}; it restarts from its last restore point, retry the call`, { retryable: true }));
+    }
+    if (this.closed) return;
+    if (this.restartCount >= this.maxRestarts) {
+      this.fatal = new OozeError("WORKER_DIED", `${reason}; gave up after ${this.restartCount} restarts (maxRestarts ${this.maxRestarts})`, { retryable: false });
+      this.opts.onRestart?.({ restarts: this.restartCount, pid: null, reason, error: this.fatal });
+      return;
+    }
+    this.restartCount++;
+    this.ready = this.boot().then(
+      () => this.opts.onRestart?.({ restarts: this.restartCount, pid: this.pid, reason, error: null }),
+      (e: unknown) => {
+        // Died again while loading: onExit has already started the next restart (or given up).
+        if (e instanceof OozeError && e.code === "WORKER_DIED" && e.retryable) return;
+        const cause = e instanceof OozeError ? e : new OozeError("WORKER_DIED", String(e));
+        this.fatal = new OozeError("WORKER_DIED", `${reason}; restart failed: ${cause.message}`, { retryable: false, cause });
+        this.child?.kill("SIGKILL");
+        this.opts.onRestart?.({ restarts: this.restartCount, pid: null, reason, error: this.fatal });
+        throw this.fatal;
+      },
+    );
+    this.ready.catch(() => undefined);
+  }
+
+  private send(op: WorkerOp, args: unknown[], child: ChildProcess): Promise<unknown> {
+    return new Promise((res, rej) => {
+      const id = this.nextId++;
+      this.pending.set(id, { op, resolve: res, reject: rej });
+      child.stdin!.write(encodeFrame({ id, op, args }));
+    });
+  }
+
+  /** Waits for a running worker, then sends one request. */
+  private async call<T>(op: WorkerOp, args: unknown[]): Promise<T> {
+    if (this.closed) throw new OozeError("WORKER_DIED", `trainer worker is closed; ${op} was not sent`);
+    for (;;) {
+      const r = this.ready;
+      await r.catch(() => undefined);
+      if (r === this.ready) break; // no restart began while waiting
+    }
+    if (this.fatal) throw this.fatal;
+    if (!this.child) throw new OozeError("WORKER_DIED", `trainer worker is not running; ${op} was not sent`, { retryable: true });
+    return (await this.send(op, args, this.child)) as T;
+  }
+
+  /** Per-token logprobs and entropies (see Trainer.logprobs). */
+  logprobs(batch: NativePackedBatch, temperature = 1): Promise<{ logprobs: Float32Array; entropy: Float32Array }> {
+    return this.call("logprobs", [batch, temperature]);
+  }
+  /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy into the grads. */
+  backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array): Promise<void> {
+    return this.call("backward", [batch, temperature, dLogprobs, dEntropy]);
+  }
+  /** Forward + loss + backward of one micro-batch. */
+  accumulate(batch: NativeTrainBatch, loss: Partial<NativeLossConfig> = {}): Promise<NativeLossMetrics> {
+    return this.call("accumulate", [batch, loss]);
+  }
+  /** Clip + AdamW step, then zero the grads. */
+  applyGrads(optim: Partial<NativeOptimConfig> & { lr: number }): Promise<NativeOptimResult> {
+    return this.call("applyGrads", [optim]);
+  }
+  /** zeroGrads + accumulate + applyGrads. */
+  trainStep(batch: NativeTrainBatch, loss: Partial<NativeLossConfig>, optim: Partial<NativeOptimConfig> & { lr: number }): Promise<TrainStepMetrics> {
+    return this.call("trainStep", [batch, loss, optim]);
+  }
+  zeroGrads(): Promise<void> {
+    return this.call("zeroGrads", []);
+  }
+  getParams(): Promise<Float32Array> {
+    return this.call("getParams", []);
+  }
+  getGrads(): Promise<Float32Array> {
+    return this.call("getGrads", []);
+  }
+  resetOptimizer(): Promise<void> {
+    return this.call("resetOptimizer", []);
+  }
+  info(): Promise<WorkerModelInfo> {
+    return this.call("info", []);
+  }
+  /** The worker's pid as it reports it. */
+  ping(): Promise<{ pid: number }> {
+    return this.call("ping", []);
+  }
+
+  /** Replaces the params; they become the restore point (this object keeps the copy). */
+  async setParams(params: Float32Array): Promise<void> {
+    await this.call("setParams", [params]);
+    const info = await this.info();
+    this.restorePoint = { config: info.config, params: params.slice(), seed: null };
+  }
+
+  /** Copies the current params out of the worker and makes them the restore point; returns them. */
+  async snapshot(): Promise<Float32Array> {
+    const info = await this.info();
+    const params = await this.getParams();
+    this.restorePoint = { config: info.config, params, seed: null };
+    return params;
+  }
+
+  /** Saves an HF checkpoint; the directory becomes the restore point. */
+  async save(dir: string, weightVersion = ""): Promise<void> {
+    const abs = resolve(dir);
+    await this.call("save", [abs, weightVersion]);
+    this.restorePoint = { modelDir: abs };
+  }
+
+  /** Loads a checkpoint into the worker; the directory becomes the restore point. */
+  async load(dir: string): Promise<{ weightVersion: string }> {
+    const abs = resolve(dir);
+    const r = await this.call<{ weightVersion: string }>("load", [abs]);
+    this.restorePoint = { modelDir: abs };
+    return r;
+  }
+
+  /** Test-only fault injection: a call the worker never answers (it rejects when the worker dies). */
+  hangForTest(): Promise<void> {
+    return this.call("hang", []);
+  }
+
+  /** Stops the worker (closes its stdin, then kills it if it lingers) and rejects any call in flight. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const child = this.child;
+    if (!child) return;
+    const exited = new Promise<void>((res) => child.once("exit", () => res()));
+    child.stdin!.end();
+    const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+}

@@ -12,3 +12,5 @@ export {
   type DurableRef,
   type DurableStats,
 } from "./durable.ts";
+export { startActors, type ActorSpecInput, type KindResolver, type StartActorsOptions, type StartedActor } from "./specs.ts";
+export { serveControl, controlRequest, type ControlRequest, type PsReply, type DownReply } from "./control.ts";

@@ -99,5 +99,5 @@ describe("ask under connection cuts (property)", () => {
       }),
       { numRuns: RUNS },
     );
-  });
+  }, 30_000 + RUNS * 8000);
 });

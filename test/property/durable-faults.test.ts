@@ -97,5 +97,5 @@ describe("durable mailbox under faults (property)", () => {
       }),
       { numRuns: RUNS },
     );
-  });
+  }, 30_000 + RUNS * 15000);
 });

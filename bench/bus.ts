@@ -1,0 +1,183 @@
+// Bus benchmark: two processes over an embedded nats-server. Measures actor tell throughput, ask
+// latency (p50/p99), durable-mailbox throughput (publish + consume + ack of 2 KB payloads through the
+// actor system) and, in the same run, raw JetStream publish + pull consume + ack of the same payload,
+// with their ratio. Progress goes to stderr; one JSON line is printed last on stdout.
+// Usage: npm run bench -- bus [--quick]      (the script re-runs itself with --role=host as the peer)
+import { type ChildProcess, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { attachBus, createSystem, defineActor, durableRef, serveDurable, type ActorSystem } from "../src/actor/index.ts";
+import { connectBus, type Bus } from "../src/transport/bus.ts";
+import { jobNames } from "../src/transport/names.ts";
+import { startNatsServer } from "../src/transport/nats-server.ts";
+
+const JOB = "bench-bus";
+const RAW_STREAM = "OOZE_BENCH_RAW";
+const RAW_SUBJECT = "ooze.bench-bus.raw";
+const PAYLOAD = 2048;
+const MAX_ACK_PENDING = 512;
+const args = process.argv.slice(2);
+const role = args.find((a) => a.startsWith("--role="))?.slice(7) ?? "main";
+const quick = args.includes("--quick");
+const log = (m: string) => process.stderr.write(`[bench bus] ${m}\n`);
+
+type HostMsg = { kind: "tell"; i: number } | { kind: "ping" } | { kind: "stats" } | { kind: "reset" };
+interface HostStats {
+  tells: number;
+  durable: number;
+  raw: number;
+}
+
+async function host(url: string, token: string): Promise<void> {
+  const bus = await connectBus({ url, token, name: "bench-host" });
+  const system = createSystem({ name: JOB, log: () => {} });
+  await attachBus(system, bus, { events: false });
+  const stats: HostStats = { tells: 0, durable: 0, raw: 0 };
+  system.spawn(
+    defineActor<null, HostMsg>({
+      name: "peer",
+      init: () => null,
+      handle: (s, m, ctx) => {
+        if (m.kind === "tell") stats.tells++;
+        else if (m.kind === "stats") ctx.reply(stats);
+        else if (m.kind === "reset") Object.assign(stats, { tells: 0, durable: 0, raw: 0 });
+        else ctx.reply(null);
+        return s;
+      },
+    }),
+  );
+  system.spawn(
+    defineActor<null, { payload: Uint8Array }>({
+      name: "dsink",
+      init: () => null,
+      handle: (s) => {
+        stats.durable++;
+        return s;
+      },
+    }),
+  );
+  await serveDurable(system, "dsink", { maxAckPending: MAX_ACK_PENDING });
+  // The raw baseline: one durable pull consumer on a plain work-queue stream, ack per message.
+  await bus.ensureStream(RAW_STREAM, [RAW_SUBJECT], { retention: "workqueue", storage: "file" } as never);
+  const consumer = await bus.ensureConsumer(RAW_STREAM, "raw", { max_ack_pending: MAX_ACK_PENDING } as never);
+  void (async () => {
+    const msgs = await consumer.consume({ max_messages: 256 });
+    for await (const m of msgs) {
+      m.ack();
+      stats.raw++;
+    }
+  })();
+  await bus.flush();
+  process.stdout.write("ready\n");
+}
+
+function startHost(url: string, token: string): Promise<ChildProcess> {
+  const self = fileURLToPath(import.meta.url);
+  const child = spawn(process.execPath, ["--import", "tsx", self, "--role=host", url, token], { stdio: ["ignore", "pipe", "inherit"] });
+  return new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      if (out.includes("ready\n")) resolve(child);
+    });
+    child.once("exit", (c) => reject(new Error(`bench host exited with ${c} before ready`)));
+  });
+}
+
+async function waitCount(sys: ActorSystem, key: keyof HostStats, n: number): Promise<void> {
+  const peer = sys.remoteRef<HostMsg>("peer");
+  for (;;) {
+    const s = await peer.ask<HostStats>({ kind: "stats" }, { timeoutMs: 30_000 });
+    if (s[key] >= n) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** Runs `send(i)` for i < n with at most `window` in flight. */
+async function pipelined(n: number, window: number, send: (i: number) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < n) await send(next++);
+  };
+  await Promise.all(Array.from({ length: window }, worker));
+}
+
+async function main(): Promise<void> {
+  const server = await startNatsServer({ maxPayload: 8 * 1024 * 1024 });
+  log(`nats-server ${server.url}, peer process starting`);
+  const child = await startHost(server.url, server.token);
+  const bus: Bus = await connectBus({ url: server.url, token: server.token, name: "bench-main" });
+  const sys = createSystem({ name: JOB, log: () => {} });
+  await attachBus(sys, bus, { events: false });
+  const peer = sys.remoteRef<HostMsg>("peer");
+  const result: Record<string, number | string> = { bench: "bus", payload_bytes: PAYLOAD, quick: quick ? 1 : 0 };
+  try {
+    // tell throughput
+    const tells = quick ? 20_000 : 200_000;
+    await peer.ask({ kind: "reset" });
+    let t0 = performance.now();
+    for (let i = 0; i < tells; i++) {
+      peer.tell({ kind: "tell", i });
+      if ((i & 4095) === 4095) await new Promise((r) => setImmediate(r));
+    }
+    await waitCount(sys, "tells", tells);
+    result.tell_msgs_per_s = Math.round(tells / ((performance.now() - t0) / 1000));
+    log(`tell: ${result.tell_msgs_per_s} msgs/s (${tells} tells)`);
+
+    // ask latency, sequential
+    const warm = quick ? 500 : 2_000;
+    const asks = quick ? 2_000 : 10_000;
+    for (let i = 0; i < warm; i++) await peer.ask({ kind: "ping" });
+    const lat = new Float64Array(asks);
+    for (let i = 0; i < asks; i++) {
+      const s = performance.now();
+      await peer.ask({ kind: "ping" });
+      lat[i] = performance.now() - s;
+    }
+    lat.sort();
+    result.ask_p50_ms = Number(lat[Math.floor(asks * 0.5)]!.toFixed(4));
+    result.ask_p99_ms = Number(lat[Math.floor(asks * 0.99)]!.toFixed(4));
+    log(`ask: p50 ${result.ask_p50_ms} ms, p99 ${result.ask_p99_ms} ms (${asks} sequential asks)`);
+
+    // durable vs raw JetStream, same payload, same window, alternating rounds; best of each
+    const n = quick ? 5_000 : 20_000;
+    const window = 256;
+    const payload = new Uint8Array(PAYLOAD).map((_, i) => i & 0xff);
+    const dref = await durableRef<{ payload: Uint8Array }>(sys, "dsink");
+    let bestRaw = 0;
+    let bestDurable = 0;
+    const rounds = quick ? 1 : 2;
+    for (let round = 0; round < rounds; round++) {
+      await peer.ask({ kind: "reset" });
+      t0 = performance.now();
+      await pipelined(n, window, () => bus.js.publish(RAW_SUBJECT, payload));
+      await waitCount(sys, "raw", n);
+      const raw = n / ((performance.now() - t0) / 1000);
+      bestRaw = Math.max(bestRaw, raw);
+      log(`round ${round + 1}: raw JetStream ${Math.round(raw)} msgs/s`);
+      t0 = performance.now();
+      await pipelined(n, window, () => dref.send({ payload }));
+      await waitCount(sys, "durable", n);
+      const durable = n / ((performance.now() - t0) / 1000);
+      bestDurable = Math.max(bestDurable, durable);
+      log(`round ${round + 1}: durable mailbox ${Math.round(durable)} msgs/s`);
+    }
+    result.durable_msgs_per_s = Math.round(bestDurable);
+    result.raw_jetstream_msgs_per_s = Math.round(bestRaw);
+    result.durable_vs_raw = Number((bestDurable / bestRaw).toFixed(3));
+    result.messages_per_round = n;
+    result.stream = jobNames(JOB).streamMailboxes;
+  } finally {
+    child.kill("SIGKILL");
+    await sys.stop();
+    await bus.close();
+    await server.stop();
+  }
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+if (role === "host") {
+  await host(args[1] ?? "", args[2] ?? "");
+} else {
+  await main();
+  process.exit(0);
+}

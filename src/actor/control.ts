@@ -1,0 +1,75 @@
+// The control plane of a node process over NATS (`names.control(node)`): `ps` lists the node's actors
+// with status, restarts and mailbox depth; `down` drains the mailboxes and stops the system. What
+// `ooze ps` / `ooze down` talk to.
+import { z } from "zod";
+import { encode, makeEnvelope } from "../codec/index.ts";
+import { OozeError, type WireError } from "../errors.ts";
+import type { Bus } from "../transport/bus.ts";
+import { jobNames } from "../transport/names.ts";
+import { decodeEnvelope, remoteLayer } from "./remote.ts";
+import type { ActorSystem } from "./system.ts";
+import type { ActorInfo } from "./types.ts";
+
+export const CONTROL_KIND = "ooze.control";
+export const CONTROL_REPLY_KIND = "ooze.control.reply";
+
+/** A control request. */
+export type ControlRequest = { op: "ps" } | { op: "down"; drainMs?: number };
+
+/** Answer to `ps`. */
+export interface PsReply {
+  node: string;
+  system: string;
+  pid: number;
+  actors: ActorInfo[];
+  failure: WireError | null;
+}
+
+/** Answer to `down`. */
+export interface DownReply {
+  node: string;
+  drained: boolean;
+}
+
+const requestSchema = z.discriminatedUnion("op", [
+  z.object({ op: z.literal("ps") }),
+  z.object({ op: z.literal("down"), drainMs: z.number().int().min(0).optional() }),
+]);
+
+/** Serves the control subject of `node` for a system with a bus attached; returns the unsubscribe. */
+export function serveControl(system: ActorSystem, node: string, opts: { onDown?: () => void | Promise<void> } = {}): () => void {
+  const { bus, names } = remoteLayer(system);
+  const sub = bus.subscribe(names.control(node), {
+    handler: async (m) => {
+      if (m.reply === null) return;
+      let reply: unknown;
+      try {
+        const env = decodeEnvelope(m.data, CONTROL_KIND);
+        const req = requestSchema.parse(env.body);
+        if (req.op === "ps") {
+          reply = { ok: true, value: { node, system: system.name, pid: process.pid, actors: system.list(), failure: system.failure?.toWire() ?? null } satisfies PsReply };
+        } else {
+          // Answer after draining, then stop serving and let the process exit.
+          const drained = await system.drain({ timeoutMs: req.drainMs ?? 10_000 });
+          reply = { ok: true, value: { node, drained } satisfies DownReply };
+          setImmediate(() => void opts.onDown?.());
+        }
+      } catch (e) {
+        const err = e instanceof OozeError ? e : new OozeError("BAD_REQUEST", `control request to node '${node}' is invalid: ${(e as Error).message}`);
+        reply = { ok: false, error: err.toWire() };
+      }
+      await m.respond(encode(makeEnvelope(CONTROL_REPLY_KIND, 1, reply))).catch(() => {});
+    },
+  });
+  return () => sub.unsubscribe();
+}
+
+/** Sends a control request to a node of a job; rejects with the node's error, TimeoutError or ACTOR_NOT_FOUND. */
+export async function controlRequest<R = PsReply | DownReply>(bus: Bus, job: string, node: string, req: ControlRequest, timeoutMs = 5_000): Promise<R> {
+  const names = jobNames(job);
+  const msg = await bus.request(names.control(node), encode(makeEnvelope(CONTROL_KIND, 1, req)), { timeoutMs });
+  const env = decodeEnvelope(msg.data, CONTROL_REPLY_KIND);
+  const body = env.body as { ok: boolean; value?: unknown; error?: WireError };
+  if (!body.ok) throw OozeError.fromWire(body.error as WireError);
+  return body.value as R;
+}

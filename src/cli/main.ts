@@ -17,6 +17,9 @@ function lazy(load: () => Promise<{ register: (cmd: Command) => void }>) {
 await Promise.all([
   lazy(() => import("./commands/model.ts")),
   lazy(() => import("./commands/topology.ts")),
+  lazy(() => import("./commands/up.ts")),
+  lazy(() => import("./commands/node.ts")),
+  lazy(() => import("./commands/ps.ts")),
 ]);
 
 try {
@@ -25,13 +28,19 @@ try {
   reportAndExit(e);
 }
 
-/** Prints an error a person can act on, without a stack for expected errors, and exits 1. */
+/** Exit code of a failure that a restart cannot cure (bad topology, bad config): EX_CONFIG. */
+export const EXIT_NOT_RETRYABLE = 78;
+
+/**
+ * Prints an error a person can act on, without a stack for expected errors, and exits: 1, or
+ * EXIT_NOT_RETRYABLE for a non-retryable OozeError, so a supervising `ooze up` does not restart it.
+ */
 export function reportAndExit(e: unknown): never {
   if (e instanceof OozeError) {
     console.error(`ooze: ${e.message}`);
     if (process.env.OOZE_DEBUG) console.error(e.stack);
-  } else {
-    console.error(e);
+    process.exit(e.retryable ? 1 : EXIT_NOT_RETRYABLE);
   }
+  console.error(e);
   process.exit(1);
 }

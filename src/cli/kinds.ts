@@ -1,0 +1,56 @@
+// Actor kinds a topology can name: the built-in ones by name, or a module path (relative to the
+// topology file) whose default export is an actor definition or a function (system) → definition.
+// This is the composition root that brings actors/ into the runtime.
+import { isAbsolute, dirname, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import type { ActorDefinition, ActorSystem } from "../actor/index.ts";
+import { OozeError } from "../errors.ts";
+import type { KindResolver } from "../topology/node.ts";
+import type { ActorSpec, Topology } from "../topology/schema.ts";
+
+type AnyDef = ActorDefinition<unknown, unknown>;
+type Factory = (system: ActorSystem) => AnyDef | Promise<AnyDef>;
+
+const BUILTIN: Record<string, () => Promise<Factory>> = {
+  "echo.server": async () => {
+    const m = await import("../../actors/echo/echo.ts");
+    return () => m.echoServer as unknown as AnyDef;
+  },
+  "echo.pinger": async () => {
+    const m = await import("../../actors/echo/echo.ts");
+    return (system) => m.echoPinger(system) as unknown as AnyDef;
+  },
+};
+
+/** Names of the built-in kinds. */
+export const builtinKinds = (): string[] => Object.keys(BUILTIN);
+
+function isDefinition(x: unknown): x is AnyDef {
+  return typeof x === "object" && x !== null && typeof (x as AnyDef).handle === "function" && typeof (x as AnyDef).init === "function";
+}
+
+/** Resolves built-in kinds and module paths. */
+export const resolveKind: KindResolver = async (spec: ActorSpec, topology: Topology, system: ActorSystem) => {
+  const builtin = BUILTIN[spec.kind];
+  if (builtin) return (await builtin())(system);
+  if (!spec.kind.includes("/") && !spec.kind.endsWith(".ts") && !spec.kind.endsWith(".js"))
+    throw new OozeError(
+      "TOPOLOGY_INVALID",
+      `${topology.file ?? "topology"}: actor '${spec.name}' has unknown kind '${spec.kind}'; built-in kinds: ${builtinKinds().join(", ")}, or a module path like ./my-actor.ts`,
+    );
+  const base = topology.file ? dirname(topology.file) : process.cwd();
+  const path = isAbsolute(spec.kind) ? spec.kind : resolve(base, spec.kind);
+  let mod: { default?: unknown };
+  try {
+    mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
+  } catch (e) {
+    throw new OozeError("TOPOLOGY_INVALID", `actor '${spec.name}': cannot load kind module ${path}: ${(e as Error).message}`, { cause: e });
+  }
+  const d = mod.default;
+  if (isDefinition(d)) return d;
+  if (typeof d === "function") {
+    const made = await (d as Factory)(system);
+    if (isDefinition(made)) return made;
+  }
+  throw new OozeError("TOPOLOGY_INVALID", `actor '${spec.name}': ${path} must export default an actor definition (defineActor) or a function (system) => definition`);
+};

@@ -4,11 +4,14 @@
 /** Which operand is transposed: nt C=A·Bᵀ (B is [N,K]), nn C=A·B (B is [K,N]), tn C=Aᵀ·B (A is [K,M]). */
 export type MatmulKind = "nt" | "nn" | "tn";
 
-/** Element (i, k) of op(A) and (k, j) of op(B) for a kind, as flat indices. */
-function indexers(kind: MatmulKind, M: number, N: number, K: number) {
-  const a = kind === "tn" ? (i: number, k: number) => k * M + i : (i: number, k: number) => i * K + k;
-  const b = kind === "nt" ? (k: number, j: number) => j * K + k : (k: number, j: number) => k * N + j;
-  return { a, b };
+/** Flat-index strides of op(A)(i, k) and op(B)(k, j) for a kind: index = i·ai + k·ak, k·bk + j·bj. */
+function strides(kind: MatmulKind, M: number, N: number, K: number) {
+  return {
+    ai: kind === "tn" ? 1 : K,
+    ak: kind === "tn" ? M : 1,
+    bk: kind === "nt" ? 1 : N,
+    bj: kind === "nt" ? K : 1,
+  };
 }
 
 /**
@@ -25,14 +28,16 @@ export function matmulRef(
   K: number,
   accumulate: boolean,
 ): Float64Array {
-  const { a, b } = indexers(kind, M, N, K);
+  const { ai, ak, bk, bj } = strides(kind, M, N, K);
   const scale = new Float64Array(M * N);
   for (let i = 0; i < M; i++) {
     for (let j = 0; j < N; j++) {
       let s = 0;
       let m = 0;
-      for (let k = 0; k < K; k++) {
-        const p = A[a(i, k)]! * B[b(k, j)]!;
+      let pa = i * ai;
+      let pb = j * bj;
+      for (let k = 0; k < K; k++, pa += ak, pb += bk) {
+        const p = A[pa]! * B[pb]!;
         s += p;
         m += Math.abs(p);
       }

@@ -1,8 +1,8 @@
 // Matrix multiplication kernels (see kernels.h). One packed driver serves nt, nn and tn through
 // strided views of A and B: K/N cache blocking, A and B packed into micro-panels, a register-blocked
-// FMA micro-kernel (AVX2 6x16; AVX-512 12x32 chosen at run time when the CPU has it), OpenMP over
-// the (row block, column panel) grid. Skinny M (decode, M <= 8) takes a streaming gemv path that
-// reads B once.
+// FMA micro-kernel (AVX2 6x16; AVX-512 12x32 chosen at run time when the CPU has it), OpenMP threads
+// each owning a slab of C's rows or columns. Skinny M (decode, M <= 8) takes a streaming gemv path
+// that reads B once.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -28,7 +28,9 @@ struct View {
 
 constexpr int KC = 256;   // depth of a packed block
 constexpr int NC = 3072;  // columns of a packed B block
-constexpr long kParallelFlops = 1L << 18;  // below this much work, one thread
+// Below this many multiply-adds (about 0.3 ms on one core) one thread: waking a team costs more,
+// and far more when the cores are shared with other busy processes.
+constexpr long kParallelFlops = 1L << 24;
 
 /** Threads to use for m*n*k multiply-adds. */
 int threads_for(long m, long n, long k) {
@@ -212,43 +214,69 @@ inline void tile(Kernel kern, int kc, const float* a, const float* b, float* c, 
 
 // ---- the packed driver --------------------------------------------------------------------------
 
+/**
+ * One thread's share: C[M,N] (ldc) (+)= op(A)·op(B) for views already offset to the block. BLIS
+ * loop order: N in NC blocks, K in KC blocks (pack B: kc x nc), M in MC blocks (pack A: mc x kc, in
+ * L2), then NR column panels (in L1) x MR row panels through the micro-kernel.
+ */
 template <int MR, int NR>
-void gemm_packed(Kernel kern, View A, View B, float* C, int M, int N, int K, bool accumulate) {
-  constexpr int MC = (MR == 6 ? 144 : 144);  // rows of A per L2 block (a multiple of MR)
+void gemm_block(Kernel kern, View A, View B, float* C, long ldc, int M, int N, int K, bool accumulate) {
+  constexpr int MC = 144;  // rows of A per L2 block (a multiple of MR)
   static_assert(MC % MR == 0, "MC must be a multiple of MR");
   static thread_local Scratch sa, sb;
-  const int m_pad = (M + MR - 1) / MR * MR;
-  const int nc_max = std::min(N, NC);
-  const int nc_pad = (nc_max + NR - 1) / NR * NR;
-  float* pa = sa.get((size_t)m_pad * KC);
-  float* pb = sb.get((size_t)nc_pad * KC);
-  const int nth = threads_for(M, N, K);
-  const int n_ic = (M + MC - 1) / MC;
-#pragma omp parallel num_threads(nth)
+  float* pa = sa.get((size_t)MC * KC);
+  float* pb = sb.get((size_t)((std::min(N, NC) + NR - 1) / NR * NR) * KC);
   for (int jc = 0; jc < N; jc += NC) {
     const int nc = std::min(NC, N - jc);
-    const int n_jr = (nc + NR - 1) / NR;
     for (int pc = 0; pc < K; pc += KC) {
       const int kc = std::min(KC, K - pc);
       const bool add = accumulate || pc > 0;
-#pragma omp for schedule(static) nowait
-      for (int jr = 0; jr < n_jr; ++jr)
-        pack_b<NR>(B, pc, kc, jc + jr * NR, std::min(NR, nc - jr * NR), pb + (long)jr * NR * kc);
-#pragma omp for schedule(static)
-      for (int ir = 0; ir < m_pad / MR; ++ir)
-        pack_a<MR>(A, ir * MR, std::min(MR, M - ir * MR), pc, kc, pa + (long)ir * MR * kc);
-#pragma omp for collapse(2) schedule(static)
-      for (int ic = 0; ic < n_ic; ++ic) {
-        for (int jr = 0; jr < n_jr; ++jr) {
-          const int i_end = std::min(M, (ic + 1) * MC);
-          const int nr = std::min(NR, nc - jr * NR);
-          const float* b = pb + (long)jr * NR * kc;
-          for (int i = ic * MC; i < i_end; i += MR) {
-            tile<MR, NR>(kern, kc, pa + (long)i * kc, b, C + (long)i * N + jc + jr * NR, N, add,
-                         std::min(MR, M - i), nr);
-          }
+      for (int jr = 0; jr < nc; jr += NR)
+        pack_b<NR>(B, pc, kc, jc + jr, std::min(NR, nc - jr), pb + (long)jr * kc);
+      for (int ic = 0; ic < M; ic += MC) {
+        const int mc = std::min(MC, M - ic);
+        for (int ir = 0; ir < mc; ir += MR)
+          pack_a<MR>(A, ic + ir, std::min(MR, mc - ir), pc, kc, pa + (long)ir * kc);
+        for (int jr = 0; jr < nc; jr += NR) {
+          const int nr = std::min(NR, nc - jr);
+          const float* b = pb + (long)jr * kc;
+          float* c = C + (long)ic * ldc + jc + jr;
+          for (int ir = 0; ir < mc; ir += MR)
+            tile<MR, NR>(kern, kc, pa + (long)ir * kc, b, c + (long)ir * ldc, ldc, add,
+                         std::min(MR, mc - ir), nr);
         }
       }
+    }
+  }
+}
+
+/**
+ * Splits C among the threads along whichever of rows (MR panels) or columns (NR panels) divides
+ * more evenly; each thread packs its own operands, so the team meets only once, at the end (cheap
+ * when cores are shared with other processes).
+ */
+template <int MR, int NR>
+void gemm_packed(Kernel kern, View A, View B, float* C, int M, int N, int K, bool accumulate) {
+  const int nth = threads_for(M, N, K);
+  if (nth <= 1) return gemm_block<MR, NR>(kern, A, B, C, N, M, N, K, accumulate);
+  const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
+  auto waste = [nth](int p) { return (double)((p + nth - 1) / nth * nth) / p; };
+  const bool by_cols = np >= nth && waste(np) <= waste(mp);
+#pragma omp parallel num_threads(nth)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int panels = by_cols ? np : mp;
+    const int p0 = (int)((long)panels * t / T), p1 = (int)((long)panels * (t + 1) / T);
+    if (by_cols) {
+      const int j0 = p0 * NR, j1 = std::min(N, p1 * NR);
+      if (j1 > j0)
+        gemm_block<MR, NR>(kern, A, View{B.p + (long)j0 * B.cs, B.rs, B.cs}, C + j0, N, M, j1 - j0, K,
+                           accumulate);
+    } else {
+      const int i0 = p0 * MR, i1 = std::min(M, p1 * MR);
+      if (i1 > i0)
+        gemm_block<MR, NR>(kern, View{A.p + (long)i0 * A.rs, A.rs, A.cs}, B, C + (long)i0 * N, N,
+                           i1 - i0, N, K, accumulate);
     }
   }
 }
@@ -262,11 +290,25 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-/** nt with M == R rows: C[i,j] = dot(A_i, B_j); each row of B is read once for all R rows. */
+/** Runs f.template operator()<R>() for R = rows in 1..8 (rows of one pass of a skinny kernel). */
+template <typename F>
+void by_rows(int rows, F&& f) {
+  switch (rows) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 5: f(std::integral_constant<int, 5>()); break;
+    case 6: f(std::integral_constant<int, 6>()); break;
+    case 7: f(std::integral_constant<int, 7>()); break;
+    default: f(std::integral_constant<int, 8>()); break;
+  }
+}
+
+/** Dot products of R rows of A with B rows [j0, j1): C[r, j] (+)= A_r · B_j. */
 template <int R>
-void skinny_nt(const float* A, const float* B, float* C, int N, int K, bool accumulate) {
-#pragma omp parallel for schedule(static) num_threads(threads_for(R, N, K))
-  for (int j = 0; j < N; ++j) {
+void dots(const float* A, const float* B, float* C, int N, int K, int j0, int j1, bool accumulate) {
+  for (int j = j0; j < j1; ++j) {
     const float* b = B + (long)j * K;
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -280,6 +322,24 @@ void skinny_nt(const float* A, const float* B, float* C, int N, int K, bool accu
       for (int kk = k; kk < K; ++kk) s += A[(long)r * K + kk] * b[kk];
       float* c = C + (long)r * N + j;
       *c = accumulate ? *c + s : s;
+    }
+  }
+}
+
+/**
+ * nt with few rows: each task takes a block of B rows (kept in L1) through every group of up to
+ * 8 rows of A, so B is read from memory once whatever M is.
+ */
+void skinny_nt(const float* A, const float* B, float* C, int M, int N, int K, bool accumulate) {
+  const int jb = std::max(1, std::min(16, (int)(24576 / ((long)K * 4 + 1))));  // B rows per task
+  const int tasks = (N + jb - 1) / jb;
+#pragma omp parallel for schedule(static) num_threads(threads_for(M, N, K))
+  for (int t = 0; t < tasks; ++t) {
+    const int j0 = t * jb, j1 = std::min(N, j0 + jb);
+    for (int i = 0; i < M; i += 8) {
+      by_rows(std::min(8, M - i), [&](auto r) {
+        dots<decltype(r)::value>(A + (long)i * K, B, C + (long)i * N, N, K, j0, j1, accumulate);
+      });
     }
   }
 }
@@ -332,22 +392,8 @@ void skinny_kn(View A, const float* B, float* C, int N, int K, bool accumulate) 
   }
 }
 
-/** Runs f.template operator()<R>() for R = rows in 1..8 (rows of one pass of a skinny kernel). */
-template <typename F>
-void by_rows(int rows, F&& f) {
-  switch (rows) {
-    case 1: f(std::integral_constant<int, 1>()); break;
-    case 2: f(std::integral_constant<int, 2>()); break;
-    case 3: f(std::integral_constant<int, 3>()); break;
-    case 4: f(std::integral_constant<int, 4>()); break;
-    case 5: f(std::integral_constant<int, 5>()); break;
-    case 6: f(std::integral_constant<int, 6>()); break;
-    case 7: f(std::integral_constant<int, 7>()); break;
-    default: f(std::integral_constant<int, 8>()); break;
-  }
-}
-
-constexpr int kSkinnyM = 8;
+constexpr int kSkinnyM = 8;    // nn/tn: rows of C kept in registers
+constexpr int kSkinnyNtM = 8;   // nt: up to here streaming B once beats packing it
 
 bool has_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && std::getenv("OOZE_NO_AVX512") == nullptr;
@@ -371,10 +417,7 @@ void gemm(View A, View B, float* C, int M, int N, int K, bool accumulate) {
 }  // namespace
 
 void matmul_nt(const float* A, const float* B, float* C, int M, int N, int K, bool accumulate) {
-  if (M > 0 && M <= kSkinnyM && N > 0 && K > 0) {
-    by_rows(M, [&](auto r) { skinny_nt<decltype(r)::value>(A, B, C, N, K, accumulate); });
-    return;
-  }
+  if (M > 0 && M <= kSkinnyNtM && N > 0 && K > 0) return skinny_nt(A, B, C, M, N, K, accumulate);
   gemm(View{A, K, 1}, View{B, 1, K}, C, M, N, K, accumulate);
 }
 

@@ -24,6 +24,8 @@ export interface SchedRequest {
   finish: FinishReason | null;
   /** Set when the request failed inside the engine (the response is an error, not a finish reason). */
   error: string | null;
+  /** Tokens generated before the request was last re-admitted after a retraction (0 if never retracted). */
+  resumedAt: number;
   /** Character index (in the decoded output) where a matched stop string begins. */
   stopAt: number | null;
   /** queued: not yet in the backend (paused / held); running: in the backend; retracted: out of the backend until continue. */
@@ -41,7 +43,7 @@ export function newSchedRequest(
   onUpdate: (r: SchedRequest) => void,
   internal = false,
 ): SchedRequest {
-  return { rid, promptIds, sampling, stop, internal, outIds: [], logprobs: [], cachedTokens: 0, finish: null, error: null, stopAt: null, state: "queued", onUpdate };
+  return { rid, promptIds, sampling, stop, internal, outIds: [], logprobs: [], cachedTokens: 0, finish: null, error: null, resumedAt: 0, stopAt: null, state: "queued", onUpdate };
 }
 
 /** The scheduling loop of one engine server. */
@@ -200,6 +202,7 @@ export class Scheduler {
         else {
           // Resume a retracted request from prompt + tokens so far, with the remaining budget.
           const done = r.outIds.length;
+          r.resumedAt = done;
           const ids = new Int32Array(r.promptIds.length + done);
           ids.set(r.promptIds);
           ids.set(r.outIds, r.promptIds.length);
@@ -253,8 +256,8 @@ export class Scheduler {
     r.logprobs.push(ev.logprob);
     if (ev.finished) {
       let f = ev.finished;
-      // After a retraction the backend counts only the remaining budget.
-      if (f.type === "length") f = { type: "length", length: r.sampling.maxNewTokens ?? r.outIds.length };
+      // After a retraction the backend counts only the tokens since re-admission.
+      if (f.type === "length" && r.resumedAt > 0) f = { type: "length", length: f.length + r.resumedAt };
       this.finish(r, f);
       return;
     }

@@ -250,6 +250,23 @@ describe("engine server: control", () => {
     expect((await client.updateWeightsFromDisk({ modelPath: dir, weightVersion: "v1" })).success).toBe(true);
   });
 
+  it("the refit sequence: pause in_place → update (requests kept) → continue; abort_all_requests aborts", async () => {
+    const { rest } = await started({ inputIds: [6, 6], sampling: { max_new_tokens: 40, ignore_eos: true } });
+    await client.pauseGeneration("in_place");
+    const u = await client.updateWeightsFromDisk({ modelPath: dir2, weightVersion: "v5" });
+    expect(u).toMatchObject({ success: true, numPausedRequests: 1 });
+    await client.continueGeneration();
+    const { result } = await rest;
+    expect(result.outputIds.length).toBe(40);
+    expect(result.meta.weightVersion).toBe("v5");
+
+    const second = await started({ inputIds: [6, 7], sampling: long });
+    const v = await client.updateWeightsFromDisk({ modelPath: dir, weightVersion: "v1", abortAllRequests: true });
+    expect(v.success).toBe(true);
+    expect((await second.rest).result.status).toBe("aborted");
+    expect(await client.weightVersion()).toBe("v1");
+  });
+
   it("a client disconnect aborts its request", async () => {
     const ctl = new AbortController();
     const res = await fetch(`${server.url}/generate`, { method: "POST", body: JSON.stringify({ input_ids: [5, 5], sampling_params: long, stream: true, rid: "gone" }), signal: ctl.signal });

@@ -11,9 +11,9 @@ namespace ooze {
 std::string validate_loss(const LossConfig& c, const LossInputs& in) {
   if (!(c.eps_clip >= 0) || !(c.eps_clip_high >= 0)) return "eps_clip and eps_clip_high must be >= 0";
   if (c.eps_clip_c != 0 && !(c.eps_clip_c > 1)) return "eps_clip_c (dual clip) must be > 1, or 0 to disable it";
-  if (c.kl_coef != 0 && in.ref_logprobs == nullptr) return "kl_coef is set but no reference logprobs were given";
+  if (c.kl_coef != 0 && in.T > 0 && in.ref_logprobs == nullptr) return "kl_coef is set but no reference logprobs were given";
   if (!(c.tis_cap >= 0)) return "tis_cap must be >= 0 (0 disables TIS)";
-  if (c.tis_cap > 0 && in.rollout_logprobs == nullptr) return "tis_cap is set but no rollout logprobs were given";
+  if (c.tis_cap > 0 && in.T > 0 && in.rollout_logprobs == nullptr) return "tis_cap is set but no rollout logprobs were given";
   if (!(c.normalizer >= 0)) return "normalizer must be >= 0 (0 = count the batch)";
   if (in.T > 0 && (!in.logprobs || !in.entropy || !in.loss_mask || !in.advantages || !in.old_logprobs))
     return "logprobs, entropy, loss_mask, advantages and old_logprobs are required";

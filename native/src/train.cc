@@ -121,6 +121,7 @@ void attention_fwd(const Dims& d, const float* q, const float* k, const float* v
         for (int j = a; j <= t; ++j) {
           const float* kr = k + static_cast<size_t>(j) * d.KV + g * d.hd;
           float s = 0;
+#pragma omp simd reduction(+ : s)
           for (int e = 0; e < d.hd; ++e) s += qr[e] * kr[e];
           s *= d.scale;
           sc[j - a] = s;
@@ -155,6 +156,7 @@ void attention_bwd(const Dims& d, const float* q, const float* k, const float* v
       const int g = h / d.grp, a = d.start[t];
       const size_t qo = static_cast<size_t>(t) * d.Q + h * d.hd;
       float dsum = 0;
+#pragma omp simd reduction(+ : dsum)
       for (int e = 0; e < d.hd; ++e) dsum += datt[qo + e] * att[qo + e];
       D[static_cast<size_t>(t) * d.nh + h] = dsum;
       const float l = lse[static_cast<size_t>(t) * d.nh + h];
@@ -164,6 +166,7 @@ void attention_bwd(const Dims& d, const float* q, const float* k, const float* v
         const float* kr = k + static_cast<size_t>(j) * d.KV + g * d.hd;
         const float* vr = v + static_cast<size_t>(j) * d.KV + g * d.hd;
         float s = 0, dp = 0;
+#pragma omp simd reduction(+ : s, dp)
         for (int e = 0; e < d.hd; ++e) s += q[qo + e] * kr[e], dp += datt[qo + e] * vr[e];
         const float p = std::exp(s * d.scale - l);
         const float ds = p * (dp - dsum) * d.scale;
@@ -183,6 +186,7 @@ void attention_bwd(const Dims& d, const float* q, const float* k, const float* v
         for (int t = j; t < d.end[j]; ++t) {
           const size_t qo = static_cast<size_t>(t) * d.Q + h * d.hd;
           float s = 0, dp = 0;
+#pragma omp simd reduction(+ : s, dp)
           for (int e = 0; e < d.hd; ++e) s += q[qo + e] * k[ko + e], dp += datt[qo + e] * v[ko + e];
           const float p = std::exp(s * d.scale - lse[static_cast<size_t>(t) * d.nh + h]);
           const float ds = p * (dp - D[static_cast<size_t>(t) * d.nh + h]) * d.scale;
@@ -197,8 +201,8 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 /**
  * One chunk of lm_head rows: logits = xnf[rows]·Wᵀ / τ, then per row the log-softmax. Writes the
- * target's logprob and the entropy of each row to lp/ent (indexed by row in chunk), and, when
- * `probs_out`, replaces logits with the softmax probabilities. `logits` is [n, V].
+ * target's logprob, the entropy and the log-sum-exp of each row to lp/ent/lse_out (indexed by row
+ * in chunk); `logits` ([n, V]) is left holding logits / τ.
  */
 void logits_chunk(const Dims& d, const float* xnf, const float* W, const int* rows, int n, const int32_t* tokens,
                   float temperature, std::vector<float>& xbuf, std::vector<float>& logits, float* lp, float* ent,
@@ -213,10 +217,11 @@ void logits_chunk(const Dims& d, const float* xnf, const float* W, const int* ro
     float mx = -INFINITY;
     for (int c = 0; c < d.V; ++c) mx = std::max(mx, z[c] *= invt);
     double sum = 0;
-    for (int c = 0; c < d.V; ++c) sum += std::exp(static_cast<double>(z[c] - mx));
+    for (int c = 0; c < d.V; ++c) sum += std::exp(z[c] - mx);
     const double lse = mx + std::log(sum);
+    const float lsef = static_cast<float>(lse);
     double pz = 0;
-    for (int c = 0; c < d.V; ++c) pz += std::exp(z[c] - lse) * z[c];
+    for (int c = 0; c < d.V; ++c) pz += std::exp(z[c] - lsef) * z[c];
     lp[r] = static_cast<float>(z[tokens[rows[r] + 1]] - lse);
     ent[r] = static_cast<float>(lse - pz);
     lse_out[r] = static_cast<float>(lse);

@@ -13,7 +13,7 @@ import {
   type PolicyLossInputs,
 } from "../../native/reference/losses.ts";
 import { checkTensor, randomPacked, randomParams, rng, tinyTrainConfig } from "../../native/reference/train-check.ts";
-import { Trainer } from "../../native/trainer.ts";
+import { packSamples, Trainer } from "../../native/trainer.ts";
 
 const close = (a: number, b: number, tol = 1e-9): boolean => Math.abs(a - b) <= tol * Math.max(1, Math.abs(b));
 
@@ -161,5 +161,35 @@ describe("Trainer.accumulate", () => {
     await t.zeroGrads();
     await t.backward(packed, 0.9, Float32Array.from(ref.dLogprobs), Float32Array.from(ref.dEntropy));
     expect(checkTensor("grads", viaAccumulate, await t.getGrads(), 1e-6, 1e-4)).toBe("");
+  });
+});
+
+describe("micro-batch accumulation", () => {
+  it.each(["token", "sample"] as const)("two micro-batches with a global normalizer equal one batch (%s reduction)", async (reduction) => {
+    const cfg = tinyTrainConfig(true);
+    const params = randomParams(cfg, 12);
+    const r = rng(6);
+    const samples = [9, 6, 11, 4].map((n) => ({
+      tokens: Int32Array.from({ length: n }, () => Math.floor(r() * cfg.vocab_size)),
+      responseLength: n - 2,
+      lossMask: Uint8Array.from({ length: n - 2 }, () => (r() < 0.8 ? 1 : 0)),
+      rolloutLogprobs: null,
+      advantage: r() - 0.5,
+    }));
+    const t = await Trainer.create({ config: cfg, params, seed: null });
+    const whole = packSamples(samples);
+    const old = (await t.logprobs(whole)).logprobs.map((v) => v + 0.1);
+    const full = await t.accumulate({ ...whole, oldLogprobs: old }, { reduction });
+    const gradsFull = await t.getGrads();
+    await t.zeroGrads();
+    const normalizer = reduction === "token" ? full.numTokens : full.numSamples;
+    let loss = 0;
+    for (const part of [samples.slice(0, 2), samples.slice(2)]) {
+      const b = packSamples(part);
+      const m = await t.accumulate({ ...b, oldLogprobs: (await t.logprobs(b)).logprobs.map((v) => v + 0.1) }, { reduction, normalizer });
+      loss += m.loss;
+    }
+    expect(close(loss, full.loss, 1e-5)).toBe(true);
+    expect(checkTensor("accumulated grads", await t.getGrads(), gradsFull, 1e-6, 1e-4)).toBe("");
   });
 });

@@ -1,8 +1,12 @@
 // Native training forward/backward over packed sequences vs the float64 TypeScript reference; the
 // reference's gradients vs central finite differences; packing isolation; and training-path logprobs
-// vs the inference engine's for the same weights and tokens.
+// vs the inference engine's for the same weights and tokens; checkpoint save/load.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadNative } from "../../native/load.ts";
+import { initModelDir } from "../../native/model-dir.ts";
 import { referenceForwardBackward, tensorLayout } from "../../native/reference/train.ts";
 import {
   checkTensor,
@@ -149,5 +153,28 @@ describe("batch validation", () => {
     // The trainer still works after a rejected call.
     const ok = await t.logprobs({ tokens: new Int32Array([1, 2]), cuSeqlens: new Int32Array([0, 2]) });
     expect(ok.logprobs.length).toBe(2);
+  });
+});
+
+describe("checkpoints", () => {
+  it("save(dir) then Trainer.create({modelDir}) gives the same params and logprobs; initModelDir dirs load too", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "ooze-train-ckpt-"));
+    try {
+      const cfg = tinyTrainConfig(false);
+      const params = randomParams(cfg, 8);
+      const t = await Trainer.create({ config: cfg, params, seed: null });
+      await t.save(join(dir, "a"), "v7");
+      const u = await Trainer.create({ modelDir: join(dir, "a") });
+      expect(checkTensor("params", await u.getParams(), params, 0, 0)).toBe("");
+      expect(await u.load(join(dir, "a"))).toEqual({ weightVersion: "v7" });
+      const batch = randomPacked([5, 7], cfg.vocab_size, 3);
+      expect(checkTensor("logprobs", (await u.logprobs(batch)).logprobs, (await t.logprobs(batch)).logprobs, 0, 0)).toBe("");
+      await initModelDir("tiny", join(dir, "b"), 5);
+      const v = await Trainer.create({ modelDir: join(dir, "b") });
+      expect(v.info().config.hidden_size).toBe(64);
+      await expect(Trainer.create({ modelDir: join(dir, "missing") })).rejects.toThrow(/missing/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

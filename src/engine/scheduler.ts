@@ -132,6 +132,7 @@ export class Scheduler {
   async pause(mode: PauseMode): Promise<void> {
     this.paused = mode;
     await this.waitIdle();
+    if (this.paused !== mode) return; // continued (or re-paused) meanwhile
     if (mode === "abort") this.abortAll("Aborted by /pause_generation (mode abort)");
     if (mode === "retract") {
       for (const r of this.reqs.values()) {

@@ -43,25 +43,50 @@ export function encodeFrame(msg: WorkerRequest | WorkerReply): Buffer {
   return Buffer.concat([head, body]);
 }
 
-/** Reassembles frames from a byte stream; push() returns every message completed by the chunk. */
+/**
+ * Reassembles frames from a byte stream; push() returns every message completed by the chunk. Chunks
+ * are kept in a list until a whole frame is there, so a large frame costs one copy, not one per chunk.
+ */
 export class FrameDecoder {
-  private buf: Buffer = Buffer.alloc(0);
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private need = -1; // body length of the frame being read, -1 until its header is complete
 
   push(chunk: Buffer): unknown[] {
-    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+    this.chunks.push(chunk);
+    this.size += chunk.length;
     const out: unknown[] = [];
-    while (this.buf.length >= 4) {
-      const n = this.buf.readUInt32BE(0);
-      if (this.buf.length < 4 + n) break;
-      // Copy the body so decoded typed arrays never alias a buffer that is reused.
-      const body = Buffer.from(this.buf.subarray(4, 4 + n));
-      this.buf = this.buf.subarray(4 + n);
+    for (;;) {
+      if (this.need < 0) {
+        if (this.size < 4) break;
+        this.need = this.take(4).readUInt32BE(0);
+      }
+      if (this.size < this.need) break;
+      const body = this.take(this.need);
+      const n = this.need;
+      this.need = -1;
       try {
         out.push(packr.unpack(body));
       } catch (e) {
         throw new MalformedMessageError(`trainer worker frame of ${n} bytes is not valid msgpack: ${(e as Error).message}`, { cause: e });
       }
     }
+    return out;
+  }
+
+  /** Removes and returns the first n buffered bytes as a fresh buffer (decoded typed arrays never alias the stream's). */
+  private take(n: number): Buffer {
+    const out = Buffer.allocUnsafe(n);
+    let off = 0;
+    while (off < n) {
+      const c = this.chunks[0]!;
+      const k = Math.min(c.length, n - off);
+      c.copy(out, off, 0, k);
+      off += k;
+      if (k === c.length) this.chunks.shift();
+      else this.chunks[0] = c.subarray(k);
+    }
+    this.size -= n;
     return out;
   }
 }

@@ -211,14 +211,14 @@ describe("engine server: control", () => {
 
   it("pause retract and in_place keep requests; continue finishes them in full", async () => {
     for (const mode of ["retract", "in_place"] as const) {
-      const { rest } = await started({ inputIds: [7, 7, 7], sampling: { max_new_tokens: 60, ignore_eos: true, sampling_seed: 3 } });
+      const { rest } = await started({ inputIds: [7, 7, 7], sampling: { max_new_tokens: 150, ignore_eos: true, sampling_seed: 3 } });
       await client.pauseGeneration(mode);
       expect((await client.loads()).total).toBe(1);
       await client.continueGeneration();
       const { result } = await rest;
-      expect(result.finishReason).toEqual({ type: "length", length: 60 });
-      expect(result.outputIds.length).toBe(60);
-      expect(result.logprobs.length).toBe(60);
+      expect(result.finishReason).toEqual({ type: "length", length: 150 });
+      expect(result.outputIds.length).toBe(150);
+      expect(result.logprobs.length).toBe(150);
     }
   });
 
@@ -251,13 +251,13 @@ describe("engine server: control", () => {
   });
 
   it("the refit sequence: pause in_place → update (requests kept) → continue; abort_all_requests aborts", async () => {
-    const { rest } = await started({ inputIds: [6, 6], sampling: { max_new_tokens: 40, ignore_eos: true } });
+    const { rest } = await started({ inputIds: [6, 6], sampling: { max_new_tokens: 150, ignore_eos: true } });
     await client.pauseGeneration("in_place");
     const u = await client.updateWeightsFromDisk({ modelPath: dir2, weightVersion: "v5" });
     expect(u).toMatchObject({ success: true, numPausedRequests: 1 });
     await client.continueGeneration();
     const { result } = await rest;
-    expect(result.outputIds.length).toBe(40);
+    expect(result.outputIds.length).toBe(150);
     expect(result.meta.weightVersion).toBe("v5");
 
     const second = await started({ inputIds: [6, 7], sampling: long });

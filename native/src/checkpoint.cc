@@ -246,6 +246,14 @@ LlamaConfig config_from_json(const JsonValue& j, const std::string& where) {
     throw std::runtime_error(where + ": hidden_act '" + a->str + "' is not supported (only silu)");
   if (const JsonValue* r = j.get("rope_scaling"); r && r->kind != JsonValue::Null)
     throw std::runtime_error(where + ": rope_scaling is not supported (must be null)");
+  // transformers 5 writes {"rope_parameters": {"rope_theta": θ, "rope_type": "default"}} instead.
+  if (const JsonValue* rp = j.get("rope_parameters"); rp && rp->kind == JsonValue::Object) {
+    const JsonValue* type = rp->get("rope_type");
+    if (type && type->kind == JsonValue::String && type->str != "default")
+      throw std::runtime_error(where + ": rope_parameters.rope_type '" + type->str + "' is not supported (only default)");
+    if (const JsonValue* th = rp->get("rope_theta"); th && th->kind == JsonValue::Number)
+      c.rope_theta = static_cast<float>(th->num);
+  }
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (const JsonValue* b = j.get(key); b && b->kind == JsonValue::Bool && b->b)
       throw std::runtime_error(where + ": " + key + " = true is not supported");
@@ -282,6 +290,7 @@ std::string config_to_json(const LlamaConfig& c) {
     << "  \"rms_norm_eps\": " << fmt_float(c.rms_norm_eps) << ",\n"
     << "  \"rope_theta\": " << fmt_float(c.rope_theta) << ",\n"
     << "  \"rope_scaling\": null,\n"
+    << "  \"rope_parameters\": {\"rope_theta\": " << fmt_float(c.rope_theta) << ", \"rope_type\": \"default\"},\n"
     << "  \"attention_bias\": false,\n"
     << "  \"attention_dropout\": 0.0,\n"
     << "  \"mlp_bias\": false,\n"

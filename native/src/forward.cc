@@ -38,7 +38,7 @@ void RopeTable::init(const LlamaConfig& cfg) {
 namespace {
 
 void rmsnorm(const float* x, const float* w, float* out, int rows, int dim, float eps) {
-#pragma omp parallel for schedule(static) if (rows > 4)
+#pragma omp parallel for schedule(static) if (static_cast<long>(rows) * dim > 65536)
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + static_cast<size_t>(r) * dim;
     float* o = out + static_cast<size_t>(r) * dim;
@@ -76,6 +76,8 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
       row_pos.push_back(pos);
     }
   const int R = static_cast<int>(row_seq.size());
+  long attn_work = 0;  // multiply-adds of attention per layer: parallelise only when worth it
+  for (int p : row_pos) attn_work += static_cast<long>(p + 1) * NH * D * 2;
   logits.clear();
   if (R == 0) return;
   auto sz = [](int a, int b) { return static_cast<size_t>(a) * b; };
@@ -99,7 +101,7 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
     matmul_nt(ws.h.data(), L.k_proj, ws.k.data(), R, KV, H, false);
     matmul_nt(ws.h.data(), L.v_proj, ws.v.data(), R, KV, H, false);
     // RoPE on q and k, then store k/v in each row's slot.
-#pragma omp parallel for schedule(static) if (R > 1)
+#pragma omp parallel for schedule(static) if (static_cast<long>(R) * (Q + KV) > 65536)
     for (int r = 0; r < R; ++r) {
       const float* cs = rope.cos.data() + sz(row_pos[r], rope.half);
       const float* sn = rope.sin.data() + sz(row_pos[r], rope.half);
@@ -110,7 +112,7 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
       std::copy_n(ws.v.data() + sz(r, KV), KV, kv.value(l, slot));
     }
     // Causal attention: row at position p attends to positions 0..p of its own sequence.
-#pragma omp parallel for schedule(dynamic) if (R * NH > 1)
+#pragma omp parallel for schedule(dynamic) if (attn_work > 65536)
     for (int rh = 0; rh < R * NH; ++rh) {
       const int r = rh / NH, h = rh % NH, g = h / group;
       const SeqChunk& ch = chunks[row_seq[r]];

@@ -136,6 +136,26 @@ describe("checkpoint I/O", () => {
     expect(bad).toBe(-1);
   });
 
+  it("loads a sharded checkpoint (model.safetensors.index.json)", () => {
+    const dir = join(root, "sharded");
+    const params = native.initModelParams(tiny, 9, 0.02);
+    native.saveModelDir(dir, tiny, params, null);
+    rmSync(join(dir, "model.safetensors"));
+    const layout = referenceLayout(tiny);
+    const weightMap: Record<string, string> = {};
+    const shards: Entry[][] = [[], []];
+    layout.forEach((t, i) => {
+      const n = t.shape.reduce((a, b) => a * b, 1);
+      const bytes = new Uint8Array(params.buffer.slice(t.offset * 4, (t.offset + n) * 4));
+      shards[i % 2]!.push({ name: t.name, dtype: "F32", shape: t.shape, bytes });
+      weightMap[t.name] = `model-0000${(i % 2) + 1}-of-00002.safetensors`;
+    });
+    shards.forEach((entries, k) => writeSafetensors(join(dir, `model-0000${k + 1}-of-00002.safetensors`), entries));
+    writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: { total_size: params.length * 4 }, weight_map: weightMap }));
+    const loaded = native.loadModelDir(dir);
+    expect(Buffer.from(loaded.params.buffer).equals(Buffer.from(params.buffer))).toBe(true);
+  });
+
   it("rejects malformed files with errors naming the file and tensor", () => {
     const dir = join(root, "bad");
     const params = native.initModelParams(tiny, 1, 0.02);

@@ -7,6 +7,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +42,95 @@ constexpr long kParallelFlops = 1L << 24;
 /** Threads to use for m*n*k multiply-adds. */
 int threads_for(long m, long n, long k) {
   return m * n * k < kParallelFlops ? 1 : omp_get_max_threads();
+}
+
+/**
+ * A small team of helper threads for the kernels, used instead of an OpenMP parallel region so
+ * that a helper that is slow to wake (cores shared with other busy processes) never holds up the
+ * caller: work is split into chunks claimed from an atomic counter, the caller starts at once and
+ * takes whatever no helper has claimed, and it waits only for chunks a helper is running. Helpers
+ * spin ~50 µs after a job, then sleep. One job at a time; a concurrent caller runs its chunks alone.
+ */
+class Team {
+ public:
+  static Team& get() {
+    static Team* team = new Team();  // never destroyed: helpers are detached and outlive statics
+    return *team;
+  }
+
+  /** Runs fn(c) for every c in [0, n) on the caller plus up to threads-1 helpers. */
+  void run(int threads, int n, const std::function<void(int)>& fn) {
+    if (threads <= 1 || n <= 1 || !run_mu_.try_lock()) {
+      for (int c = 0; c < n; ++c) fn(c);
+      return;
+    }
+    std::lock_guard<std::mutex> run_lock(run_mu_, std::adopt_lock);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      while ((int)helpers_ < threads - 1) {
+        std::thread(&Team::helper, this).detach();
+        ++helpers_;
+      }
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0, std::memory_order_relaxed);
+      slots_ = threads - 1;
+      open_ = true;
+      gen_.fetch_add(1, std::memory_order_release);
+      if (sleepers_ > 0) cv_.notify_all();
+    }
+    for (int c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < n;) fn(c);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      open_ = false;  // helpers that have not joined yet will not
+    }
+    while (active_.load(std::memory_order_acquire) > 0) _mm_pause();
+  }
+
+ private:
+  void helper() {
+    uint64_t seen = gen_.load(std::memory_order_acquire);
+    for (;;) {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (gen_.load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(50)) {
+        for (int i = 0; i < 16; ++i) _mm_pause();
+      }
+      std::unique_lock<std::mutex> lk(mu_);
+      if (gen_.load(std::memory_order_relaxed) == seen) {
+        ++sleepers_;
+        cv_.wait(lk, [&] { return gen_.load(std::memory_order_relaxed) != seen; });
+        --sleepers_;
+      }
+      seen = gen_.load(std::memory_order_relaxed);
+      if (!open_ || slots_ == 0) continue;
+      --slots_;
+      active_.fetch_add(1, std::memory_order_acq_rel);
+      const std::function<void(int)>* fn = fn_;
+      const int n = n_;
+      lk.unlock();
+      for (int c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < n;) (*fn)(c);
+      active_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  std::mutex run_mu_;  // held by the caller running a job
+  std::mutex mu_;      // guards the fields below except the atomics
+  std::condition_variable cv_;
+  size_t helpers_ = 0;
+  const std::function<void(int)>* fn_ = nullptr;
+  int n_ = 0;
+  int slots_ = 0;  // helpers still allowed to join the current job
+  bool open_ = false;
+  int sleepers_ = 0;
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<int> next_{0};
+  std::atomic<int> active_{0};
+};
+
+/** Runs fn(c), c in [0, n), with `threads` threads (the caller included). */
+void parallel_chunks(int threads, int n, const std::function<void(int)>& fn) {
+  Team::get().run(threads, n, fn);
 }
 
 /** A growable 64-byte aligned scratch buffer, one per calling thread and role. */
@@ -251,9 +347,8 @@ void gemm_block(Kernel kern, View A, View B, float* C, long ldc, int M, int N, i
 }
 
 /**
- * Splits C among the threads along whichever of rows (MR panels) or columns (NR panels) divides
- * more evenly; each thread packs its own operands, so the team meets only once, at the end (cheap
- * when cores are shared with other processes).
+ * Splits C into slabs of rows (MR panels) or columns (NR panels), whichever divides more evenly,
+ * about four per thread; each slab packs its own operands, so threads share nothing but C.
  */
 template <int MR, int NR>
 void gemm_packed(Kernel kern, View A, View B, float* C, int M, int N, int K, bool accumulate) {
@@ -262,11 +357,10 @@ void gemm_packed(Kernel kern, View A, View B, float* C, int M, int N, int K, boo
   const int mp = (M + MR - 1) / MR, np = (N + NR - 1) / NR;
   auto waste = [nth](int p) { return (double)((p + nth - 1) / nth * nth) / p; };
   const bool by_cols = np >= nth && waste(np) <= waste(mp);
-#pragma omp parallel num_threads(nth)
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int panels = by_cols ? np : mp;
-    const int p0 = (int)((long)panels * t / T), p1 = (int)((long)panels * (t + 1) / T);
+  const int panels = by_cols ? np : mp;
+  const int chunks = std::min(panels, 4 * nth);
+  parallel_chunks(nth, chunks, [&](int t) {
+    const int p0 = (int)((long)panels * t / chunks), p1 = (int)((long)panels * (t + 1) / chunks);
     if (by_cols) {
       const int j0 = p0 * NR, j1 = std::min(N, p1 * NR);
       if (j1 > j0)
@@ -278,7 +372,7 @@ void gemm_packed(Kernel kern, View A, View B, float* C, int M, int N, int K, boo
         gemm_block<MR, NR>(kern, View{A.p + (long)i0 * A.rs, A.rs, A.cs}, B, C + (long)i0 * N, N,
                            i1 - i0, N, K, accumulate);
     }
-  }
+  });
 }
 
 // ---- skinny M (decode): stream B once -------------------------------------------------------------
@@ -333,26 +427,24 @@ void dots(const float* A, const float* B, float* C, int N, int K, int j0, int j1
 void skinny_nt(const float* A, const float* B, float* C, int M, int N, int K, bool accumulate) {
   const int jb = std::max(1, std::min(16, (int)(24576 / ((long)K * 4 + 1))));  // B rows per task
   const int tasks = (N + jb - 1) / jb;
-#pragma omp parallel for schedule(static) num_threads(threads_for(M, N, K))
-  for (int t = 0; t < tasks; ++t) {
+  parallel_chunks(threads_for(M, N, K), tasks, [&](int t) {
     const int j0 = t * jb, j1 = std::min(N, j0 + jb);
     for (int i = 0; i < M; i += 8) {
       by_rows(std::min(8, M - i), [&](auto r) {
         dots<decltype(r)::value>(A + (long)i * K, B, C + (long)i * N, N, K, j0, j1, accumulate);
       });
     }
-  }
+  });
 }
 
 /** nn/tn with M == R rows: C[i,:] (+)= Σ_k A(i,k)·B[k,:], 16 columns of C per task in registers. */
 template <int R>
 void skinny_kn(View A, const float* B, float* C, int N, int K, bool accumulate) {
   const int n16 = N / 16;
-#pragma omp parallel for schedule(static) num_threads(threads_for(R, N, K))
-  for (int jb = 0; jb < n16 + 1; ++jb) {
+  parallel_chunks(threads_for(R, N, K), n16 + 1, [&](int jb) {
     const int j0 = jb * 16;
     const int w = std::min(16, N - j0);
-    if (w <= 0) continue;
+    if (w <= 0) return;
     if (w == 16) {
       __m256 acc[R][2];
       for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -389,7 +481,7 @@ void skinny_kn(View A, const float* B, float* C, int N, int K, bool accumulate) 
           *c = accumulate ? *c + acc[r][j] : acc[r][j];
         }
     }
-  }
+  });
 }
 
 constexpr int kSkinnyM = 8;    // nn/tn: rows of C kept in registers

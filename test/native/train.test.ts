@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadNative } from "../../native/load.ts";
 import { initModelDir } from "../../native/model-dir.ts";
+import { PRESETS } from "../../native/presets.ts";
 import { referenceForwardBackward, tensorLayout } from "../../native/reference/train.ts";
 import {
   checkTensor,
@@ -111,11 +112,13 @@ describe("reference gradients vs central finite differences (float64)", () => {
 });
 
 describe("training path vs inference path", () => {
-  it("logprobs equal the engine's forwardLogits log-softmax for the same weights (max abs diff <= 1e-5)", async () => {
+  it.each([
+    ["a tied GQA toy", tinyTrainConfig(true, 37), [12, 7]],
+    ["the tiny preset", PRESETS.tiny, [40, 17]],
+  ] as const)("logprobs equal the engine's forwardLogits log-softmax for the same weights, %s (max abs diff <= 1e-5)", async (_label, cfg, lengths) => {
     const addon = loadNative();
-    const cfg = tinyTrainConfig(true, 37);
     const params = randomParams(cfg, 21, 0.1);
-    const batch = randomPacked([12, 7], cfg.vocab_size, 4);
+    const batch = randomPacked([...lengths], cfg.vocab_size, 4);
     const t = await Trainer.create({ config: cfg, params, seed: null });
     for (const temp of [1, 0.7]) {
       const got = await t.logprobs(batch, temp);

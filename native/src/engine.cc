@@ -7,6 +7,9 @@
 
 namespace ooze {
 
+/** Most prompt tokens prefilled in one step (bounds the step's activations and its latency). */
+constexpr size_t kMaxPrefillRows = 4096;
+
 Engine::Engine(Model model, int pool_tokens, int max_running)
     : model_(std::move(model)), max_running_(std::max(1, max_running)) {
   const LlamaConfig& c = model_.cfg;
@@ -136,9 +139,13 @@ std::vector<EngineEvent> Engine::step() {
   std::vector<SeqChunk> chunks;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    // Admit waiting requests in order while there are places and slots for their whole length.
+    // Admit waiting requests in order while there are places, slots for their whole length, and
+    // room in this step's prefill budget (the first is always taken, so long prompts still run).
+    size_t prefill_rows = 0;
     while (!waiting_.empty() && static_cast<int>(active_.size()) < max_running_) {
       Request* r = waiting_.front();
+      const size_t rows = static_cast<size_t>(r->prompt_len - r->fed);
+      if (prefill_rows > 0 && prefill_rows + rows > kMaxPrefillRows) break;
       size_t need = static_cast<size_t>(r->max_fed) - r->slots.size();
       if (!ensure_free(need)) {
         if (!active_.empty()) break;  // wait for running requests to give slots back
@@ -157,6 +164,7 @@ std::vector<EngineEvent> Engine::step() {
       r->slots.insert(r->slots.end(), free_slots_.end() - static_cast<long>(need), free_slots_.end());
       free_slots_.resize(free_slots_.size() - need);
       r->admitted = true;
+      prefill_rows += rows;
       waiting_.pop_front();
       active_.push_back(r);
     }

@@ -147,6 +147,15 @@ describe("native engine batching and sampling", () => {
     });
   });
 
+  it("one step prefills at most 4096 prompt tokens; the rest are admitted at the next step", async () => {
+    const e = engine();
+    for (let i = 0; i < 10; i++) e.add(`p${i}`, prompt(500, i), sampling({ maxNewTokens: 2 }));
+    expect((await e.step()).map((ev) => ev.rid)).toEqual(["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"]);
+    expect((await e.step()).length).toBe(10);
+    expect(e.running()).toBe(2);
+    e.close();
+  });
+
   it("stop ids end generation, min_new_tokens masks them, max_new_tokens and the context bound it", async () => {
     const ids = prompt(10, 3);
     const first = (await generate(engine(), "f", ids, sampling({ maxNewTokens: 1 }))).tokens[0]!;

@@ -246,7 +246,7 @@ std::string validate_batch(const PackedBatch& b, int vocab) {
 }
 
 void train_forward(const Model& m, const float* params, const PackedBatch& b, float temperature, float* logprobs,
-                   float* entropy, Activations* acts) {
+                   float* entropy, Activations* acts, const uint8_t* want) {
   const Dims d(m.cfg, b);
   const auto P = m.ptrs(const_cast<float*>(params));
   const int T = d.T, H = d.H;
@@ -286,16 +286,19 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
 
   std::fill(logprobs, logprobs + T, 0.0f);
   std::fill(entropy, entropy + T, 0.0f);
-  const int R = std::min<int>(kLogitRows, std::max<int>(1, static_cast<int>(d.pred_rows.size())));
+  std::vector<int> rows;
+  for (int p : d.pred_rows)
+    if (!want || want[p + 1]) rows.push_back(p);
+  const int n_rows = static_cast<int>(rows.size());
+  const int R = std::min<int>(kLogitRows, std::max<int>(1, n_rows));
   std::vector<float> xbuf(static_cast<size_t>(R) * H), logits(static_cast<size_t>(R) * d.V), lp(R), ent(R), lse(R);
-  const int n_rows = static_cast<int>(d.pred_rows.size());
   for (int c0 = 0; c0 < n_rows; c0 += R) {
     const int n = std::min(R, n_rows - c0);
-    logits_chunk(d, xnf.data(), P.lm_head, d.pred_rows.data() + c0, n, b.tokens.data(), temperature, xbuf, logits,
-                 lp.data(), ent.data(), lse.data());
+    logits_chunk(d, xnf.data(), P.lm_head, rows.data() + c0, n, b.tokens.data(), temperature, xbuf, logits, lp.data(),
+                 ent.data(), lse.data());
     for (int r = 0; r < n; ++r) {
-      logprobs[d.pred_rows[c0 + r] + 1] = lp[r];
-      entropy[d.pred_rows[c0 + r] + 1] = ent[r];
+      logprobs[rows[c0 + r] + 1] = lp[r];
+      entropy[rows[c0 + r] + 1] = ent[r];
     }
   }
   if (acts) {

@@ -54,10 +54,11 @@ struct Activations {
  * log softmax(logits(tokens[..i-1]) / temperature)[tokens[i]] and entropy[i] (that distribution's
  * entropy) for every token i that is not the first of its sequence, and 0 at each first token.
  * Both outputs have num_tokens() entries. With `acts`, saves what train_backward needs; the logits
- * are never held for more than a chunk of rows.
+ * are never held for more than a chunk of rows. With `want` (num_tokens() flags), only tokens whose
+ * flag is set get a logprob and entropy (the others are 0), which skips their lm_head rows.
  */
 void train_forward(const Model& m, const float* params, const PackedBatch& b, float temperature,
-                   float* logprobs, float* entropy, Activations* acts);
+                   float* logprobs, float* entropy, Activations* acts, const uint8_t* want = nullptr);
 
 /**
  * Backward of train_forward: given dL/dlogprobs and dL/dentropy (num_tokens() entries each, aligned as

@@ -246,7 +246,7 @@ void accumulate(TrainerState& st, StepWork& w) {
   const int T = w.in.b.num_tokens();
   std::vector<float> lp(T), ent(T), dlp(T), dent(T);
   Activations acts;
-  train_forward(m, m.params.data(), w.in.b, w.loss.temperature, lp.data(), ent.data(), &acts);
+  train_forward(m, m.params.data(), w.in.b, w.loss.temperature, lp.data(), ent.data(), &acts, w.in.loss_mask.data());
   LossInputs li;
   li.T = T, li.cu_seqlens = w.in.b.cu_seqlens.data(), li.num_seqs = w.in.b.num_seqs();
   li.logprobs = lp.data(), li.entropy = ent.data(), li.loss_mask = w.in.loss_mask.data();

@@ -68,8 +68,14 @@ void Engine::abort(const std::string& rid) {
   auto it = reqs_.find(rid);
   if (it == reqs_.end()) return;
   Request* r = it->second.get();
-  if (r->in_batch) r->aborted = true;  // the step in flight releases it
-  else release(r);
+  if (r->in_batch) {
+    // The step in flight releases it; the rid is free for a new request at once.
+    r->aborted = true;
+    aborted_.push_back(std::move(it->second));
+    reqs_.erase(it);
+  } else {
+    release(r);
+  }
 }
 
 size_t Engine::running() {
@@ -116,7 +122,8 @@ void Engine::release(Request* r) {
   if (r->node != 0) cache_->unlock(r->node);
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   active_.erase(std::remove(active_.begin(), active_.end(), r), active_.end());
-  reqs_.erase(r->rid);
+  if (auto it = reqs_.find(r->rid); it != reqs_.end() && it->second.get() == r) reqs_.erase(it);
+  aborted_.erase(std::remove_if(aborted_.begin(), aborted_.end(), [r](auto& p) { return p.get() == r; }), aborted_.end());
 }
 
 bool Engine::finished(Request& r, EngineEvent& ev) const {

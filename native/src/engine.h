@@ -94,6 +94,7 @@ class Engine {
   std::vector<int32_t> free_slots_;
   std::unique_ptr<RadixCache> cache_;
   std::unordered_map<std::string, std::unique_ptr<Request>> reqs_;
+  std::vector<std::unique_ptr<Request>> aborted_;  // aborted during a step in flight, not yet released
   std::deque<Request*> waiting_;
   std::vector<Request*> active_;
   uint64_t prompt_tokens_ = 0, hit_tokens_ = 0;

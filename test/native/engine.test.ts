@@ -233,7 +233,12 @@ describe("native engine prefix cache, abort and weights", () => {
     e.add("b", ids, sampling({ maxNewTokens: 50 }));
     const inFlight = e.step();
     e.abort("b");
-    await inFlight;
+    expect(e.running()).toBe(0);
+    e.add("b", ids, sampling({ maxNewTokens: 2 })); // the rid is free again at once
+    // Whether the abort landed before or during that step, the new "b" yields exactly its 2 tokens.
+    const firstEvents = (await inFlight).filter((ev) => ev.rid === "b");
+    const again = await drain(e);
+    expect(firstEvents.length + again.get("b")!.tokens.length).toBe(2);
     expect(e.running()).toBe(0);
     expect(await e.step()).toEqual([]);
     // Abort before admission.

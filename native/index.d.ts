@@ -37,8 +37,10 @@ export interface NativeAddon {
     K: number,
     accumulate: boolean,
   ): void;
-  /** Sets the OpenMP thread count for later kernel calls from this thread (if n given); returns it. */
+  /** Sets the kernels' thread count (the OpenMP ICV they read) for later calls from this thread, if n given; returns it. */
   gemmThreads(n?: number): number;
+  /** The micro-kernel in use: "avx512 12x32" (AVX-512F CPUs, unless OOZE_NO_AVX512 is set) or "avx2 6x16". */
+  gemmKernel(): string;
 }
 
 /** Result of RadixCache.match: the cached prefix length, its KV slots, and the node it ends on. */
@@ -302,4 +304,8 @@ export interface NativeTrainer {
   save(dir: string, weightVersion?: string): Promise<void>;
   /** Replaces the model from a checkpoint dir; zeroes grads and resets the optimizer. */
   load(dir: string): Promise<{ weightVersion: string }>;
+  /** Writes the AdamW moments and step count to one file (native/src/optim.h format). */
+  saveOptimizer(path: string): Promise<void>;
+  /** Replaces the AdamW state from a saveOptimizer file of a model with as many parameters. */
+  loadOptimizer(path: string): Promise<{ step: number }>;
 }

@@ -1,6 +1,8 @@
 // Typed wrapper of the native Trainer: fills config defaults, queues calls so they never overlap, turns
 // native failures into OozeError, and packs samples (prompt + response, response-aligned arrays) into
 // the packed per-token batch the native trainer takes.
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { OozeError } from "../src/errors.ts";
 import { loadNative } from "./load.ts";
 import type {
@@ -27,6 +29,9 @@ export const defaultLossConfig: NativeLossConfig = {
 export const defaultOptimConfig: Omit<NativeOptimConfig, "lr"> = {
   beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, maxGradNorm: 1,
 };
+
+/** The file in a checkpoint directory that holds the AdamW state when saved with `optimizer: true`. */
+export const OPTIMIZER_FILE = "optimizer.bin";
 
 /** How to build a trainer: a config with params (or a seed for random init), or a checkpoint dir. */
 export type TrainerSource =
@@ -130,14 +135,42 @@ export class Trainer {
     return this.enqueue("resetOptimizer", () => this.native.resetOptimizer());
   }
 
-  /** Writes an HF checkpoint (config.json + model.safetensors, F32) of the current params. */
-  save(dir: string, weightVersion = ""): Promise<void> {
-    return this.enqueue("save", () => this.native.save(dir, weightVersion));
+  /**
+   * Writes an HF checkpoint (config.json + model.safetensors, F32) of the current params; with
+   * `optimizer: true` also the AdamW state as dir/optimizer.bin (written first, so a directory whose
+   * weights are complete has its matching optimizer state).
+   */
+  save(dir: string, weightVersion = "", opts: { optimizer: boolean } = { optimizer: false }): Promise<void> {
+    return this.enqueue("save", async () => {
+      if (opts.optimizer) {
+        mkdirSync(dir, { recursive: true });
+        await this.native.saveOptimizer(join(dir, OPTIMIZER_FILE));
+      }
+      await this.native.save(dir, weightVersion);
+    });
   }
 
-  /** Replaces the model with a checkpoint's; grads zeroed, optimizer reset. */
-  load(dir: string): Promise<{ weightVersion: string }> {
-    return this.enqueue("load", () => this.native.load(dir));
+  /**
+   * Replaces the model with a checkpoint's; grads zeroed; the optimizer state comes from
+   * dir/optimizer.bin when there is one, else it is reset.
+   */
+  load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null }> {
+    return this.enqueue("load", async () => {
+      const r = await this.native.load(dir);
+      const opt = join(dir, OPTIMIZER_FILE);
+      const optimizerStep = existsSync(opt) ? (await this.native.loadOptimizer(opt)).step : null;
+      return { weightVersion: r.weightVersion, optimizerStep };
+    });
+  }
+
+  /** Writes the AdamW moments and step count to a file. */
+  saveOptimizer(path: string): Promise<void> {
+    return this.enqueue("saveOptimizer", () => this.native.saveOptimizer(path));
+  }
+
+  /** Replaces the AdamW state from a saveOptimizer file. */
+  loadOptimizer(path: string): Promise<{ step: number }> {
+    return this.enqueue("loadOptimizer", () => this.native.loadOptimizer(path));
   }
 
   /** Config, parameter count, optimizer step and tensor layout. */

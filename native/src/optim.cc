@@ -2,6 +2,10 @@
 #include "optim.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
 
 namespace ooze {
 
@@ -62,6 +66,62 @@ OptimResult adamw_step(const Model& m, float* params, float* grads, AdamWState& 
   }
   r.step = st.step;
   return r;
+}
+
+namespace {
+constexpr char kMagic[8] = {'O', 'O', 'Z', 'E', 'A', 'D', 'A', 'M'};
+constexpr uint32_t kFormat = 1;
+}  // namespace
+
+void save_adamw_state(const AdamWState& st, size_t num_params, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error("cannot write optimizer state to " + tmp);
+    const uint64_t n = num_params;
+    const int64_t step = st.step;
+    f.write(kMagic, sizeof kMagic);
+    f.write(reinterpret_cast<const char*>(&kFormat), sizeof kFormat);
+    f.write(reinterpret_cast<const char*>(&n), sizeof n);
+    f.write(reinterpret_cast<const char*>(&step), sizeof step);
+    if (st.m.size() == num_params) {
+      f.write(reinterpret_cast<const char*>(st.m.data()), static_cast<std::streamsize>(n * sizeof(float)));
+      f.write(reinterpret_cast<const char*>(st.v.data()), static_cast<std::streamsize>(n * sizeof(float)));
+    } else {
+      std::vector<float> zeros(num_params, 0.0f);
+      for (int i = 0; i < 2; ++i)
+        f.write(reinterpret_cast<const char*>(zeros.data()), static_cast<std::streamsize>(n * sizeof(float)));
+    }
+    f.flush();
+    if (!f) throw std::runtime_error("writing optimizer state to " + tmp + " failed (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+}
+
+AdamWState load_adamw_state(const std::string& path, size_t num_params) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open optimizer state " + path);
+  char magic[8];
+  uint32_t format = 0;
+  uint64_t n = 0;
+  int64_t step = 0;
+  f.read(magic, sizeof magic);
+  f.read(reinterpret_cast<char*>(&format), sizeof format);
+  f.read(reinterpret_cast<char*>(&n), sizeof n);
+  f.read(reinterpret_cast<char*>(&step), sizeof step);
+  if (!f || std::memcmp(magic, kMagic, sizeof magic) != 0 || format != kFormat)
+    throw std::runtime_error(path + ": not an ooze optimizer state file (bad header)");
+  if (n != num_params)
+    throw std::runtime_error(path + ": holds state for " + std::to_string(n) + " parameters, the model has " +
+                             std::to_string(num_params));
+  if (step < 0) throw std::runtime_error(path + ": negative step count");
+  AdamWState st;
+  st.step = step;
+  st.m.resize(n), st.v.resize(n);
+  f.read(reinterpret_cast<char*>(st.m.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  f.read(reinterpret_cast<char*>(st.v.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  if (!f) throw std::runtime_error(path + ": truncated (expected " + std::to_string(n) + " floats of m and of v)");
+  return st;
 }
 
 }  // namespace ooze

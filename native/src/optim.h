@@ -46,4 +46,15 @@ double global_grad_norm(const float* g, size_t n);
  */
 OptimResult adamw_step(const Model& m, float* params, float* grads, AdamWState& st, const AdamWConfig& c);
 
+/**
+ * Writes the state to `path` (magic "OOZEADAM", u32 format 1, u64 count, i64 step, then m and v as
+ * little-endian f32), through a temporary file renamed into place. A state never used is written as
+ * zeros of `num_params`.
+ */
+void save_adamw_state(const AdamWState& st, size_t num_params, const std::string& path);
+
+/** Reads a file written by save_adamw_state; throws std::runtime_error naming the file when it is
+ *  malformed or holds a different number of parameters than `num_params`. */
+AdamWState load_adamw_state(const std::string& path, size_t num_params);
+
 }  // namespace ooze

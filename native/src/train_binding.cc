@@ -272,7 +272,8 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
          InstanceMethod<&TrainerWrap::GetParams>("getParams"), InstanceMethod<&TrainerWrap::SetParams>("setParams"),
          InstanceMethod<&TrainerWrap::GetGrads>("getGrads"), InstanceMethod<&TrainerWrap::Info>("info"),
          InstanceMethod<&TrainerWrap::ResetOptimizer>("resetOptimizer"), InstanceMethod<&TrainerWrap::Save>("save"),
-         InstanceMethod<&TrainerWrap::Load>("load")});
+         InstanceMethod<&TrainerWrap::Load>("load"), InstanceMethod<&TrainerWrap::SaveOptimizer>("saveOptimizer"),
+         InstanceMethod<&TrainerWrap::LoadOptimizer>("loadOptimizer")});
     exports.Set("Trainer", cls);
   }
 
@@ -484,6 +485,35 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     return run(
         info, [st, dir, version] { save_model_dir(*st->model, dir, version); },
         [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
+  }
+  /** saveOptimizer(path) -> Promise<void>: AdamW moments and step to one file. */
+  Napi::Value SaveOptimizer(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsString()) type_error(info.Env(), "saveOptimizer(path): path must be a string");
+    std::string path = info[0].As<Napi::String>();
+    claim(info.Env(), "saveOptimizer");
+    auto st = st_;
+    return run(
+        info, [st, path] { save_adamw_state(st->opt, st->model->params.size(), path); },
+        [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
+  }
+  /** loadOptimizer(path) -> Promise<{step}>: replaces the AdamW state (same parameter count). */
+  Napi::Value LoadOptimizer(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsString()) type_error(info.Env(), "loadOptimizer(path): path must be a string");
+    std::string path = info[0].As<Napi::String>();
+    claim(info.Env(), "loadOptimizer");
+    auto st = st_;
+    auto step = std::make_shared<int64_t>(0);
+    return run(
+        info,
+        [st, path, step] {
+          st->opt = load_adamw_state(path, st->model->params.size());
+          *step = st->opt.step;
+        },
+        [step](Napi::Env env) -> Napi::Value {
+          Napi::Object o = Napi::Object::New(env);
+          o.Set("step", static_cast<double>(*step));
+          return o;
+        });
   }
   /** load(dir) -> Promise<{weightVersion}>: replaces model, zeroes grads, resets the optimizer. */
   Napi::Value Load(const Napi::CallbackInfo& info) {

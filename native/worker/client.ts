@@ -239,19 +239,32 @@ export class TrainerWorker {
     return params;
   }
 
-  /** Saves an HF checkpoint; the directory becomes the restore point. */
-  async save(dir: string, weightVersion = ""): Promise<void> {
+  /**
+   * Saves an HF checkpoint (with `optimizer: true` also the AdamW state, which a restart then loads
+   * too); the directory becomes the restore point.
+   */
+  async save(dir: string, weightVersion = "", opts: { optimizer: boolean } = { optimizer: false }): Promise<void> {
     const abs = resolve(dir);
-    await this.call("save", [abs, weightVersion]);
+    await this.call("save", [abs, weightVersion, opts]);
     this.restorePoint = { modelDir: abs };
   }
 
-  /** Loads a checkpoint into the worker; the directory becomes the restore point. */
-  async load(dir: string): Promise<{ weightVersion: string }> {
+  /** Loads a checkpoint (and its optimizer.bin if any) into the worker; the directory becomes the restore point. */
+  async load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null }> {
     const abs = resolve(dir);
-    const r = await this.call<{ weightVersion: string }>("load", [abs]);
+    const r = await this.call<{ weightVersion: string; optimizerStep: number | null }>("load", [abs]);
     this.restorePoint = { modelDir: abs };
     return r;
+  }
+
+  /** Writes the worker's AdamW state to a file. */
+  saveOptimizer(path: string): Promise<void> {
+    return this.call("saveOptimizer", [resolve(path)]);
+  }
+
+  /** Replaces the worker's AdamW state from a file (not part of the restore point). */
+  loadOptimizer(path: string): Promise<{ step: number }> {
+    return this.call("loadOptimizer", [resolve(path)]);
   }
 
   /** Test-only fault injection: a call the worker never answers (it rejects when the worker dies). */

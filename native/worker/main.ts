@@ -45,7 +45,11 @@ async function handle(op: WorkerRequest["op"], a: any[]): Promise<unknown> {
     case "resetOptimizer":
       return need().resetOptimizer();
     case "save":
-      return need().save(a[0], a[1]);
+      return need().save(a[0], a[1], a[2]);
+    case "saveOptimizer":
+      return need().saveOptimizer(a[0]);
+    case "loadOptimizer":
+      return need().loadOptimizer(a[0]);
     case "load":
       return need().load(a[0]);
     case "info":

@@ -20,6 +20,8 @@ export type WorkerOp =
   | "resetOptimizer"
   | "save"
   | "load"
+  | "saveOptimizer"
+  | "loadOptimizer"
   | "info"
   | "hang";
 

@@ -1,5 +1,8 @@
 // AdamW and gradient clipping: native steps equal the float64 reference (clipping active, weight decay
 // on matrices only), a non-finite gradient skips the step, and a tiny model overfits a fixed batch.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { adamwStep, newAdamWState, type AdamWConfig } from "../../native/reference/optim.ts";
 import { tensorLayout } from "../../native/reference/train.ts";
@@ -60,6 +63,43 @@ describe("AdamW", () => {
     expect(Number.isFinite(res.gradNorm)).toBe(false);
     expect(res.step).toBe(0);
     expect(checkTensor("params", await t.getParams(), params, 0, 0)).toBe("");
+  });
+});
+
+describe("optimizer state on disk", () => {
+  it("a checkpoint saved with its optimizer resumes bit-identically; bad files are refused with the path", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "ooze-optim-"));
+    try {
+      const cfg = tinyTrainConfig(true);
+      const batch = packSamples([
+        { tokens: Int32Array.from([1, 4, 6, 8, 10]), responseLength: 3, lossMask: Uint8Array.from([1, 1, 1]), rolloutLogprobs: null, advantage: 1 },
+        { tokens: Int32Array.from([2, 3, 5, 7]), responseLength: 2, lossMask: Uint8Array.from([1, 1]), rolloutLogprobs: null, advantage: -1 },
+      ]);
+      const step = async (t: Trainer) => {
+        const { logprobs } = await t.logprobs(batch);
+        return t.trainStep({ ...batch, oldLogprobs: logprobs.map((v) => v - 0.05) }, {}, { lr: 1e-2, weightDecay: 0.01 });
+      };
+      const a = await Trainer.create({ config: cfg, params: null, seed: 9 });
+      await step(a);
+      await step(a);
+      await a.save(join(dir, "ck"), "v2", { optimizer: true });
+      const b = await Trainer.create({ modelDir: join(dir, "ck") });
+      expect(b.info().step).toBe(2);
+      await step(a);
+      await step(b);
+      expect(checkTensor("resumed params", await b.getParams(), await a.getParams(), 0, 0)).toBe("");
+      // Without optimizer.bin the state starts fresh.
+      await a.save(join(dir, "plain"), "v3");
+      expect((await b.load(join(dir, "plain"))).optimizerStep).toBeNull();
+      expect(b.info().step).toBe(0);
+      writeFileSync(join(dir, "bad.bin"), "not an optimizer state");
+      await expect(b.loadOptimizer(join(dir, "bad.bin"))).rejects.toThrow(/bad.bin: not an ooze optimizer state/);
+      const other = await Trainer.create({ config: tinyTrainConfig(false), params: null, seed: 1 });
+      await other.saveOptimizer(join(dir, "other.bin"));
+      await expect(b.loadOptimizer(join(dir, "other.bin"))).rejects.toThrow(/parameters, the model has/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

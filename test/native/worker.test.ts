@@ -63,13 +63,13 @@ describe("TrainerWorker", () => {
     }
   });
 
-  it("SIGKILL: the call in flight rejects with WORKER_DIED and the restarted worker holds the saved checkpoint", async () => {
+  it("SIGKILL: the call in flight rejects with WORKER_DIED and the restarted worker holds the saved checkpoint and optimizer", async () => {
     const { w, nextRestart } = await startWorker();
     try {
       await w.trainStep(batch, {}, { lr: 1e-2 });
       const dir = mkdtempSync(join(tmpdir(), "ooze-worker-"));
       dirs.push(dir);
-      await w.save(dir, "v1");
+      await w.save(dir, "v1", { optimizer: true });
       const saved = await w.getParams();
       await w.trainStep(batch, {}, { lr: 1e-2 }); // moves past the checkpoint
       expect(checkTensor("moved", await w.getParams(), saved, 0, 0)).not.toBe("");
@@ -82,6 +82,7 @@ describe("TrainerWorker", () => {
       expect(w.pid).not.toBe(oldPid);
       expect(checkTensor("params after restart", await w.getParams(), saved, 0, 0)).toBe("");
       expect(w.restoreSource).toEqual({ modelDir: dir });
+      expect((await w.info()).step).toBe(1); // the AdamW state saved with the checkpoint came back too
     } finally {
       await w.close();
     }

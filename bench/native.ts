@@ -1,9 +1,14 @@
-// Native benchmark (`npm run bench -- native [--threads N] [--window S]`): GEMM GFLOP/s on the
-// model presets' training shapes against OpenBLAS cblas_sgemm measured in the same run (same thread
-// count, default 1 for both, interleaved per shape), the skinny decode shapes, the prefix cache's
-// saving on a synthetic multi-turn trace, KV bytes per token, and the engine's prefill/decode
-// tokens/s when the engine is present. Progress on stderr; one JSON line last on stdout.
+// Native benchmark (`npm run bench -- native [--threads N] [--window S] [--rounds R]`): GEMM GFLOP/s
+// on the model presets' training shapes against OpenBLAS cblas_sgemm measured in the same run (same
+// thread count, default 1 for both, interleaved per shape), then the same with both restricted to
+// AVX2 (ours with OOZE_NO_AVX512, OpenBLAS with OPENBLAS_CORETYPE=Haswell, in a child run with
+// --avx2 --gemm-only), the skinny decode shapes, the prefix cache's saving on a synthetic multi-turn
+// trace, KV bytes per token, and the engine's prefill/decode tokens/s when the engine is present.
+// Progress on stderr; one JSON line last on stdout.
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { loadNative } from "../native/load.ts";
+import { PRESETS } from "../native/presets.ts";
 import { buildOpenblasProgram, OpenblasTimer } from "./native/openblas.ts";
 import { measureEngine } from "./native/engine-throughput.ts";
 import { runPrefixTrace } from "./native/prefix-trace.ts";
@@ -25,13 +30,28 @@ function arg(name: string, fallback: number): number {
 const threads = arg("threads", 1);
 const window = arg("window", 0.08);
 const rounds = arg("rounds", 3);
+const avx2Only = process.argv.includes("--avx2");
+const gemmOnly = process.argv.includes("--gemm-only");
+if (avx2Only) process.env.OOZE_NO_AVX512 = "1"; // read by the kernels on their first call
 const log = (msg: string): void => void process.stderr.write(`[bench native] ${msg}\n`);
 
-/** Preset sizes used here (mirrors native/presets.ts: quickstart and base100m). */
-const MODELS = {
-  quickstart: { hidden: 128, intermediate: 352, vocab: 259, layers: 4, heads: 4, kvHeads: 2 },
-  base100m: { hidden: 768, intermediate: 2048, vocab: 32000, layers: 12, heads: 12, kvHeads: 4 },
-};
+/** The presets whose shapes are measured (native/presets.ts). */
+const MODELS = Object.fromEntries(
+  (["quickstart", "base100m"] as const).map((name) => {
+    const c = PRESETS[name];
+    return [
+      name,
+      {
+        hidden: c.hidden_size,
+        intermediate: c.intermediate_size,
+        vocab: c.vocab_size,
+        layers: c.num_hidden_layers,
+        heads: c.num_attention_heads,
+        kvHeads: c.num_key_value_heads,
+      },
+    ];
+  }),
+);
 const TOKENS = 512;
 
 /** Each Linear [out, in] at TOKENS tokens: forward nt, input-grad nn, weight-grad tn. */
@@ -136,7 +156,10 @@ log(`threads: ${threads} for ooze and for OpenBLAS; window ${window}s x ${rounds
 const built = buildOpenblasProgram();
 let blas: OpenblasTimer | null = null;
 let openblasNote = `cblas_sgemm from Debian libopenblas, OPENBLAS_NUM_THREADS=${threads}`;
-if ("path" in built) blas = new OpenblasTimer(built.path, threads);
+if ("path" in built) {
+  blas = new OpenblasTimer(built.path, threads, avx2Only ? { OPENBLAS_CORETYPE: "Haswell" } : {});
+  if (avx2Only) openblasNote += ", OPENBLAS_CORETYPE=Haswell (AVX2 kernels)";
+}
 else {
   openblasNote = `OpenBLAS unavailable: ${built.reason}`;
   log(openblasNote);
@@ -158,6 +181,34 @@ const perModel = Object.fromEntries(
   }),
 );
 const dec = aggregate(decode);
+const gemmResult = {
+  gemm_kernel: native.gemmKernel(),
+  gemm_gflops: round(all.ooze, 1),
+  openblas_gflops: round(all.openblas, 1),
+  gemm_vs_openblas: all.openblas === null ? null : round(all.ooze / all.openblas),
+  openblas: openblasNote,
+};
+if (gemmOnly) {
+  process.stdout.write(`${JSON.stringify(gemmResult)}\n`);
+  process.exit(0);
+}
+
+/** The AVX2-only comparison, in a child process (the kernel choice is fixed per process). */
+function avx2Run(): typeof gemmResult | null {
+  log("AVX2 only: ours with OOZE_NO_AVX512=1 vs OpenBLAS with OPENBLAS_CORETYPE=Haswell (child run)");
+  const args = ["--avx2", "--gemm-only", "--threads", String(threads), "--window", String(window), "--rounds", String(rounds)];
+  const r = spawnSync(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const last = r.stdout?.trim().split("\n").pop();
+  try {
+    return last ? (JSON.parse(last) as typeof gemmResult) : null;
+  } catch {
+    return null;
+  }
+}
+const avx2 = avx2Run();
 
 log("prefix cache: synthetic multi-turn trace (32 sessions x 4 turns x group 4, budget 16384 tokens)");
 const trace = runPrefixTrace(native, {
@@ -172,7 +223,7 @@ const trace = runPrefixTrace(native, {
 });
 log(`prefix cache: ${trace.hitTokens}/${trace.promptTokens} prompt tokens matched, ${trace.evictedTokens} evicted`);
 
-const q = MODELS.quickstart;
+const q = MODELS.quickstart!;
 const kvBytesPerToken = 2 * q.layers * ((q.hidden / q.heads) * q.kvHeads) * 4;
 
 log("engine: prefill and decode through createNativeBackend (quickstart preset)");
@@ -182,15 +233,15 @@ log(`engine: ${engine.note}`);
 const result = {
   bench: "native",
   threads,
-  gemm_gflops: round(all.ooze, 1),
-  openblas_gflops: round(all.openblas, 1),
-  gemm_vs_openblas: all.openblas === null ? null : round(all.ooze / all.openblas),
+  ...gemmResult,
   gemm_by_model: perModel,
-  gemm_shapes: `Linear layers of quickstart (h128/i352/v259) and base100m (h768/i2048) at M=${TOKENS} tokens: forward nt, dx nn, dW tn`,
+  gemm_shapes: `Linear layers of quickstart (h${q.hidden}/i${q.intermediate}/v${q.vocab}) and base100m (h${MODELS.base100m!.hidden}/i${MODELS.base100m!.intermediate}) at M=${TOKENS} tokens: forward nt, dx nn, dW tn`,
   gemv_decode_gflops: round(dec.ooze, 1),
   openblas_decode_gflops: round(dec.openblas, 1),
   gemv_vs_openblas: dec.openblas === null ? null : round(dec.ooze / dec.openblas),
-  openblas: openblasNote,
+  gemm_avx2_gflops: avx2?.gemm_gflops ?? null,
+  openblas_haswell_gflops: avx2?.openblas_gflops ?? null,
+  gemm_avx2_vs_openblas_haswell: avx2?.gemm_vs_openblas ?? null,
   prefix_cache_prefill_saved: round(trace.savedFraction),
   prefix_cache_trace: trace,
   kv_bytes_per_token: kvBytesPerToken,

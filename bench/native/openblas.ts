@@ -73,9 +73,9 @@ export class OpenblasTimer {
   private readonly lines: Interface;
   private readonly waiting: Array<(line: string) => void> = [];
 
-  constructor(path: string, threads: number) {
+  constructor(path: string, threads: number, env: Record<string, string> = {}) {
     this.child = spawn(path, [], {
-      env: { ...process.env, OPENBLAS_NUM_THREADS: String(threads), OMP_NUM_THREADS: String(threads) },
+      env: { ...process.env, OPENBLAS_NUM_THREADS: String(threads), OMP_NUM_THREADS: String(threads), ...env },
     });
     this.child.stderr.on("data", (d: Buffer) => process.stderr.write(d));
     this.lines = createInterface({ input: this.child.stdout });

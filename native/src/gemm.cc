@@ -508,6 +508,9 @@ void gemm(View A, View B, float* C, int M, int N, int K, bool accumulate) {
 
 }  // namespace
 
+/** Which micro-kernel this CPU runs (for benchmarks and logs). */
+const char* gemm_kernel_name() { return has_avx512() ? "avx512 12x32" : "avx2 6x16"; }
+
 void matmul_nt(const float* A, const float* B, float* C, int M, int N, int K, bool accumulate) {
   if (M > 0 && M <= kSkinnyNtM && N > 0 && K > 0) return skinny_nt(A, B, C, M, N, K, accumulate);
   gemm(View{A, K, 1}, View{B, 1, K}, C, M, N, K, accumulate);

@@ -7,6 +7,10 @@
 #include <string>
 
 #include "kernels.h"
+
+namespace ooze {
+const char* gemm_kernel_name();  // gemm.cc
+}
 #include "registry.h"
 
 namespace {
@@ -65,7 +69,12 @@ Napi::Value GemmThreads(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), omp_get_max_threads());
 }
 
+Napi::Value GemmKernel(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), ooze::gemm_kernel_name());
+}
+
 void init_gemm(Napi::Env env, Napi::Object exports) {
+  exports.Set("gemmKernel", Napi::Function::New(env, GemmKernel, "gemmKernel"));
   exports.Set("matmul", Napi::Function::New(env, Matmul, "matmul"));
   exports.Set("gemmThreads", Napi::Function::New(env, GemmThreads, "gemmThreads"));
 }

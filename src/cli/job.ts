@@ -35,12 +35,18 @@ export function removeJob(job: string): void {
   rmSync(join(jobsDir(), `${job}.json`), { force: true });
 }
 
-function alive(pid: number): boolean {
+/** Whether a process is running (a zombie, exited but not yet reaped by its parent, is not). */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch {
     return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return true; // no /proc: trust kill(0)
   }
 }
 
@@ -57,7 +63,7 @@ export function listJobs(): JobRecord[] {
     const path = join(jobsDir(), f);
     try {
       const rec = JSON.parse(readFileSync(path, "utf8")) as JobRecord;
-      if (!alive(rec.pid)) {
+      if (!processAlive(rec.pid)) {
         rmSync(path, { force: true });
         continue;
       }

@@ -1,6 +1,6 @@
 // `ooze ps` and `ooze down`: inspect and stop a running job from another terminal, through NATS.
 import type { Command } from "commander";
-import { findJob } from "../job.ts";
+import { findJob, processAlive } from "../job.ts";
 import { nodeDown, nodeStatus, type NodeStatus } from "../../topology/node.ts";
 import { connectBus } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
@@ -44,19 +44,17 @@ export function register(program: Command) {
     .option("--job <name>", "job id (default: the newest running job)")
     .action(async (opts: { job?: string }) => {
       const rec = findJob(opts.job);
-      const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-down", largeBucket: jobNames(rec.job).objLarge });
-      await Promise.allSettled(rec.hosts.map((h) => nodeDown(bus, rec.job, h)));
-      await bus.close();
+      // `ooze up` drains its nodes (local and external) on SIGTERM; tell nodes directly only if it is gone.
       try {
         process.kill(rec.pid, "SIGTERM");
       } catch {
-        // already gone
+        const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-down", largeBucket: jobNames(rec.job).objLarge });
+        await Promise.allSettled(rec.hosts.map((h) => nodeDown(bus, rec.job, h)));
+        await bus.close();
       }
       const deadline = Date.now() + 30_000;
       while (Date.now() < deadline) {
-        try {
-          process.kill(rec.pid, 0);
-        } catch {
+        if (!processAlive(rec.pid)) {
           console.log(`job ${rec.job} stopped`);
           return;
         }

@@ -93,7 +93,9 @@ async function up(file: string, opts: UpOptions): Promise<number> {
     children.set(host, child);
     child.on("exit", (code, signal) => {
       children.delete(host);
-      if (shuttingDown) {
+      if (shuttingDown || code === 0) {
+        // a clean exit is a node told to stop (`down`), not a crash
+        if (!shuttingDown) say(`node ${host} stopped`);
         if (children.size === 0) resolveDone();
         return;
       }

@@ -1,32 +1,7 @@
-// The `ooze` command line. Each command lives in src/cli/commands/ and is loaded only when used,
-// so `ooze --help` stays fast and a command's dependencies (native addon, NATS) load on demand.
+// The `ooze` command line. Each command lives in src/cli/commands/ and registers itself here; the
+// native addon is imported inside the actions that need it, so other commands work without it.
 import { Command } from "commander";
 import { OozeError } from "../errors.ts";
-
-const program = new Command();
-program
-  .name("ooze")
-  .description("An actor runtime for agentic RL of language models, over NATS JetStream.")
-  .showHelpAfterError();
-
-/** Registers a command whose implementation is imported on first use. */
-function lazy(load: () => Promise<{ register: (cmd: Command) => void }>) {
-  return load().then((m) => m.register(program));
-}
-
-await Promise.all([
-  lazy(() => import("./commands/model.ts")),
-  lazy(() => import("./commands/topology.ts")),
-  lazy(() => import("./commands/up.ts")),
-  lazy(() => import("./commands/node.ts")),
-  lazy(() => import("./commands/ps.ts")),
-]);
-
-try {
-  await program.parseAsync(process.argv);
-} catch (e) {
-  reportAndExit(e);
-}
 
 /** Exit code of a failure that a restart cannot cure (bad topology, bad config): EX_CONFIG. */
 export const EXIT_NOT_RETRYABLE = 78;
@@ -44,3 +19,30 @@ export function reportAndExit(e: unknown): never {
   console.error(e);
   process.exit(1);
 }
+
+const program = new Command();
+program
+  .name("ooze")
+  .description("An actor runtime for agentic RL of language models, over NATS JetStream.")
+  .showHelpAfterError();
+
+/** Imports a command module and registers its commands. */
+function lazy(load: () => Promise<{ register: (cmd: Command) => void }>) {
+  return load().then((m) => m.register(program));
+}
+
+await Promise.all([
+  lazy(() => import("./commands/model.ts")),
+  lazy(() => import("./commands/topology.ts")),
+  lazy(() => import("./commands/up.ts")),
+  lazy(() => import("./commands/node.ts")),
+  lazy(() => import("./commands/ps.ts")),
+  lazy(() => import("./commands/serve.ts")),
+]);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  reportAndExit(e);
+}
+

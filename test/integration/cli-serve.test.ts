@@ -1,0 +1,47 @@
+// `ooze model init` and `ooze serve` as a user runs them: a real process, a real HTTP server, SIGTERM.
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { EngineClient } from "../../src/engine/client.ts";
+import { waitUntil } from "../harness/index.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "ooze-cli-serve-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("ooze model init / serve", () => {
+  it("writes a model directory, serves it over the SGLang API, and stops on SIGTERM", async () => {
+    const model = join(dir, "m");
+    const init = spawnSync(process.execPath, ["bin/ooze.mjs", "model", "init", "--preset", "tiny", "--out", model, "--seed", "3"], { encoding: "utf8" });
+    expect(init.status, init.stderr).toBe(0);
+    expect(existsSync(join(model, "model.safetensors"))).toBe(true);
+    expect(JSON.parse(readFileSync(join(model, "config.json"), "utf8")).architectures).toEqual(["LlamaForCausalLM"]);
+
+    const child = spawn(process.execPath, ["bin/ooze.mjs", "serve", "--model", model, "--port", "0", "--weight-version", "7"], { stdio: ["ignore", "pipe", "pipe"] });
+    let log = "";
+    child.stdout!.on("data", (d) => (log += d));
+    child.stderr!.on("data", (d) => (log += d));
+    const exited = new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
+    try {
+      const url = await waitUntil(() => /at (http:\/\/127\.0\.0\.1:\d+)/.exec(log)?.[1], { timeoutMs: 30_000, what: "server URL", diagnostics: () => log });
+      const client = new EngineClient(url);
+      expect(await client.weightVersion()).toBe("7");
+      const out = await client.generate({ inputIds: [256, 49, 43, 50, 61], sampling: { max_new_tokens: 4, temperature: 0 }, returnLogprob: true });
+      expect(out.outputIds.length).toBeGreaterThan(0);
+      expect(out.logprobs.length).toBe(out.outputIds.length);
+      const again = await client.generate({ inputIds: [256, 49, 43, 50, 61], sampling: { max_new_tokens: 4, temperature: 0 } });
+      expect(Array.from(again.outputIds)).toEqual(Array.from(out.outputIds));
+      expect(again.meta.cachedTokens).toBeGreaterThan(0);
+    } finally {
+      child.kill("SIGTERM");
+    }
+    expect(await exited).toBe(0);
+  });
+
+  it("refuses ambiguous or missing model arguments clearly", () => {
+    const r = spawnSync(process.execPath, ["bin/ooze.mjs", "serve", "--port", "0"], { encoding: "utf8" });
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/exactly one of --model DIR or --preset NAME/);
+  });
+});

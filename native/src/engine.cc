@@ -40,6 +40,7 @@ int Engine::add(const std::string& rid, std::vector<int32_t> prompt, const Sampl
   if (reqs_.count(rid)) throw std::invalid_argument("request '" + rid + "' is already running");
   auto r = std::make_unique<Request>();
   r->rid = rid;
+  r->serial = next_serial_++;
   r->prompt_len = n;
   r->tokens = std::move(prompt);
   r->sp = sp;
@@ -68,6 +69,7 @@ void Engine::abort(const std::string& rid) {
   auto it = reqs_.find(rid);
   if (it == reqs_.end()) return;
   Request* r = it->second.get();
+  if (undelivered_ > 0) aborted_serials_.insert(r->serial);
   if (r->in_batch) {
     // The step in flight releases it; the rid is free for a new request at once.
     r->aborted = true;
@@ -146,6 +148,7 @@ std::vector<EngineEvent> Engine::step() {
   std::vector<SeqChunk> chunks;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    ++undelivered_;
     // Admit waiting requests in order while there are places, slots for their whole length, and
     // room in this step's prefill budget (the first is always taken, so long prompts still run).
     size_t prefill_rows = 0;
@@ -161,6 +164,7 @@ std::vector<EngineEvent> Engine::step() {
         if (!ensure_free(need)) {
           EngineEvent ev;
           ev.rid = r->rid;
+          ev.serial = r->serial;
           ev.finish = EngineEvent::Abort;
           ev.message = "the KV cache cannot hold this request (" + std::to_string(need) + " tokens)";
           events.push_back(ev);
@@ -201,6 +205,7 @@ std::vector<EngineEvent> Engine::step() {
     }
     EngineEvent ev;
     ev.rid = r->rid;
+    ev.serial = r->serial;
     if (!error.empty()) {
       ev.finish = EngineEvent::Abort;
       ev.message = "forward failed: " + error;
@@ -217,6 +222,15 @@ std::vector<EngineEvent> Engine::step() {
     if (done) release(r);
   }
   return events;
+}
+
+void Engine::deliver(std::vector<EngineEvent>& events) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!aborted_serials_.empty())
+    events.erase(std::remove_if(events.begin(), events.end(),
+                                [this](const EngineEvent& e) { return aborted_serials_.count(e.serial) > 0; }),
+                 events.end());
+  if (undelivered_ > 0 && --undelivered_ == 0) aborted_serials_.clear();
 }
 
 void Engine::load_weights(Model&& model) {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "forward.h"
@@ -25,6 +26,7 @@ struct EngineEvent {
   Finish finish = None;
   int finish_value = 0;  // Stop: the matched token id; Length: tokens generated
   std::string message;   // Abort: why
+  uint64_t serial = 0;   // the request's serial (rids can be reused after abort)
 };
 
 /** Prefix-cache figures for cacheStats(). */
@@ -49,8 +51,16 @@ class Engine {
   int add(const std::string& rid, std::vector<int32_t> prompt, const SamplingParams& sp);
   /** Drops a request (its computed prefix goes into the prefix cache). Unknown rids are ignored. */
   void abort(const std::string& rid);
-  /** One scheduling iteration; call from one thread at a time (it serialises itself anyway). */
+  /**
+   * One scheduling iteration; call from one thread at a time (it serialises itself anyway). Pass
+   * its events through deliver() before handing them out.
+   */
   std::vector<EngineEvent> step();
+  /**
+   * Drops the events of requests aborted after their step computed them (the step ran while the
+   * abort came in), so an aborted rid never yields another event. Call once per step() result.
+   */
+  void deliver(std::vector<EngineEvent>& events);
   /** Requests added and not finished (waiting or running). */
   size_t running();
   /** Empties the prefix cache; false (nothing flushed) while a request holds a cached prefix. */
@@ -64,6 +74,7 @@ class Engine {
  private:
   struct Request {
     std::string rid;
+    uint64_t serial = 0;
     std::vector<int32_t> tokens;  // prompt, then every sampled token
     int prompt_len = 0;
     int n_gen = 0;
@@ -98,6 +109,9 @@ class Engine {
   std::deque<Request*> waiting_;
   std::vector<Request*> active_;
   uint64_t prompt_tokens_ = 0, hit_tokens_ = 0;
+  uint64_t next_serial_ = 1;
+  int undelivered_ = 0;                         // step() results not yet through deliver()
+  std::unordered_set<uint64_t> aborted_serials_;  // aborted while a result was undelivered
 };
 
 }  // namespace ooze

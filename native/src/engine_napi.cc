@@ -93,11 +93,16 @@ class StepWorker : public Napi::AsyncWorker {
   }
   void OnOK() override {
     Napi::Env env = Env();
+    eng_->deliver(events_);  // on the JS thread, after any abort() that came in meanwhile
     Napi::Array arr = Napi::Array::New(env, events_.size());
     for (size_t i = 0; i < events_.size(); ++i) arr.Set(i, event_to_js(env, events_[i]));
     deferred_.Resolve(arr);
   }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+  void OnError(const Napi::Error& e) override {
+    std::vector<EngineEvent> none;
+    eng_->deliver(none);
+    deferred_.Reject(e.Value());
+  }
 
  private:
   std::shared_ptr<Engine> eng_;

@@ -235,7 +235,8 @@ describe("native engine prefix cache, abort and weights", () => {
     e.abort("b");
     expect(e.running()).toBe(0);
     e.add("b", ids, sampling({ maxNewTokens: 2 })); // the rid is free again at once
-    // Whether the abort landed before or during that step, the new "b" yields exactly its 2 tokens.
+    // Whether the abort landed before, during or after that step's compute, the old "b" yields no
+    // event and the new "b" exactly its 2 tokens.
     const firstEvents = (await inFlight).filter((ev) => ev.rid === "b");
     const again = await drain(e);
     expect(firstEvents.length + again.get("b")!.tokens.length).toBe(2);

@@ -235,6 +235,8 @@ export interface NativeLossMetrics {
   ratioMin: number;
   ratioMax: number;
   tisMean: number;
+  /** Mean of old − new logprob. */
+  ppoKl: number;
   numTokens: number;
   numSamples: number;
 }

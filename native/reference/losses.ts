@@ -66,6 +66,8 @@ export interface PolicyLossMetrics {
   ratioMin: number;
   ratioMax: number;
   tisMean: number;
+  /** Mean of old − new logprob: how far the policy moved from the old one. */
+  ppoKl: number;
   numTokens: number;
   numSamples: number;
 }
@@ -140,7 +142,7 @@ export function policyLoss(c: PolicyLossConfig, x: PolicyLossInputs): PolicyLoss
   const { weights, numTokens, numSamples } = reductionWeights(x.cuSeqlens, x.lossMask, c.reduction, c.normalizer);
   const m: PolicyLossMetrics = {
     loss: 0, pgLoss: 0, kl: 0, entropy: 0, clipfrac: 0, dualClipfrac: 0, ratioMean: 0,
-    ratioMin: Infinity, ratioMax: -Infinity, tisMean: 0, numTokens, numSamples,
+    ratioMin: Infinity, ratioMax: -Infinity, tisMean: 0, ppoKl: 0, numTokens, numSamples,
   };
   const dLogprobs = new Float64Array(T), dEntropy = new Float64Array(T);
   for (let t = 0; t < T; t++) {
@@ -157,6 +159,7 @@ export function policyLoss(c: PolicyLossConfig, x: PolicyLossInputs): PolicyLoss
     m.clipfrac += w * (pg.clipped ? 1 : 0);
     m.dualClipfrac += w * (pg.dualClipped ? 1 : 0);
     m.ratioMean += w * pg.ratio;
+    m.ppoKl += w * (old - lp);
     m.tisMean += w * tis;
     m.ratioMin = Math.min(m.ratioMin, pg.ratio);
     m.ratioMax = Math.max(m.ratioMax, pg.ratio);

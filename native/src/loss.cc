@@ -79,6 +79,7 @@ LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogpr
     M.clipfrac += wt * (clipped ? 1.0 : 0.0);
     M.dual_clipfrac += wt * (dual_clipped ? 1.0 : 0.0);
     M.ratio_mean += wt * ratio;
+    M.ppo_kl += wt * (in.old_logprobs[t] - lp);
     M.tis_mean += wt * tw;
     M.ratio_min = std::min(M.ratio_min, ratio);
     M.ratio_max = std::max(M.ratio_max, ratio);

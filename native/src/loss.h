@@ -48,6 +48,7 @@ struct LossInputs {
 struct LossMetrics {
   double loss = 0, pg_loss = 0, kl = 0, entropy = 0, clipfrac = 0, dual_clipfrac = 0;
   double ratio_mean = 0, ratio_min = 0, ratio_max = 0, tis_mean = 0;
+  double ppo_kl = 0;  // mean of old − new logprob: how far this step's policy moved from the old one
   double num_tokens = 0, num_samples = 0;  // masked tokens, samples with ≥1 masked token
 };
 

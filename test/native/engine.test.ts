@@ -147,6 +147,30 @@ describe("native engine batching and sampling", () => {
     });
   });
 
+  it("sampled first tokens follow the renormalised top-k / top-p distribution (2000 seeds)", async () => {
+    const ids = prompt(4, 8);
+    const T = 0.8;
+    const ref = referenceLogits(tiny, params, ids);
+    const row = Array.from(ref.subarray((ids.length - 1) * V, ids.length * V), (x) => x / T);
+    const order = row.map((_, i) => i).sort((a, b) => row[b]! - row[a]!);
+    const mx = row[order[0]!]!;
+    const top = order.slice(0, 4).map((i) => Math.exp(row[i]! - mx));
+    const z = top.reduce((a, b) => a + b, 0);
+    const e = engine({ maxRunning: 2000 });
+    const n = 2000;
+    for (let i = 0; i < n; i++) e.add(`s${i}`, ids, sampling({ temperature: T, topK: 4, maxNewTokens: 1, seed: i }));
+    const counts = new Map<number, number>();
+    const got = await drain(e);
+    for (const o of got.values()) counts.set(o.tokens[0]!, (counts.get(o.tokens[0]!) ?? 0) + 1);
+    expect([...counts.keys()].every((t) => order.slice(0, 4).includes(t))).toBe(true);
+    // Seeds are fixed, so this is deterministic; 0.04 is > 4 standard errors at n = 2000.
+    order.slice(0, 4).forEach((t, k) => expect(Math.abs((counts.get(t) ?? 0) / n - top[k]! / z)).toBeLessThan(0.04));
+    // top_p smaller than the top token's probability leaves only that token: greedy.
+    const greedyTok = order[0]!;
+    const tp = await generate(engine(), "tp", ids, sampling({ temperature: T, topP: 1e-6, maxNewTokens: 1, seed: 5 }));
+    expect(tp.tokens).toEqual([greedyTok]);
+  });
+
   it("one step prefills at most 4096 prompt tokens; the rest are admitted at the next step", async () => {
     const e = engine();
     for (let i = 0; i < 10; i++) e.add(`p${i}`, prompt(500, i), sampling({ maxNewTokens: 2 }));

@@ -153,9 +153,16 @@ export interface NativeEngineConstructor {
 export interface NativeEngine {
   /** Queues a request; returns prompt tokens served from the prefix cache. Throws on an empty or too-long prompt, bad ids or a duplicate rid. */
   add(rid: string, inputIds: Int32Array, sampling: NativeSampling): number;
-  /** Admits waiting requests, prefills them and decodes one token for the others, off the event loop. */
+  /**
+   * Admits waiting requests (in order, while places, KV slots and a 4096-token prefill budget allow),
+   * prefills them and decodes one token for the others, in one batched forward off the event loop.
+   * Resolves with one event per request that produced a token ([] when nothing runs). Call one at a time.
+   */
   step(): Promise<NativeTokenEvent[]>;
-  /** Drops a request (no event); its computed prefix goes to the prefix cache. Unknown rids are ignored. */
+  /**
+   * Drops a request: no event for it after abort() returns, even from a step in flight (the rid is
+   * free for reuse at once); its computed prefix goes to the prefix cache. Unknown rids are ignored.
+   */
   abort(rid: string): void;
   /** Requests added and not finished (waiting + running). */
   running(): number;

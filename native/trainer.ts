@@ -101,13 +101,28 @@ export class Trainer {
     return this.enqueue("applyGrads", () => this.native.applyGrads({ ...defaultOptimConfig, ...optim }));
   }
 
-  /** One whole step on one batch: zero grads, accumulate, applyGrads. */
+  /**
+   * One whole step on one batch: zero grads, accumulate, applyGrads. With `microBatchTokens`, the
+   * batch is split by whole sequences into micro-batches of at most that many tokens (a longer
+   * sequence goes alone), accumulated with the whole batch's normalizer, so the result equals the
+   * unsplit step while activations stay bounded by one micro-batch.
+   */
   trainStep(
     batch: NativeTrainBatch, loss: Partial<NativeLossConfig>, optim: Partial<NativeOptimConfig> & { lr: number },
+    opts: { microBatchTokens: number | null } = { microBatchTokens: null },
   ): Promise<TrainStepMetrics> {
-    return this.enqueue("trainStep", () =>
-      this.native.trainStep(batch, { ...defaultLossConfig, ...loss }, { ...defaultOptimConfig, ...optim }),
-    );
+    const lossCfg = { ...defaultLossConfig, ...loss }, optimCfg = { ...defaultOptimConfig, ...optim };
+    const parts = opts.microBatchTokens === null ? [batch] : splitTrainBatch(batch, opts.microBatchTokens);
+    if (parts.length <= 1) return this.enqueue("trainStep", () => this.native.trainStep(batch, lossCfg, optimCfg));
+    return this.enqueue("trainStep", async () => {
+      const counts = countMasked(batch);
+      const normalizer = lossCfg.normalizer ?? (lossCfg.reduction === "token" ? counts.tokens : counts.samples);
+      this.native.zeroGrads();
+      const metrics: NativeLossMetrics[] = [];
+      for (const part of parts) metrics.push(await this.native.accumulate(part, { ...lossCfg, normalizer }));
+      const opt = await this.native.applyGrads(optimCfg);
+      return { ...sumMetrics(metrics), ...opt };
+    });
   }
 
   /** Drops accumulated gradients. */
@@ -179,6 +194,55 @@ export class Trainer {
     if (!i) throw new OozeError("NATIVE_FAILED", "Trainer.info: no model loaded");
     return i;
   }
+}
+
+/** Masked tokens and samples with at least one masked token. */
+function countMasked(b: NativeTrainBatch): { tokens: number; samples: number } {
+  let tokens = 0, samples = 0;
+  for (let s = 0; s + 1 < b.cuSeqlens.length; s++) {
+    let n = 0;
+    for (let i = b.cuSeqlens[s]!; i < b.cuSeqlens[s + 1]!; i++) n += b.lossMask[i] ? 1 : 0;
+    tokens += n;
+    if (n > 0) samples++;
+  }
+  return { tokens, samples };
+}
+
+/** Adds micro-batch metric shares (means were weighted by the global normalizer); min/max over parts with tokens. */
+function sumMetrics(ms: NativeLossMetrics[]): NativeLossMetrics {
+  const out = { ...ms[0]! };
+  for (const m of ms.slice(1)) for (const k of Object.keys(out) as (keyof NativeLossMetrics)[]) out[k] += m[k];
+  const withTokens = ms.filter((m) => m.numTokens > 0);
+  out.ratioMin = withTokens.length ? Math.min(...withTokens.map((m) => m.ratioMin)) : 0;
+  out.ratioMax = withTokens.length ? Math.max(...withTokens.map((m) => m.ratioMax)) : 0;
+  return out;
+}
+
+/**
+ * Splits a training batch by whole sequences into consecutive micro-batches of at most maxTokens
+ * tokens each (a sequence longer than maxTokens forms its own micro-batch).
+ */
+export function splitTrainBatch(b: NativeTrainBatch, maxTokens: number): NativeTrainBatch[] {
+  if (!(maxTokens >= 1)) throw new OozeError("CONFIG_INVALID", `microBatchTokens must be >= 1, got ${maxTokens}`);
+  const parts: NativeTrainBatch[] = [];
+  const nSeq = b.cuSeqlens.length - 1;
+  let s0 = 0;
+  while (s0 < nSeq) {
+    let s1 = s0 + 1;
+    while (s1 < nSeq && b.cuSeqlens[s1 + 1]! - b.cuSeqlens[s0]! <= maxTokens) s1++;
+    const a = b.cuSeqlens[s0]!, e = b.cuSeqlens[s1]!;
+    parts.push({
+      tokens: b.tokens.slice(a, e),
+      cuSeqlens: b.cuSeqlens.slice(s0, s1 + 1).map((v) => v - a),
+      lossMask: b.lossMask.slice(a, e),
+      advantages: b.advantages.slice(a, e),
+      oldLogprobs: b.oldLogprobs.slice(a, e),
+      rolloutLogprobs: b.rolloutLogprobs ? b.rolloutLogprobs.slice(a, e) : null,
+      refLogprobs: b.refLogprobs ? b.refLogprobs.slice(a, e) : null,
+    });
+    s0 = s1;
+  }
+  return parts;
 }
 
 /** What packSamples needs of a sample (a subset of src/sample.ts's Sample). */

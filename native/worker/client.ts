@@ -200,9 +200,12 @@ export class TrainerWorker {
   applyGrads(optim: Partial<NativeOptimConfig> & { lr: number }): Promise<NativeOptimResult> {
     return this.call("applyGrads", [optim]);
   }
-  /** zeroGrads + accumulate + applyGrads. */
-  trainStep(batch: NativeTrainBatch, loss: Partial<NativeLossConfig>, optim: Partial<NativeOptimConfig> & { lr: number }): Promise<TrainStepMetrics> {
-    return this.call("trainStep", [batch, loss, optim]);
+  /** zeroGrads + accumulate + applyGrads, optionally in micro-batches (see Trainer.trainStep). */
+  trainStep(
+    batch: NativeTrainBatch, loss: Partial<NativeLossConfig>, optim: Partial<NativeOptimConfig> & { lr: number },
+    opts: { microBatchTokens: number | null } = { microBatchTokens: null },
+  ): Promise<TrainStepMetrics> {
+    return this.call("trainStep", [batch, loss, optim, opts]);
   }
   zeroGrads(): Promise<void> {
     return this.call("zeroGrads", []);

@@ -33,7 +33,7 @@ async function handle(op: WorkerRequest["op"], a: any[]): Promise<unknown> {
     case "applyGrads":
       return need().applyGrads(a[0]);
     case "trainStep":
-      return need().trainStep(a[0], a[1], a[2]);
+      return need().trainStep(a[0], a[1], a[2], a[3] ?? undefined);
     case "zeroGrads":
       return need().zeroGrads();
     case "getParams":

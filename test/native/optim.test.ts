@@ -134,3 +134,30 @@ describe("overfitting a fixed batch", () => {
     expect(history.at(-1)! - history[0]!).toBeGreaterThan(1);
   });
 });
+
+describe("trainStep in micro-batches", () => {
+  it("splitting by microBatchTokens gives the same step as the whole batch (params atol 1e-6)", async () => {
+    const cfg = tinyTrainConfig(false);
+    const r = rng(31);
+    const samples = [7, 12, 5, 9, 6].map((n, i) => ({
+      tokens: Int32Array.from({ length: n }, () => Math.floor(r() * cfg.vocab_size)),
+      responseLength: n - 2,
+      lossMask: Uint8Array.from({ length: n - 2 }, () => (r() < 0.8 ? 1 : 0)),
+      rolloutLogprobs: null,
+      advantage: i % 2 ? 0.7 : -0.4,
+    }));
+    const batch = packSamples(samples);
+    for (const reduction of ["token", "sample"] as const) {
+      const a = await Trainer.create({ config: cfg, params: null, seed: 2 });
+      const b = await Trainer.create({ config: cfg, params: null, seed: 2 });
+      const old = (await a.logprobs(batch)).logprobs.map((v) => v + 0.05);
+      const whole = await a.trainStep({ ...batch, oldLogprobs: old }, { reduction }, { lr: 1e-2 });
+      const split = await b.trainStep({ ...batch, oldLogprobs: old }, { reduction }, { lr: 1e-2 }, { microBatchTokens: 14 });
+      expect(Math.abs(split.loss - whole.loss)).toBeLessThanOrEqual(1e-6);
+      expect(Math.abs(split.gradNorm - whole.gradNorm)).toBeLessThanOrEqual(1e-5 * whole.gradNorm);
+      expect(split.numTokens).toBe(whole.numTokens);
+      expect(split.ratioMax).toBeCloseTo(whole.ratioMax, 6);
+      expect(checkTensor(`params (${reduction})`, await b.getParams(), await a.getParams(), 1e-6, 1e-4)).toBe("");
+    }
+  });
+});

@@ -8,6 +8,8 @@ import type {
   InferenceBackend,
   TokenEvent,
 } from "../src/engine/backend.ts";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { OozeError } from "../src/errors.ts";
 import type { NativeEngine } from "./index.d.ts";
 import { loadNative } from "./load.ts";
@@ -44,7 +46,7 @@ class NativeBackend implements InferenceBackend {
     const config = this.engine.config();
     this.info = {
       modelPath: opts.modelDir,
-      config: { ...config },
+      config: readConfigJson(opts.modelDir) ?? { ...config },
       eosTokenId: config.eos_token_id,
       maxContext: config.max_position_embeddings,
     };
@@ -113,6 +115,16 @@ class NativeBackend implements InferenceBackend {
   close(): void {
     this.engine?.close();
     this.engine = null;
+  }
+}
+
+/** The directory's config.json as written (all its fields), or null if it cannot be read now. */
+function readConfigJson(dir: string): Record<string, unknown> | null {
+  try {
+    const v: unknown = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
+    return typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
+  } catch {
+    return null;
   }
 }
 

@@ -11,7 +11,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <exception>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 #include <cstdint>
@@ -79,12 +81,25 @@ class Team {
       gen_.fetch_add(1, std::memory_order_release);
       if (sleepers_ > 0) cv_.notify_all();
     }
-    for (int c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < n;) fn(c);
+    std::exception_ptr err;
+    try {
+      for (int c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < n;) fn(c);
+    } catch (...) {
+      err = std::current_exception();
+      next_.store(n, std::memory_order_relaxed);  // no more claims
+    }
     {
       std::lock_guard<std::mutex> lk(mu_);
       open_ = false;  // helpers that have not joined yet will not
     }
-    while (active_.load(std::memory_order_acquire) > 0) _mm_pause();
+    for (int spins = 0; active_.load(std::memory_order_acquire) > 0; ++spins) {
+      if (spins < 4096) _mm_pause();
+      else std::this_thread::yield();  // a helper was descheduled mid-chunk
+    }
+    if (!err && helper_failed_.exchange(false)) {
+      err = std::make_exception_ptr(std::runtime_error("a gemm helper thread failed (out of memory?)"));
+    }
+    if (err) std::rethrow_exception(err);
   }
 
  private:
@@ -109,7 +124,12 @@ class Team {
       const std::function<void(int)>* fn = fn_;
       const int n = n_;
       lk.unlock();
-      for (int c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < n;) (*fn)(c);
+      try {
+        for (int c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < n;) (*fn)(c);
+      } catch (...) {
+        helper_failed_.store(true);
+        next_.store(n, std::memory_order_relaxed);
+      }
       active_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
@@ -126,6 +146,7 @@ class Team {
   std::atomic<uint64_t> gen_{0};
   std::atomic<int> next_{0};
   std::atomic<int> active_{0};
+  std::atomic<bool> helper_failed_{false};
 };
 
 /** Runs fn(c), c in [0, n), with `threads` threads (the caller included). */

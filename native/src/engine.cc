@@ -92,7 +92,7 @@ bool Engine::flush_cache() {
 
 EngineCacheStats Engine::cache_stats() {
   std::lock_guard<std::mutex> lk(mu_);
-  return {cache_->size(), cache_->budget(), prompt_tokens_, hit_tokens_};
+  return {cache_->size(), cache_->budget(), prompt_tokens_, hit_tokens_, free_slots_.size()};
 }
 
 bool Engine::ensure_free(size_t n) {

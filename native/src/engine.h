@@ -33,6 +33,7 @@ struct EngineEvent {
 struct EngineCacheStats {
   size_t cached_tokens = 0, budget_tokens = 0;
   uint64_t prompt_tokens = 0, hit_tokens = 0;
+  size_t free_slots = 0;  // KV slots held by nobody (pool = free + cached + held by requests)
 };
 
 /**

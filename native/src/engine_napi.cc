@@ -233,6 +233,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     o.Set("budgetTokens", static_cast<double>(s.budget_tokens));
     o.Set("promptTokens", static_cast<double>(s.prompt_tokens));
     o.Set("hitTokens", static_cast<double>(s.hit_tokens));
+    o.Set("freeSlots", static_cast<double>(s.free_slots));
     return o;
   }
 

@@ -239,7 +239,7 @@ describe("native engine prefix cache, abort and weights", () => {
     expect(c.tokens).toEqual(fresh.tokens);
     expect(e.cacheStats().hitTokens).toBe(24 + 30);
     expect(e.flushCache()).toBe(true);
-    expect(e.cacheStats().cachedTokens).toBe(0);
+    expect(e.cacheStats()).toMatchObject({ cachedTokens: 0, freeSlots: 16384 });
   });
 
   it("abort drops a request at any point and keeps its prefix cached", async () => {
@@ -270,16 +270,23 @@ describe("native engine prefix cache, abort and weights", () => {
     e.add("c", ids, sampling());
     e.abort("c");
     expect(e.running()).toBe(0);
+    const st = e.cacheStats();
+    expect(st.freeSlots + st.cachedTokens).toBe(16384); // no slot leaked by any abort path
   });
 
   it("a small KV pool evicts cached prefixes and still serves every request", async () => {
     const e = engine({ cacheTokens: 512, maxRunning: 8 });
     const want = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => generate(engine(), `r${i}`, prompt(100, i), sampling({ maxNewTokens: 20 }))));
-    for (let round = 0; round < 2; round++) {
+    // Rounds with and without a flush: a slot leak would starve a later round (an abort event).
+    for (let round = 0; round < 4; round++) {
       [0, 1, 2, 3, 4, 5].forEach((i) => e.add(`r${i}`, prompt(100, i), sampling({ maxNewTokens: 20 })));
+      if (round === 3) e.abort("r5");
       const got = await drain(e);
-      [0, 1, 2, 3, 4, 5].forEach((i) => expect(got.get(`r${i}`)!.tokens).toEqual(want[i]!.tokens));
-      expect(e.cacheStats().cachedTokens).toBeLessThanOrEqual(512);
+      [0, 1, 2, 3, 4].forEach((i) => expect(got.get(`r${i}`)!.tokens).toEqual(want[i]!.tokens));
+      const st = e.cacheStats();
+      expect(st.cachedTokens).toBeLessThanOrEqual(512);
+      expect(st.freeSlots + st.cachedTokens).toBe(512); // every slot is free or cached when idle
+      if (round === 1) expect(e.flushCache()).toBe(true);
     }
   });
 

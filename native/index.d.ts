@@ -168,7 +168,8 @@ export interface NativeEngine {
   running(): number;
   /** Empties the prefix cache; false while requests hold cached prefixes. */
   flushCache(): boolean;
-  cacheStats(): { cachedTokens: number; budgetTokens: number; promptTokens: number; hitTokens: number };
+  /** Prefix-cache figures; freeSlots: KV slots held by nobody (idle: freeSlots + cachedTokens = pool size). */
+  cacheStats(): { cachedTokens: number; budgetTokens: number; promptTokens: number; hitTokens: number; freeSlots: number };
   /** Loads new weights from a model directory (same shapes) off the event loop; flushes the prefix cache. */
   loadWeights(dir: string): Promise<void>;
   /** Logits [n × vocab] at every position of tokens, from a fresh cache (tests, debugging). Sync. */

@@ -41,7 +41,7 @@ export function serveControl(system: ActorSystem, node: string, opts: { onDown?:
   const { bus, names } = remoteLayer(system);
   const sub = bus.subscribe(names.control(node), {
     handler: async (m) => {
-      if (m.reply === null) return;
+      if (!m.reply) return;
       let reply: unknown;
       try {
         const env = decodeEnvelope(m.data, CONTROL_KIND);

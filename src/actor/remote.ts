@@ -134,11 +134,12 @@ async function onFrame(bus: Bus, names: JobNames, sys: SystemInternals, cell: Ac
   } catch (e) {
     cell.malformed++;
     void deadLetter(bus, names, subjectOf(cell.path), m.data, e, m.subject);
-    if (m.reply !== null) void respond(m, { ok: false, error: { ...(e as OozeError).toWire(), actor: cell.path } });
+    if (m.reply) void respond(m, { ok: false, error: { ...(e as OozeError).toWire(), actor: cell.path } });
     return;
   }
   const meta = { messageId: env.id, deliveryCount: 1 };
-  if (m.reply === null) {
+  // nats.js gives "" (not null) for a message without reply subject: both mean tell.
+  if (!m.reply) {
     cell.tellWithMeta(body, meta);
     return;
   }

@@ -188,8 +188,25 @@ void pack_a(View A, int i0, int mr, int k0, int kc, float* dst) {
   const float* rows[MR];
   for (int r = 0; r < MR; ++r) rows[r] = A.p + (long)(i0 + std::min(r, mr - 1)) * A.rs + (long)k0 * A.cs;
   if (mr == MR && A.cs == 1) {
+    // Rows in groups of 4: 4x4 blocks transposed in registers; leftover rows and k one by one.
+    constexpr int R4 = MR / 4 * 4;
+    const int k4 = kc / 4 * 4;
+    for (int r = 0; r < R4; r += 4) {
+      for (int k = 0; k < k4; k += 4) {
+        __m128 x0 = _mm_loadu_ps(rows[r] + k), x1 = _mm_loadu_ps(rows[r + 1] + k);
+        __m128 x2 = _mm_loadu_ps(rows[r + 2] + k), x3 = _mm_loadu_ps(rows[r + 3] + k);
+        _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+        float* d = dst + (long)k * MR + r;
+        _mm_storeu_ps(d, x0);
+        _mm_storeu_ps(d + MR, x1);
+        _mm_storeu_ps(d + 2 * MR, x2);
+        _mm_storeu_ps(d + 3 * MR, x3);
+      }
+      for (int k = k4; k < kc; ++k)
+        for (int q = r; q < r + 4; ++q) dst[(long)k * MR + q] = rows[q][k];
+    }
     for (int k = 0; k < kc; ++k)
-      for (int r = 0; r < MR; ++r) dst[(long)k * MR + r] = rows[r][k];
+      for (int r = R4; r < MR; ++r) dst[(long)k * MR + r] = rows[r][k];
     return;
   }
   for (int k = 0; k < kc; ++k)

@@ -128,6 +128,30 @@ void Engine::release(Request* r) {
   aborted_.erase(std::remove_if(aborted_.begin(), aborted_.end(), [r](auto& p) { return p.get() == r; }), aborted_.end());
 }
 
+void Engine::share_prompt(Request* r) {
+  // Hand the freshly prefilled prompt to the cache so requests added from now on reuse it, and
+  // switch this request to the cache's slots wherever the cache already had the same tokens.
+  const size_t fed = static_cast<size_t>(r->fed);
+  cache_->insert(r->tokens.data(), r->slots.data(), fed);
+  RadixCache::Match m = cache_->match(r->tokens.data(), fed);
+  // The budget is the whole pool, so everything fits; should a tail not have been kept, its
+  // slots came back to the free list and are taken out again (this request still uses them).
+  for (size_t i = m.length; i < fed; ++i) {
+    auto it = std::find(free_slots_.begin(), free_slots_.end(), r->slots[i]);
+    if (it != free_slots_.end()) free_slots_.erase(it);
+  }
+  if (m.length <= static_cast<size_t>(r->cached)) return;
+  for (size_t i = static_cast<size_t>(r->cached); i < m.length; ++i)
+    if (m.slots[i] != r->slots[i]) {
+      free_slots_.push_back(r->slots[i]);  // a duplicate of what the cache holds
+      r->slots[i] = m.slots[i];
+    }
+  cache_->lock(m.node);
+  if (r->node != 0) cache_->unlock(r->node);
+  r->node = m.node;
+  r->cached = static_cast<int>(m.length);
+}
+
 bool Engine::finished(Request& r, EngineEvent& ev) const {
   const int t = r.tokens.back();
   if (is_stop_token(r.sp, model_.cfg.eos_token_id, t)) {
@@ -220,6 +244,7 @@ std::vector<EngineEvent> Engine::step() {
     const bool done = finished(*r, ev);
     events.push_back(ev);
     if (done) release(r);
+    else if (r->n_gen == 1) share_prompt(r);
   }
   return events;
 }

@@ -92,6 +92,7 @@ class Engine {
   bool ensure_free(size_t n);       // evicts from the prefix cache until n slots are free
   void unpin_waiting();             // drops the prefix hits of waiting requests (deadlock escape)
   void release(Request* r);         // hands slots to the cache / free list and forgets r
+  void share_prompt(Request* r);    // after prefill: puts the prompt in the cache, pinned by r
   bool finished(Request& r, EngineEvent& ev) const;
 
   std::mutex mu_;          // requests, queue, free list, prefix cache

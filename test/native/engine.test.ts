@@ -242,6 +242,23 @@ describe("native engine prefix cache, abort and weights", () => {
     expect(e.cacheStats()).toMatchObject({ cachedTokens: 0, freeSlots: 16384 });
   });
 
+  it("a prompt is shared as soon as it is prefilled, while its request still runs", async () => {
+    const e = engine();
+    const ids = prompt(30, 9);
+    e.add("a", ids, sampling({ maxNewTokens: 8 }));
+    await e.step(); // "a" prefilled: its prompt is now in the cache, pinned by "a"
+    expect(e.add("b", ids, sampling({ maxNewTokens: 8 }))).toBe(29);
+    expect(e.add("c", Int32Array.from([...ids.subarray(0, 20), 1, 2, 3]), sampling({ maxNewTokens: 8 }))).toBe(20);
+    expect(e.flushCache()).toBe(false);
+    const got = await drain(e);
+    const alone = await generate(engine(), "x", ids, sampling({ maxNewTokens: 8 }));
+    expect(got.get("b")!.tokens).toEqual(alone.tokens);
+    const aloneC = await generate(engine(), "y", Int32Array.from([...ids.subarray(0, 20), 1, 2, 3]), sampling({ maxNewTokens: 8 }));
+    expect(got.get("c")!.tokens).toEqual(aloneC.tokens);
+    const st = e.cacheStats();
+    expect(st.freeSlots + st.cachedTokens).toBe(16384);
+  });
+
   it("abort drops a request at any point and keeps its prefix cached", async () => {
     const e = engine();
     const ids = prompt(12, 5);

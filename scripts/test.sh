@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command (`npm test`): set-up on a fresh machine, then the whole vitest suite, ending with
+# one plain summary line "N passed, N failed, N skipped". Extra arguments go to vitest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || exit 1
+report=$(mktemp -t ooze-vitest-XXXXXX.json)
+npx --no-install vitest run --reporter=default --reporter=json --outputFile="$report" "$@"
+rc=$?
+node -e '
+  const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  console.log(`tests: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);
+' "$report" 2>/dev/null || echo "tests: no report (vitest exited with $rc)"
+rm -f "$report"
+exit $rc

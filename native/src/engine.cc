@@ -47,8 +47,10 @@ int Engine::add(const std::string& rid, std::vector<int32_t> prompt, const Sampl
   r->rng = Rng(sp.seed);
   const int max_new = sp.max_new_tokens < 0 ? c.max_position_embeddings : std::max(1, sp.max_new_tokens);
   r->max_fed = std::min(n + max_new - 1, c.max_position_embeddings);
-  // Leave the last prompt token uncached: its logits give the first sampled token.
-  RadixCache::Match m = cache_->match(r->tokens.data(), static_cast<size_t>(n - 1));
+  // Leave the last prompt token uncached: its logits give the first sampled token. No reuse while
+  // prefixes from before a weight reload are still pinned.
+  RadixCache::Match m{0, {}, 0};
+  if (stale_pins_ == 0) m = cache_->match(r->tokens.data(), static_cast<size_t>(n - 1));
   if (m.length > 0) {
     cache_->lock(m.node);
     r->node = m.node;
@@ -114,14 +116,20 @@ void Engine::unpin_waiting() {
 void Engine::release(Request* r) {
   const size_t fed = static_cast<size_t>(r->fed);
   size_t start_own = static_cast<size_t>(r->cached);
-  if (fed > 0) {
+  const bool cacheable = !r->stale && stale_pins_ == 0;  // keys/values all from the current weights
+  if (fed > 0 && cacheable) {
     // Tokens [cached, already) were cached meanwhile by another request: ours are duplicates.
     size_t already = cache_->insert(r->tokens.data(), r->slots.data(), fed);
     for (size_t i = start_own; i < already; ++i) free_slots_.push_back(r->slots[i]);
     start_own = fed;  // [max(cached, already), fed) now belong to the cache
   }
-  for (size_t i = std::max(start_own, fed); i < r->slots.size(); ++i) free_slots_.push_back(r->slots[i]);
-  if (r->node != 0) cache_->unlock(r->node);
+  for (size_t i = cacheable ? std::max(start_own, fed) : start_own; i < r->slots.size(); ++i)
+    free_slots_.push_back(r->slots[i]);
+  if (r->node != 0) {
+    cache_->unlock(r->node);
+    // The last request pinning pre-reload prefixes is gone: nothing is locked now, drop them all.
+    if (r->stale && --stale_pins_ == 0) cache_->flush();
+  }
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   active_.erase(std::remove(active_.begin(), active_.end(), r), active_.end());
   if (auto it = reqs_.find(r->rid); it != reqs_.end() && it->second.get() == r) reqs_.erase(it);
@@ -131,6 +139,7 @@ void Engine::release(Request* r) {
 void Engine::share_prompt(Request* r) {
   // Hand the freshly prefilled prompt to the cache so requests added from now on reuse it, and
   // switch this request to the cache's slots wherever the cache already had the same tokens.
+  if (r->stale || stale_pins_ > 0) return;
   const size_t fed = static_cast<size_t>(r->fed);
   cache_->insert(r->tokens.data(), r->slots.data(), fed);
   RadixCache::Match m = cache_->match(r->tokens.data(), fed);
@@ -269,8 +278,14 @@ void Engine::load_weights(Model&& model) {
   std::lock_guard<std::mutex> compute(compute_mu_);
   std::lock_guard<std::mutex> lk(mu_);
   model_.params.swap(model.params);
+  // Cached keys/values are stale under new weights. Running requests keep theirs (and go on with
+  // the new weights, as SGLang's in-place pause does) but nothing computed before this point is
+  // cached or reused again: unpinned prefixes go now, pinned ones when their last request ends.
   unpin_waiting();
-  // Cached keys/values are stale under new weights. Prefixes pinned by requests stay until released.
+  for (Request* r : active_) {
+    if (r->node != 0 && !r->stale) ++stale_pins_;
+    r->stale = true;
+  }
   if (!cache_->flush()) cache_->evict(cache_->size());
 }
 

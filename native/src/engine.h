@@ -87,6 +87,7 @@ class Engine {
     SamplingParams sp;
     Rng rng;
     bool admitted = false, in_batch = false, aborted = false;
+    bool stale = false;  // running across a weight reload: its keys/values mix old and new weights
   };
 
   bool ensure_free(size_t n);       // evicts from the prefix cache until n slots are free
@@ -112,6 +113,7 @@ class Engine {
   std::vector<Request*> active_;
   uint64_t prompt_tokens_ = 0, hit_tokens_ = 0;
   uint64_t next_serial_ = 1;
+  int stale_pins_ = 0;  // stale requests still pinning cached prefixes (no cache use until 0)
   int undelivered_ = 0;                         // step() results not yet through deliver()
   std::unordered_set<uint64_t> aborted_serials_;  // aborted while a result was undelivered
 };

@@ -318,6 +318,20 @@ describe("native engine prefix cache, abort and weights", () => {
     await e.loadWeights(dir);
     expect(e.cacheStats().cachedTokens).toBe(0);
     expectClose(e.forwardLogits(ids), referenceLogits(tiny, p2, ids), 1e-4, "logits after reload");
+    // A reload while a request runs: its pinned prefix is never reused, then dropped when it ends.
+    e.add("long", ids, sampling({ maxNewTokens: 6 }));
+    await e.step();
+    native.saveModelDir(dir, tiny, params, "v3");
+    await e.loadWeights(dir);
+    expect(e.add("new", ids, sampling({ maxNewTokens: 6 }))).toBe(0);
+    const got = await drain(e);
+    expect(got.get("new")!.tokens).toEqual((await generate(engine(), "n", ids, sampling({ maxNewTokens: 6 }))).tokens);
+    const st = e.cacheStats();
+    expect(st.freeSlots + st.cachedTokens).toBe(16384);
+    // "long" ended first (flushing the stale prefix), so "new", computed under v3 only, was cached.
+    expect(st.cachedTokens).toBe(ids.length + 5);
+    expect(e.add("again", ids, sampling({ maxNewTokens: 6 }))).toBe(ids.length - 1);
+    expect((await drain(e)).get("again")!.tokens).toEqual(got.get("new")!.tokens);
     const other = join(root, "other");
     native.saveModelDir(other, tinyTied, native.initModelParams(tinyTied, 1, 0.02), null);
     await expect(e.loadWeights(other)).rejects.toThrow(/config differs/);

@@ -8,6 +8,8 @@ process.env.OOZE_NO_AVX512 = "1";
 const shapes: Array<[number, number, number]> = [
   [9, 16, 8], [13, 47, 100], [25, 31, 257], [37, 33, 513], [145, 35, 40], [150, 50, 260], [100, 3, 7],
   [520, 70, 470], [100, 700, 250],
+  // wider than one 3072-column packed B block
+  [13, 3100, 20],
 ];
 
 describe("matmul AVX2 path vs reference", () => {

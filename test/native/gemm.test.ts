@@ -12,6 +12,8 @@ const shapes: Array<[number, number, number]> = [
   [145, 35, 40], [150, 50, 260], [100, 3, 7], [300, 20, 33], [6, 3100, 4],
   // above the 2^24 multiply-add threshold: threads split rows, then columns
   [520, 70, 470], [100, 700, 250],
+  // wider than one 3072-column packed B block
+  [13, 3100, 20],
 ];
 
 describe("matmul native vs reference", () => {

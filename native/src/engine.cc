@@ -228,6 +228,21 @@ std::vector<EngineEvent> Engine::step() {
   }
   std::lock_guard<std::mutex> lk(mu_);
   const int V = model_.cfg.vocab_size;
+  // Sample every request's token (in parallel for large vocabularies: each has its own generator).
+  const long nb = static_cast<long>(batch.size());
+  std::vector<int> toks(batch.size(), -1);
+  std::vector<float> lps(batch.size(), 0.0f);
+  if (error.empty()) {
+#pragma omp parallel for schedule(dynamic) if (nb > 1 && V >= 4096)
+    for (long i = 0; i < nb; ++i) {
+      Request* r = batch[i];
+      if (r->aborted) continue;
+      thread_local std::vector<float> scratch;
+      thread_local std::vector<int> order;
+      toks[i] = sample_token(logits_.data() + i * static_cast<size_t>(V), V, r->sp, model_.cfg.eos_token_id, r->n_gen,
+                             r->rng, &lps[i], scratch, order);
+    }
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     Request* r = batch[i];
     r->in_batch = false;
@@ -246,8 +261,8 @@ std::vector<EngineEvent> Engine::step() {
       release(r);
       continue;
     }
-    ev.token = sample_token(logits_.data() + i * static_cast<size_t>(V), V, r->sp, model_.cfg.eos_token_id, r->n_gen,
-                            r->rng, &ev.logprob, scratch_, order_);
+    ev.token = toks[i];
+    ev.logprob = lps[i];
     r->tokens.push_back(ev.token);
     r->n_gen++;
     const bool done = finished(*r, ev);

@@ -102,8 +102,7 @@ class Engine {
   RopeTable rope_;
   KvPool kv_;
   Workspace ws_;
-  std::vector<float> logits_, scratch_;
-  std::vector<int> order_;
+  std::vector<float> logits_;
   int max_running_;
   std::vector<int32_t> free_slots_;
   std::unique_ptr<RadixCache> cache_;

@@ -76,8 +76,20 @@ int sample_token(const float* logits, int vocab, const SamplingParams& sp, int e
       k = static_cast<size_t>(sp.top_k);
       std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
       order.resize(k);
-    } else if (sp.top_p < 1.0f) {
-      std::sort(order.begin(), order.end(), by_logit);
+    } else if (sp.top_p < 1.0f && !order.empty()) {
+      // Sort only as much of the head as the nucleus needs (a full sort of a 32k vocabulary per
+      // token is the slow part otherwise): grow the sorted prefix until it holds top_p of the mass.
+      double m0 = neg_inf, all = 0;
+      for (int i : order) m0 = std::max(m0, static_cast<double>(scratch[i]));
+      for (int i : order) all += std::exp(scratch[i] - m0);
+      size_t k = std::min<size_t>(64, order.size());
+      while (true) {
+        std::partial_sort(order.begin(), order.begin() + static_cast<long>(k), order.end(), by_logit);
+        double head = 0;
+        for (size_t j = 0; j < k; ++j) head += std::exp(scratch[order[j]] - m0);
+        if (k == order.size() || head / all >= sp.top_p + 1e-9) break;
+        k = std::min(order.size(), k * 8);
+      }
     }
     // Probabilities of the candidates, renormalised; then the smallest prefix reaching top_p.
     double mk = neg_inf;

@@ -147,7 +147,7 @@ describe("native engine batching and sampling", () => {
     });
   });
 
-  it("sampled first tokens follow the renormalised top-k / top-p distribution (2000 seeds)", async () => {
+  it("sampled first tokens follow the renormalised top-k and top-p distributions (2000 seeds each)", async () => {
     const ids = prompt(4, 8);
     const T = 0.8;
     const ref = referenceLogits(tiny, params, ids);
@@ -165,6 +165,18 @@ describe("native engine batching and sampling", () => {
     expect([...counts.keys()].every((t) => order.slice(0, 4).includes(t))).toBe(true);
     // Seeds are fixed, so this is deterministic; 0.04 is > 4 standard errors at n = 2000.
     order.slice(0, 4).forEach((t, k) => expect(Math.abs((counts.get(t) ?? 0) / n - top[k]! / z)).toBeLessThan(0.04));
+    // top_p between the top-2 and top-3 cumulative mass: the nucleus is the top 3, renormalised.
+    const all = row.reduce((a, x) => a + Math.exp(x - mx), 0);
+    const cum = (k: number) => order.slice(0, k).reduce((a, i) => a + Math.exp(row[i]! - mx), 0) / all;
+    const e2 = engine({ maxRunning: 2000 });
+    for (let i = 0; i < n; i++)
+      e2.add(`q${i}`, ids, sampling({ temperature: T, topP: (cum(2) + cum(3)) / 2, maxNewTokens: 1, seed: 10_000 + i }));
+    const counts2 = new Map<number, number>();
+    for (const o of (await drain(e2)).values()) counts2.set(o.tokens[0]!, (counts2.get(o.tokens[0]!) ?? 0) + 1);
+    expect([...counts2.keys()].every((t) => order.slice(0, 3).includes(t))).toBe(true);
+    order.slice(0, 3).forEach((t, k) =>
+      expect(Math.abs((counts2.get(t) ?? 0) / n - Math.exp(row[t]! - mx) / all / cum(3))).toBeLessThan(0.04),
+    );
     // top_p smaller than the top token's probability leaves only that token: greedy.
     const greedyTok = order[0]!;
     const tp = await generate(engine(), "tp", ids, sampling({ temperature: T, topP: 1e-6, maxNewTokens: 1, seed: 5 }));

@@ -1,0 +1,646 @@
+// The fleet: an elastic set of SGLang-compatible engines (embedded or external) behind one router.
+// Engines are attached and detached at any time, health-checked, dropped from routing when they fail
+// and taken back when they recover. generate() is token-in/token-out with partial rollout: when an
+// engine aborts a request (weight update, /abort_request), dies, or leaves the fleet mid-request, the
+// tokens and logprobs sampled so far are kept and the rest is generated elsewhere with the remaining
+// budget, one weight-version span per run of tokens. updateWeights() walks every engine through
+// pause → update_weights_from_disk → continue; versions only increase. With a bus, the set of engines
+// lives in the job's KV bucket so a new fleet recovers it.
+import { randomUUID } from "node:crypto";
+import { OozeError } from "../errors.ts";
+import type { Bus } from "../transport/bus.ts";
+import type { FinishReason } from "./backend.ts";
+import { EngineClient } from "./client.ts";
+import { ExternalRouter } from "./fleet-external.ts";
+import { compareVersions, expectedSignature, modelSignature, signatureDiff, type ModelSignature } from "./fleet-model.ts";
+import { FleetRegistry, type EngineSource } from "./fleet-registry.ts";
+import { PartialRollout, type WeightVersionSpan } from "./partial.ts";
+import type { WireSamplingParams } from "./protocol.ts";
+import { Router, type RoutingPolicy } from "./router.ts";
+
+export type { EngineSource } from "./fleet-registry.ts";
+export type { WeightVersionSpan } from "./partial.ts";
+
+/** One generation request to the fleet. */
+export interface FleetGenerateRequest {
+  inputIds: Int32Array;
+  /** SGLang's sampling_params; `max_new_tokens` is required (the budget shared by all re-dispatches). */
+  sampling: WireSamplingParams;
+  /** Session id: routing affinity and the X-SMG-Routing-Key header. */
+  sessionId?: string;
+  /** Request id (default: a fresh uuid); `abort(rid)` uses it. Re-dispatches send `rid.N` to engines. */
+  rid?: string;
+  /** Aborting it is the same as `abort(rid)`: the request ends as aborted and is not re-dispatched. */
+  signal?: AbortSignal;
+}
+
+/** A finished generation, possibly assembled from several dispatches. */
+export interface FleetGenerateResult {
+  /** Exactly as the engines sampled them, across re-dispatches (never decoded and re-encoded). */
+  outputIds: Int32Array;
+  logprobs: Float32Array;
+  finishReason: FinishReason;
+  status: "completed" | "truncated" | "aborted";
+  /** Weight version of each run of output tokens, `[start, end)` over outputIds. */
+  weightVersions: WeightVersionSpan[];
+  /** Engine that produced the last tokens. */
+  engine: string;
+  /** Prompt tokens served from the prefix cache, summed over dispatches. */
+  cachedTokens: number;
+  redispatches: number;
+}
+
+/** What `list()` shows about one engine. */
+export interface EngineEntry {
+  /** The engine's id (its normalised URL). */
+  id: string;
+  url: string;
+  /** In the routing set. */
+  healthy: boolean;
+  /** Fleet requests running on it now. */
+  inFlight: number;
+  weightVersion: string | null;
+  source: EngineSource;
+  lastError: string | null;
+  /** ms since epoch */
+  attachedAt: number;
+  /** What identifies its model (null until discovered). */
+  model: ModelSignature | null;
+}
+
+/** Options of a Fleet. */
+export interface FleetOptions {
+  /** Routing policy (default cache_aware). */
+  routing?: RoutingPolicy;
+  /** Interval of /health checks, ms (default 5000; 0 = no health loop). */
+  healthIntervalMs?: number;
+  /** Deadline of one /health check, ms (default 10 000). */
+  healthTimeoutMs?: number;
+  /** Failed checks in a row that take an engine out of routing (default 2). */
+  unhealthyAfter?: number;
+  /** Longest a request may wait for a healthy engine, over all its dispatches, ms (default 300 000). */
+  requestTimeoutMs?: number;
+  /** Longest silence between two streamed chunks before the engine counts as stuck, ms (default 120 000). */
+  streamIdleTimeoutMs?: number;
+  /** Re-dispatches of one request before it fails with ENGINE_UNAVAILABLE (default 32). */
+  maxRedispatches?: number;
+  /** With `job`: the engine registry lives in the job's KV bucket. */
+  bus?: Bus;
+  job?: string;
+  /** An external SGLang router to register engines with (POST /workers, DELETE /workers/{id}). */
+  externalRouter?: string;
+  /** The model every engine must serve (an HF config or a signature); default: the first engine's. */
+  expectModel?: Record<string, unknown>;
+  log?: (line: string) => void;
+}
+
+interface Attempt {
+  ctl: AbortController;
+  /** Set when the fleet cut the attempt so that the request moves elsewhere. */
+  redispatch: string | null;
+  epoch: number;
+}
+
+interface Engine {
+  id: string;
+  url: string;
+  source: EngineSource;
+  attachedAt: number;
+  gen: EngineClient;
+  ctl: EngineClient;
+  probe: EngineClient;
+  healthy: boolean;
+  detached: boolean;
+  model: ModelSignature | null;
+  weightVersion: string | null;
+  lastError: string | null;
+  failures: number;
+  checking: boolean;
+  joining: Promise<void> | null;
+  attempts: Set<Attempt>;
+  /** Bumped on every join, so releases of older routings are not counted against the new one. */
+  epoch: number;
+}
+
+interface ReqState {
+  userAborted: boolean;
+  attempt: Attempt | null;
+}
+
+/** Normalises an engine URL: scheme added when missing, trailing slashes removed. */
+export function normalizeEngineUrl(url: string): string {
+  let u = url.trim().replace(/\/+$/, "");
+  if (!/^https?:\/\//.test(u)) u = `http://${u}`;
+  try {
+    const p = new URL(u);
+    return `${p.protocol}//${p.host}${p.pathname === "/" ? "" : p.pathname.replace(/\/+$/, "")}`;
+  } catch (e) {
+    throw new OozeError("CONFIG_INVALID", `'${url}' is not an engine URL (expected http://HOST:PORT)`, { cause: e });
+  }
+}
+
+const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
+/** An elastic set of engines with health checks, partial-rollout re-dispatch and weight updates. */
+export class Fleet {
+  private readonly router: Router;
+  private readonly engines = new Map<string, Engine>();
+  private readonly requests = new Map<string, ReqState>();
+  private readonly waiters = new Set<() => void>();
+  private readonly healthIntervalMs: number;
+  private readonly healthTimeoutMs: number;
+  private readonly unhealthyAfter: number;
+  private readonly requestTimeoutMs: number;
+  private readonly streamIdleTimeoutMs: number;
+  private readonly maxRedispatches: number;
+  private readonly log: (line: string) => void;
+  private readonly registry: Promise<FleetRegistry> | null;
+  private readonly external: ExternalRouter | null;
+  private reference: ModelSignature | null;
+  private current: { version: string; modelDir: string } | null = null;
+  private updating: Promise<void> | null = null;
+  private lockChain: Promise<unknown> = Promise.resolve();
+  private timer: NodeJS.Timeout | null = null;
+  private closed = false;
+
+  constructor(opts: FleetOptions = {}) {
+    this.router = new Router({ policy: opts.routing ?? "cache_aware" });
+    this.healthIntervalMs = opts.healthIntervalMs ?? 5000;
+    this.healthTimeoutMs = opts.healthTimeoutMs ?? 10_000;
+    this.unhealthyAfter = Math.max(1, opts.unhealthyAfter ?? 2);
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? 300_000;
+    this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs ?? 120_000;
+    this.maxRedispatches = opts.maxRedispatches ?? 32;
+    this.log = opts.log ?? (() => {});
+    this.reference = opts.expectModel ? expectedSignature(opts.expectModel) : null;
+    this.external = opts.externalRouter ? new ExternalRouter(opts.externalRouter) : null;
+    if (opts.bus && opts.job === undefined) throw new OozeError("CONFIG_INVALID", "Fleet: a bus needs a job id (opts.job) to name its KV bucket");
+    this.registry = opts.bus && opts.job !== undefined ? FleetRegistry.open(opts.bus, opts.job) : null;
+    this.registry?.catch(() => {}); // reported where it is awaited
+    if (this.healthIntervalMs > 0) {
+      this.timer = setInterval(() => this.healthTick(), this.healthIntervalMs);
+      this.timer.unref();
+    }
+  }
+
+  /** Creates a fleet and, with a bus, recovers its engines and weight version from the job's KV bucket. */
+  static async open(opts: FleetOptions = {}): Promise<Fleet> {
+    const f = new Fleet(opts);
+    try {
+      await f.recover();
+    } catch (e) {
+      await f.close();
+      throw e;
+    }
+    return f;
+  }
+
+  /**
+   * Re-attaches every engine in the KV registry (no-op without a bus). Engines that cannot be
+   * reached now stay registered, out of routing, and join when a health check passes.
+   */
+  async recover(): Promise<EngineEntry[]> {
+    if (!this.registry) return this.list();
+    const reg = await this.registry;
+    const v = await reg.version();
+    if (v && (!this.current || compareVersions(v.version, this.current.version) > 0)) this.current = v;
+    for (const r of await reg.entries()) {
+      const url = normalizeEngineUrl(r.url);
+      if (this.engines.has(url)) continue;
+      const e = this.newEngine(url, r.source, r.attachedAt);
+      this.engines.set(url, e);
+      try {
+        await this.join(e, undefined, true);
+      } catch (err) {
+        e.lastError = errText(err);
+        this.log(`fleet: recovered ${url} but it is not in routing yet: ${e.lastError}`);
+      }
+    }
+    return this.list();
+  }
+
+  /** The weight version last applied by updateWeights (or recovered), or null. */
+  get weightVersion(): string | null {
+    return this.current?.version ?? null;
+  }
+
+  /**
+   * Attaches an engine: discovers it via /model_info and /server_info, refuses one serving a
+   * different model (ENGINE_MISMATCH naming what differs; `expectModel: null` skips the check),
+   * brings it to the fleet's weight version, adds it to routing and the registry. Attaching an
+   * attached URL returns its entry.
+   */
+  async attach(url: string, opts: { source?: EngineSource; expectModel?: Record<string, unknown> | null } = {}): Promise<EngineEntry> {
+    this.assertOpen();
+    const id = normalizeEngineUrl(url);
+    const have = this.engines.get(id);
+    if (have) {
+      if (!have.healthy) await this.join(have, opts.expectModel, true).catch(() => {});
+      return this.entryOf(have);
+    }
+    const e = this.newEngine(id, opts.source ?? "runtime", Date.now());
+    this.engines.set(id, e);
+    try {
+      await this.join(e, opts.expectModel, true);
+    } catch (err) {
+      e.detached = true;
+      this.engines.delete(id);
+      throw err;
+    }
+    if (this.registry) await (await this.registry).put({ url: id, source: e.source, attachedAt: e.attachedAt });
+    this.log(`fleet: attached ${id} (${e.source}, weight version ${e.weightVersion ?? "unknown"})`);
+    return this.entryOf(e);
+  }
+
+  /** Detaches an engine: it leaves routing and the registry; its in-flight requests are re-dispatched. */
+  async detach(url: string): Promise<void> {
+    const id = normalizeEngineUrl(url);
+    const e = this.engines.get(id);
+    if (!e) {
+      throw new OozeError("ACTOR_NOT_FOUND", `fleet: engine ${id} is not attached (attached: ${[...this.engines.keys()].join(", ") || "none"})`);
+    }
+    e.detached = true;
+    this.engines.delete(id);
+    this.leave(e, "detached from the fleet");
+    if (this.registry) await (await this.registry).remove(id);
+    if (this.external) await this.external.remove(id).catch((err) => this.log(`fleet: ${errText(err)}`));
+    this.log(`fleet: detached ${id}`);
+  }
+
+  /** Every attached engine. */
+  list(): EngineEntry[] {
+    return [...this.engines.values()].map((e) => this.entryOf(e));
+  }
+
+  /** Aborts a request by rid: it ends as aborted with the tokens sampled so far, never re-dispatched. */
+  abort(rid: string): boolean {
+    const st = this.requests.get(rid);
+    if (!st) return false;
+    st.userAborted = true;
+    st.attempt?.ctl.abort();
+    this.notify();
+    return true;
+  }
+
+  /**
+   * Generates with partial rollout: an engine that aborts the request (weight update, /abort_request),
+   * dies, or leaves the fleet keeps nothing from it — the fleet keeps the sampled ids and logprobs and
+   * sends prompt + sampled ids to a healthy engine with the remaining budget, waiting for one up to
+   * requestTimeoutMs. Fails with ENGINE_UNAVAILABLE when no engine comes or re-dispatches run out,
+   * and with ENGINE_REJECTED when an engine refuses the request itself.
+   */
+  async generate(req: FleetGenerateRequest): Promise<FleetGenerateResult> {
+    this.assertOpen();
+    const maxNew = req.sampling.max_new_tokens;
+    if (typeof maxNew !== "number" || !Number.isInteger(maxNew) || maxNew < 0) {
+      throw new OozeError("CONFIG_INVALID", `fleet.generate: sampling.max_new_tokens must be a non-negative integer (got ${String(maxNew)}); the fleet needs a budget to share across re-dispatches`);
+    }
+    const rid = req.rid ?? randomUUID().replace(/-/g, "");
+    if (this.requests.has(rid)) throw new OozeError("CONFIG_INVALID", `fleet.generate: request id '${rid}' is already in flight`);
+    const st: ReqState = { userAborted: false, attempt: null };
+    this.requests.set(rid, st);
+    const onSignal = () => this.abort(rid);
+    if (req.signal?.aborted) st.userAborted = true;
+    req.signal?.addEventListener("abort", onSignal, { once: true });
+    const deadline = Date.now() + this.requestTimeoutMs;
+    const acc = new PartialRollout();
+    const minNew = typeof req.sampling.min_new_tokens === "number" ? req.sampling.min_new_tokens : 0;
+    let redispatches = 0;
+    let cachedTokens = 0;
+    let engineId = "";
+    let dispatched = false;
+    const finish = (finishReason: FinishReason): FleetGenerateResult => ({
+      outputIds: acc.outputIds(),
+      logprobs: acc.logprobs(),
+      finishReason,
+      status: finishReason.type === "stop" ? "completed" : finishReason.type === "length" ? "truncated" : "aborted",
+      weightVersions: acc.weightVersions(),
+      engine: engineId,
+      cachedTokens,
+      redispatches,
+    });
+    try {
+      for (;;) {
+        if (st.userAborted) return finish({ type: "abort", message: "Aborted by the caller (fleet.abort)" });
+        if (dispatched && acc.length >= maxNew) return finish({ type: "length", length: acc.length });
+        const input = acc.continuation(req.inputIds);
+        const e = await this.acquire(input, req.sessionId, st, deadline, rid);
+        if (!e) continue;
+        const attempt: Attempt = { ctl: new AbortController(), redispatch: null, epoch: e.epoch };
+        e.attempts.add(attempt);
+        st.attempt = attempt;
+        acc.beginAttempt();
+        dispatched = true;
+        engineId = e.id;
+        let outcome: { done: FinishReason } | { retry: string };
+        try {
+          const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: maxNew - acc.length };
+          if (minNew > 0) sampling.min_new_tokens = Math.max(0, minNew - acc.length);
+          const gen = e.gen.generateStream({
+            inputIds: input,
+            sampling,
+            returnLogprob: true,
+            rid: redispatches === 0 ? rid : `${rid}.${redispatches}`,
+            ...(req.sessionId !== undefined ? { routingKey: req.sessionId } : {}),
+            signal: attempt.ctl.signal,
+            timeoutMs: this.streamIdleTimeoutMs,
+          });
+          let first = true;
+          for (;;) {
+            const n = await gen.next();
+            if (first) {
+              cachedTokens += n.value.meta.cachedTokens;
+              first = false;
+            }
+            acc.update(n.value.outputIds, n.value.logprobs, n.value.meta.weightVersion, n.done === true);
+            if (n.done) {
+              outcome = { done: n.value.finishReason };
+              break;
+            }
+          }
+        } catch (err) {
+          if (attempt.redispatch !== null) outcome = { retry: attempt.redispatch };
+          else if (st.userAborted) outcome = { done: { type: "abort", message: "Aborted by the caller (fleet.abort)" } };
+          else if (err instanceof OozeError && (err.code === "ENGINE_UNAVAILABLE" || err.code === "TIMEOUT" || err.code === "ENGINE_PROTOCOL")) {
+            this.fail(e, err);
+            outcome = { retry: err.message };
+          } else throw err;
+        } finally {
+          e.attempts.delete(attempt);
+          st.attempt = null;
+          if (attempt.epoch === e.epoch && e.healthy) this.router.release(e.id);
+        }
+        if ("done" in outcome) {
+          const f = outcome.done;
+          if (f.type !== "abort" || st.userAborted || this.closed) {
+            if (f.type === "length") return finish({ type: "length", length: acc.length });
+            return finish(f);
+          }
+          outcome = { retry: `${e.id} aborted the request: ${f.message}` };
+        }
+        if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
+        redispatches++;
+        if (redispatches > this.maxRedispatches) {
+          throw new OozeError("ENGINE_UNAVAILABLE", `fleet: request ${rid} was re-dispatched ${this.maxRedispatches} times (${acc.length} tokens sampled); last reason: ${outcome.retry}`, {
+            retryable: true,
+          });
+        }
+        this.log(`fleet: re-dispatching ${rid} after ${acc.length} tokens (${outcome.retry})`);
+      }
+    } finally {
+      req.signal?.removeEventListener("abort", onSignal);
+      this.requests.delete(rid);
+    }
+  }
+
+  /**
+   * Loads new weights on every engine in routing: pause_generation(mode) → update_weights_from_disk
+   * (model_path, weight_version) → continue_generation, then checks /get_weight_version. New requests
+   * and re-dispatches wait until it is done. A version not above the current one is refused
+   * (CONFIG_INVALID). Engines that fail leave routing and are updated when they rejoin; when no
+   * engine took the update, it throws and the version is not recorded.
+   */
+  async updateWeights(modelDir: string, version: string, opts: { mode?: "abort" | "in_place" } = {}): Promise<void> {
+    this.assertOpen();
+    const mode = opts.mode ?? "abort";
+    await this.locked(async () => {
+      if (this.current && compareVersions(version, this.current.version) <= 0) {
+        throw new OozeError("CONFIG_INVALID", `fleet: weight version '${version}' is not above the current '${this.current.version}'; versions only increase`);
+      }
+      let open!: () => void;
+      this.updating = new Promise<void>((r) => (open = r));
+      try {
+        const targets = [...this.engines.values()].filter((e) => e.healthy);
+        const results = await Promise.allSettled(targets.map((e) => this.updateOne(e, modelDir, version, mode)));
+        const failed = targets.map((e, i) => ({ e, r: results[i]! })).filter((x) => x.r.status === "rejected");
+        const why = failed.map((x) => `${x.e.id}: ${errText((x.r as PromiseRejectedResult).reason)}`);
+        if (targets.length > 0 && failed.length === targets.length) {
+          // An engine that refused the update keeps serving its old weights; one that failed otherwise leaves.
+          for (const x of failed) {
+            const reason = (x.r as PromiseRejectedResult).reason as unknown;
+            if (!(reason instanceof OozeError && reason.code === "ENGINE_REJECTED")) this.leave(x.e, "weight update failed");
+          }
+          throw new OozeError("ENGINE_REJECTED", `fleet: no engine took weight version '${version}' from ${modelDir}: ${why.join("; ")}`);
+        }
+        for (const x of failed) {
+          x.e.lastError = `weight update to '${version}' failed: ${errText((x.r as PromiseRejectedResult).reason)}`;
+          this.leave(x.e, "weight update failed; it rejoins with the new weights when healthy");
+        }
+        this.current = { version, modelDir };
+        if (this.registry) await (await this.registry).putVersion(this.current);
+        this.log(`fleet: weight version ${version} on ${targets.length - failed.length}/${targets.length} engines${why.length ? ` (failed: ${why.join("; ")})` : ""}`);
+      } finally {
+        this.updating = null;
+        open();
+        this.notify();
+      }
+    });
+  }
+
+  /** Stops health checks; running requests fail with ACTOR_STOPPED. The registry is kept for recovery. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    for (const e of this.engines.values()) for (const a of e.attempts) a.ctl.abort();
+    this.notify();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  private assertOpen(): void {
+    if (this.closed) throw new OozeError("ACTOR_STOPPED", "fleet: closed");
+  }
+
+  private newEngine(id: string, source: EngineSource, attachedAt: number): Engine {
+    return {
+      id,
+      url: id,
+      source,
+      attachedAt,
+      gen: new EngineClient(id, { retries: 0, streamIdleTimeoutMs: this.streamIdleTimeoutMs }),
+      ctl: new EngineClient(id, { retries: 2, timeoutMs: 30_000 }),
+      probe: new EngineClient(id, { retries: 0, timeoutMs: this.healthTimeoutMs }),
+      healthy: false,
+      detached: false,
+      model: null,
+      weightVersion: null,
+      lastError: null,
+      failures: 0,
+      checking: false,
+      joining: null,
+      attempts: new Set(),
+      epoch: 0,
+    };
+  }
+
+  private entryOf(e: Engine): EngineEntry {
+    return {
+      id: e.id,
+      url: e.url,
+      healthy: e.healthy,
+      inFlight: e.attempts.size,
+      weightVersion: e.weightVersion,
+      source: e.source,
+      lastError: e.lastError,
+      attachedAt: e.attachedAt,
+      model: e.model,
+    };
+  }
+
+  private notify(): void {
+    for (const w of [...this.waiters]) w();
+  }
+
+  /** Waits for a change (a join, the end of an update, an abort, close) or `ms`. */
+  private changed(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const t = setTimeout(done, Math.max(1, ms));
+      this.waiters.add(done);
+    });
+  }
+
+  /** Routes a dispatch: waits out a weight update and for a healthy engine; null when aborted meanwhile. */
+  private async acquire(input: Int32Array, sessionId: string | undefined, st: ReqState, deadline: number, rid: string): Promise<Engine | null> {
+    for (;;) {
+      if (st.userAborted) return null;
+      if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was waiting for an engine`);
+      if (this.updating) {
+        await Promise.race([this.updating, this.changed(1000)]);
+        continue;
+      }
+      if (this.router.engines().length > 0) {
+        const id = this.router.route(sessionId === undefined ? { inputIds: input } : { inputIds: input, routingKey: sessionId });
+        const e = this.engines.get(id);
+        if (e && e.healthy) return e;
+        this.router.removeEngine(id); // stale: cannot happen while the two maps agree
+        continue;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        const known = this.list().map((x) => `${x.id}${x.lastError ? ` (${x.lastError})` : ""}`);
+        throw new OozeError("ENGINE_UNAVAILABLE", `fleet: no healthy engine for request ${rid} within ${this.requestTimeoutMs} ms; engines: ${known.join(", ") || "none attached"}`, {
+          retryable: true,
+        });
+      }
+      await this.changed(Math.min(left, 1000));
+    }
+  }
+
+  /** Serialises joins and weight updates, so no engine joins with weights older than the fleet's. */
+  private locked<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.lockChain.then(fn, fn);
+    this.lockChain = p.catch(() => undefined);
+    return p;
+  }
+
+  /** Discovers an engine, checks its model, brings it to the fleet's version and adds it to routing. */
+  private join(e: Engine, expect: Record<string, unknown> | null | undefined, rethrow: boolean): Promise<void> {
+    e.joining ??= (async () => {
+      try {
+        const [mi, si] = await Promise.all([e.ctl.modelInfo(), e.ctl.serverInfo()]);
+        const sig = modelSignature(mi, si);
+        const want = expect === null ? null : expect !== undefined ? expectedSignature(expect) : this.reference;
+        if (want) {
+          const diff = signatureDiff(sig, want);
+          if (diff.length > 0) {
+            throw new OozeError("ENGINE_MISMATCH", `fleet: ${e.id} serves a different model (${String(mi.model_path)}): ${diff.join("; ")}; attach an engine serving the fleet's model`);
+          }
+        }
+        e.model = sig;
+        if (this.reference === null && expect === undefined) this.reference = sig;
+        e.weightVersion = typeof mi.weight_version === "string" ? mi.weight_version : await e.ctl.weightVersion();
+        await this.locked(async () => {
+          if (e.detached || this.closed || e.healthy) return;
+          const cur = this.current;
+          if (cur && e.weightVersion !== cur.version) await this.updateOne(e, cur.modelDir, cur.version, "abort");
+          e.healthy = true;
+          e.failures = 0;
+          e.lastError = null;
+          e.epoch++;
+          this.router.addEngine(e.id);
+        });
+        if (this.external && !e.detached) await this.external.add(e.id).catch((err) => this.log(`fleet: ${errText(err)}`));
+        this.notify();
+      } catch (err) {
+        e.lastError = errText(err);
+        throw err;
+      } finally {
+        e.joining = null;
+      }
+    })();
+    return rethrow ? e.joining : e.joining.catch(() => {});
+  }
+
+  /** Takes an engine out of routing; its in-flight requests are cut and re-dispatched. */
+  private leave(e: Engine, reason: string): void {
+    if (e.healthy) {
+      e.healthy = false;
+      this.router.removeEngine(e.id);
+      this.log(`fleet: ${e.id} left routing: ${reason}`);
+    }
+    for (const a of e.attempts) {
+      a.redispatch ??= `${e.id} ${reason}`;
+      a.ctl.abort();
+    }
+  }
+
+  /** A request found the engine unreachable: out of routing until a health check passes. */
+  private fail(e: Engine, err: OozeError): void {
+    e.lastError = err.message;
+    e.failures = Math.max(e.failures, this.unhealthyAfter);
+    this.leave(e, `failed a request: ${err.message}`);
+  }
+
+  private async updateOne(e: Engine, modelDir: string, version: string, mode: "abort" | "in_place"): Promise<void> {
+    await e.ctl.pauseGeneration(mode);
+    let updated = false;
+    try {
+      const r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version });
+      if (!r.success) throw new OozeError("ENGINE_REJECTED", `${e.id}: update_weights_from_disk refused ${modelDir}: ${r.message}`);
+      updated = true;
+    } finally {
+      // Continue even after a failed update: the engine keeps serving its old weights.
+      await e.ctl.continueGeneration().catch((err) => {
+        if (updated) throw err;
+      });
+    }
+    const v = await e.ctl.weightVersion();
+    if (v !== version) throw new OozeError("ENGINE_PROTOCOL", `${e.id}: reports weight version '${String(v)}' after an update to '${version}'`);
+    e.weightVersion = v;
+  }
+
+  private healthTick(): void {
+    if (this.closed) return;
+    for (const e of this.engines.values()) {
+      if (e.checking || e.joining) continue;
+      e.checking = true;
+      void this.check(e).finally(() => (e.checking = false));
+    }
+  }
+
+  private async check(e: Engine): Promise<void> {
+    let ok: boolean;
+    try {
+      ok = await e.probe.health({ timeoutMs: this.healthTimeoutMs });
+    } catch {
+      ok = false;
+    }
+    if (e.detached || this.closed) return;
+    if (ok) {
+      e.failures = 0;
+      if (!e.healthy) await this.join(e, undefined, false);
+      return;
+    }
+    e.failures++;
+    if (e.healthy && e.failures >= this.unhealthyAfter) {
+      e.lastError = `failed ${e.failures} health checks in a row`;
+      this.leave(e, e.lastError);
+    }
+  }
+}

@@ -238,9 +238,8 @@ std::vector<EngineEvent> Engine::step() {
       Request* r = batch[i];
       if (r->aborted) continue;
       thread_local std::vector<float> scratch;
-      thread_local std::vector<int> order;
       toks[i] = sample_token(logits_.data() + i * static_cast<size_t>(V), V, r->sp, model_.cfg.eos_token_id, r->n_gen,
-                             r->rng, &lps[i], scratch, order);
+                             r->rng, &lps[i], scratch);
     }
   }
   for (size_t i = 0; i < batch.size(); ++i) {

@@ -42,8 +42,59 @@ bool is_stop_token(const SamplingParams& sp, int eos_id, int token) {
   return std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end();
 }
 
+namespace {
+
+struct Cand {
+  float s;   // scaled logit
+  int id;    // token id
+  double p;  // exp(s - max over the vocabulary), unnormalised
+};
+
+/** Strict total order: higher logit first, lower id first among equal logits. */
+bool before(const Cand& a, const Cand& b) { return a.s > b.s || (a.s == b.s && a.id < b.id); }
+
+/**
+ * Size of the nucleus: the shortest prefix of `c` in `before` order whose mass reaches `target`.
+ * Reorders `c` so that prefix comes first, in O(n) expected time (a weighted quickselect that
+ * sorts only the small range around the crossing); `sorted` says `c` is already in order.
+ */
+size_t nucleus(std::vector<Cand>& c, double target, bool sorted) {
+  size_t lo = 0, hi = c.size();
+  double acc = 0;  // mass of c[0..lo), all before every element of c[lo..hi)
+  while (!sorted && hi - lo > 32) {
+    const size_t mid = lo + (hi - lo) / 2;
+    // Median of three as the pivot, moved to hi-1.
+    if (before(c[mid], c[lo])) std::swap(c[mid], c[lo]);
+    if (before(c[hi - 1], c[lo])) std::swap(c[hi - 1], c[lo]);
+    if (before(c[mid], c[hi - 1])) std::swap(c[mid], c[hi - 1]);
+    const Cand pivot = c[hi - 1];
+    auto split = std::partition(c.begin() + static_cast<long>(lo), c.begin() + static_cast<long>(hi - 1),
+                                [&](const Cand& x) { return before(x, pivot); });
+    const size_t m = static_cast<size_t>(split - c.begin());
+    double upper = 0;
+    for (size_t j = lo; j < m; ++j) upper += c[j].p;
+    if (acc + upper >= target) {
+      hi = m;  // the crossing is among the elements before the pivot
+      continue;
+    }
+    acc += upper;
+    std::swap(c[m], c[hi - 1]);  // the pivot comes right after them
+    if (acc + c[m].p >= target) return m + 1;
+    acc += c[m].p;
+    lo = m + 1;
+  }
+  if (!sorted) std::sort(c.begin() + static_cast<long>(lo), c.begin() + static_cast<long>(hi), before);
+  for (size_t j = lo; j < hi; ++j) {
+    acc += c[j].p;
+    if (acc >= target) return j + 1;
+  }
+  return hi;
+}
+
+}  // namespace
+
 int sample_token(const float* logits, int vocab, const SamplingParams& sp, int eos_id, int n_generated, Rng& rng,
-                 float* logprob, std::vector<float>& scratch, std::vector<int>& order) {
+                 float* logprob, std::vector<float>& scratch) {
   const bool greedy = sp.temperature < 1e-6f;
   const float inv_t = greedy ? 1.0f : 1.0f / sp.temperature;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -54,70 +105,51 @@ int sample_token(const float* logits, int vocab, const SamplingParams& sp, int e
     scratch[i] = logits[i] * inv_t;
     mx = std::max(mx, scratch[i]);
   }
+  // w_i = exp(s_i - max) once, in fp32 (the slow part for large vocabularies); z summed in fp64.
+  thread_local std::vector<float> w;
+  w.resize(vocab);
   double z = 0;
-  for (int i = 0; i < vocab; ++i) z += std::exp(static_cast<double>(scratch[i] - mx));
+  for (int i = 0; i < vocab; ++i) z += (w[i] = std::exp(scratch[i] - mx));
   const double log_z = mx + std::log(z);
-  // Mask EOS and stop ids until min_new_tokens are out.
-  auto masked = [&](int i) {
-    return n_generated < sp.min_new_tokens && is_stop_token(sp, eos_id, i);
-  };
+  // EOS and stop ids are masked until min_new_tokens are out.
+  const bool masking = n_generated < sp.min_new_tokens;
   int chosen = -1;
   if (greedy) {
     float best = neg_inf;
     for (int i = 0; i < vocab; ++i)
-      if (!masked(i) && (chosen < 0 || scratch[i] > best)) best = scratch[i], chosen = i;
+      if (!(masking && is_stop_token(sp, eos_id, i)) && (chosen < 0 || scratch[i] > best)) best = scratch[i], chosen = i;
   } else {
-    order.clear();
+    thread_local std::vector<Cand> c;
+    c.clear();
     for (int i = 0; i < vocab; ++i)
-      if (!masked(i)) order.push_back(i);
-    auto by_logit = [&](int a, int b) { return scratch[a] > scratch[b] || (scratch[a] == scratch[b] && a < b); };
-    size_t k = order.size();
-    if (sp.top_k > 0 && static_cast<size_t>(sp.top_k) < k) {
-      k = static_cast<size_t>(sp.top_k);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
-      order.resize(k);
-    } else if (sp.top_p < 1.0f && !order.empty()) {
-      // Sort only as much of the head as the nucleus needs (a full sort of a 32k vocabulary per
-      // token is the slow part otherwise): grow the sorted prefix until it holds top_p of the mass.
-      double m0 = neg_inf, all = 0;
-      for (int i : order) m0 = std::max(m0, static_cast<double>(scratch[i]));
-      for (int i : order) all += std::exp(scratch[i] - m0);
-      size_t k = std::min<size_t>(64, order.size());
-      while (true) {
-        std::partial_sort(order.begin(), order.begin() + static_cast<long>(k), order.end(), by_logit);
-        double head = 0;
-        for (size_t j = 0; j < k; ++j) head += std::exp(scratch[order[j]] - m0);
-        if (k == order.size() || head / all >= sp.top_p + 1e-9) break;
-        k = std::min(order.size(), k * 8);
-      }
+      if (!(masking && is_stop_token(sp, eos_id, i))) c.push_back({scratch[i], i, w[i]});
+    bool sorted = false;
+    if (sp.top_k > 0 && static_cast<size_t>(sp.top_k) < c.size()) {
+      std::partial_sort(c.begin(), c.begin() + sp.top_k, c.end(), before);
+      c.resize(static_cast<size_t>(sp.top_k));
+      sorted = true;
     }
-    // Probabilities of the candidates, renormalised; then the smallest prefix reaching top_p.
-    double mk = neg_inf;
-    for (int i : order) mk = std::max(mk, static_cast<double>(scratch[i]));
-    thread_local std::vector<double> p;
-    p.resize(order.size());
-    double sum = 0;
-    for (size_t j = 0; j < order.size(); ++j) sum += (p[j] = std::exp(scratch[order[j]] - mk));
-    size_t keep = order.size();
-    if (sp.top_p < 1.0f) {
+    if (!c.empty()) {
+      double sum = 0;
+      for (auto& x : c) sum += x.p;
+      if (!(sum > 0)) {  // all candidates far below a masked maximum: weigh them against their own
+        float mk = neg_inf;
+        for (auto& x : c) mk = std::max(mk, x.s);
+        sum = 0;
+        for (auto& x : c) sum += (x.p = std::exp(static_cast<double>(x.s - mk)));
+      }
+      const size_t keep = sp.top_p < 1.0f ? nucleus(c, sum * sp.top_p, sorted) : c.size();
+      double total = 0;
+      for (size_t j = 0; j < keep; ++j) total += c[j].p;
+      const double u = rng.uniform() * total;
       double acc = 0;
-      for (size_t j = 0; j < order.size(); ++j) {
-        acc += p[j] / sum;
-        if (acc >= sp.top_p) {
-          keep = j + 1;
+      chosen = c[keep - 1].id;
+      for (size_t j = 0; j < keep; ++j) {
+        acc += c[j].p;
+        if (u < acc) {
+          chosen = c[j].id;
           break;
         }
-      }
-    }
-    double total = 0;
-    for (size_t j = 0; j < keep; ++j) total += p[j];
-    double u = rng.uniform() * total, acc = 0;
-    chosen = order[keep - 1];
-    for (size_t j = 0; j < keep; ++j) {
-      acc += p[j];
-      if (u < acc) {
-        chosen = order[j];
-        break;
       }
     }
   }

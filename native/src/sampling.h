@@ -37,9 +37,10 @@ bool is_stop_token(const SamplingParams& sp, int eos_id, int token);
  * Samples one token from `logits[0..vocab)` for a request that has produced `n_generated` tokens
  * so far. Masks EOS/stop ids while n_generated < min_new_tokens. Sets *logprob to the log-softmax of
  * the unmasked logits / temperature at the chosen token (temperature 1 when greedy). `scratch` is
- * reused between calls. Draws exactly one number from `rng` when not greedy.
+ * reused between calls. Draws exactly one number from `rng` when not greedy. Top-k then top-p
+ * (renormalised over the top-k); the nucleus is found in O(vocab) expected time, without a full sort.
  */
 int sample_token(const float* logits, int vocab, const SamplingParams& sp, int eos_id, int n_generated, Rng& rng,
-                 float* logprob, std::vector<float>& scratch, std::vector<int>& order);
+                 float* logprob, std::vector<float>& scratch);
 
 }  // namespace ooze

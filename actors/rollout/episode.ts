@@ -1,0 +1,64 @@
+// One episode, token-in/token-out: the prompt's ids go to the engine, the sampled ids and their
+// logprobs are appended exactly as returned (EOS included, so the model learns to stop), the task
+// sees the turn's ids without EOS, and its observation is appended with loss mask 0. A turn the
+// engine aborts (weight update, engine lost) keeps what was sampled and resumes with the remaining
+// budget, each span recorded under the weight version that produced it.
+import type { Generator } from "../../src/train/engines.ts";
+import { EOS_ID } from "../../src/engine/tokenizer.ts";
+import { SampleBuilder, type Sample } from "../../src/sample.ts";
+import type { Task } from "../environment/task.ts";
+
+/** What one episode needs besides the task. */
+export interface EpisodeSpec {
+  /** The sample's index (unique in the job). */
+  index: number;
+  /** The prompt's index: the group, and the task's reset index. */
+  groupIndex: number;
+  /** Task seed (prompts are deterministic in groupIndex and seed). */
+  seed: number;
+  temperature: number;
+  /** Sampling seed for this episode (reproducible generations). */
+  samplingSeed: number;
+  /** Resumes allowed after aborted generations within one turn. */
+  maxResumes?: number;
+}
+
+/** Runs one episode of `task` on `gen`; never throws for a model's bad answer, only for engine failures. */
+export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec): Promise<Sample> {
+  const { prompt, promptIds, state: s0 } = task.reset(spec.groupIndex, spec.seed);
+  const rolloutId = `r${spec.index}`;
+  const b = new SampleBuilder(spec.index, spec.groupIndex, rolloutId, prompt, promptIds);
+  let state = s0;
+  let truncated = false;
+  let turns = 0;
+  for (let turn = 0; turn < task.maxTurns; turn++) {
+    turns++;
+    const turnStart = b.responseLength;
+    let budget = task.maxTurnTokens;
+    let resumes = 0;
+    let finished = false;
+    while (budget > 0 && !finished) {
+      const res = await gen.generate({
+        inputIds: b.tokens,
+        sampling: { max_new_tokens: budget, temperature: spec.temperature, top_p: 1, top_k: -1, sampling_seed: spec.samplingSeed + turn * 1009 + resumes },
+        sessionId: rolloutId,
+      });
+      b.appendModel(res.outputIds, res.logprobs, res.meta.weightVersion ?? "0");
+      budget -= res.outputIds.length;
+      if (res.status === "aborted" && resumes < (spec.maxResumes ?? 4)) {
+        resumes++;
+        continue;
+      }
+      finished = true;
+      if (res.status !== "completed") truncated = true;
+    }
+    if (!finished) truncated = true;
+    const ids = b.tokens.subarray(b.tokens.length - (b.responseLength - turnStart));
+    const action = ids.length > 0 && ids[ids.length - 1] === EOS_ID ? ids.subarray(0, ids.length - 1) : ids;
+    const r = task.step(state, action.slice());
+    state = r.state;
+    if (r.done) break;
+    b.appendEnv(r.observation);
+  }
+  return b.build(task.reward(state), truncated ? "truncated" : "completed", { turns });
+}

@@ -1,0 +1,81 @@
+// The rollout side of one step: n episodes for each of a range of prompts, all in flight together
+// on the engines, each group closed with the number of samples it produced. An episode that fails on
+// an engine error is retried; one that still fails becomes a `failed` sample (the buffer drops it),
+// so every sample index is accounted for.
+import type { Generator } from "../../src/train/engines.ts";
+import type { Sample } from "../../src/sample.ts";
+import type { Task } from "../environment/task.ts";
+import { runEpisode } from "./episode.ts";
+
+/** Where a rollout starts in the job's data stream, and how much it produces. */
+export interface RolloutRange {
+  /** First prompt index (the task's reset index and the group index). */
+  firstPrompt: number;
+  prompts: number;
+  samplesPerPrompt: number;
+  /** Index of the first sample produced. */
+  firstSample: number;
+}
+
+/** Samples of a rollout and the size of each group. */
+export interface RolloutResult {
+  samples: Sample[];
+  groups: { groupIndex: number; count: number }[];
+  seconds: number;
+  failures: number;
+}
+
+/** Options of a rollout. */
+export interface RolloutOptions {
+  seed: number;
+  temperature: number;
+  /** Attempts per episode before it is recorded as failed (default 3). */
+  attempts?: number;
+  /** Called with each finished sample (for streaming to a buffer). */
+  onSample?: (s: Sample) => void;
+}
+
+/** Runs `prompts × samplesPerPrompt` episodes; sample indices are firstSample + p·n + k. */
+export async function rolloutRange(task: Task, gen: Generator, range: RolloutRange, opts: RolloutOptions): Promise<RolloutResult> {
+  const t0 = performance.now();
+  const n = range.samplesPerPrompt;
+  let failures = 0;
+  const jobs: Promise<Sample>[] = [];
+  for (let p = 0; p < range.prompts; p++) {
+    const groupIndex = range.firstPrompt + p;
+    for (let k = 0; k < n; k++) {
+      const index = range.firstSample + p * n + k;
+      jobs.push(
+        (async () => {
+          const attempts = opts.attempts ?? 3;
+          let lastErr: unknown = null;
+          for (let a = 0; a < attempts; a++) {
+            try {
+              const s = await runEpisode(task, gen, {
+                index, groupIndex, seed: opts.seed, temperature: opts.temperature,
+                samplingSeed: (opts.seed * 1_000_003 + index * 7919 + a * 104729) >>> 0,
+              });
+              opts.onSample?.(s);
+              return s;
+            } catch (e) {
+              lastErr = e;
+            }
+          }
+          failures++;
+          const { prompt, promptIds } = task.reset(groupIndex, opts.seed);
+          const failed: Sample = {
+            index, groupIndex, rolloutId: `r${index}`, prompt, tokens: promptIds.slice(), responseLength: 0,
+            lossMask: new Uint8Array(0), rolloutLogprobs: new Float32Array(0), reward: null, status: "failed",
+            weightVersions: [], metadata: { error: lastErr instanceof Error ? lastErr.message : String(lastErr) },
+          };
+          opts.onSample?.(failed);
+          return failed;
+        })(),
+      );
+    }
+  }
+  const samples = await Promise.all(jobs);
+  const groups = [];
+  for (let p = 0; p < range.prompts; p++) groups.push({ groupIndex: range.firstPrompt + p, count: n });
+  return { samples, groups, seconds: (performance.now() - t0) / 1000, failures };
+}

@@ -1,0 +1,102 @@
+// `ooze train FILE`: runs the RL loop a topology's `train:` section describes (embedded engines as
+// child processes, the native trainer worker, rollouts, buffer, weight sync), with a progress bar,
+// DIR/metrics.jsonl, DIR/reward.svg, checkpoints, and a summary at the end. `--resume DIR` continues
+// from DIR's last checkpoint at the same data position.
+import { dirname } from "node:path";
+import type { Command } from "commander";
+import { SingleBar } from "cli-progress";
+import { OozeError } from "../../errors.ts";
+import { loadTopology } from "../../topology/load.ts";
+import { trainConfigOf } from "../../train/config.ts";
+import type { StepMetrics } from "../../train/metrics.ts";
+
+interface TrainOptions {
+  out?: string;
+  resume?: string;
+  steps?: string;
+  maxSeconds?: string;
+  mode?: string;
+  quiet?: boolean;
+}
+
+function num(name: string, v: string, min: number): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < min) throw new OozeError("CONFIG_INVALID", `--${name} must be a number ≥ ${min} (got '${v}')`);
+  return n;
+}
+
+export function register(program: Command) {
+  program
+    .command("train")
+    .description("train a policy with RL as the topology's train: section says; writes metrics.jsonl, reward.svg and checkpoints to --out")
+    .argument("<file>", "topology YAML file with a train: section")
+    .option("--out <dir>", "run directory (metrics, checkpoints); default runs/<topology name>")
+    .option("--resume <dir>", "continue the run in DIR from its last checkpoint")
+    .option("--steps <n>", "override train.steps")
+    .option("--max-seconds <s>", "override train.maxSeconds (stop after this much wall time)")
+    .option("--mode <mode>", "override train.mode (sync | async)")
+    .option("--quiet", "no progress bar or per-step lines")
+    .action(async (file: string, opts: TrainOptions) => {
+      const topo = loadTopology(file);
+      const { train, engines } = trainConfigOf(topo);
+      if (opts.steps !== undefined) train.steps = num("steps", opts.steps, 1);
+      if (opts.maxSeconds !== undefined) train.maxSeconds = num("max-seconds", opts.maxSeconds, 0);
+      if (opts.mode !== undefined) {
+        if (opts.mode !== "sync" && opts.mode !== "async") throw new OozeError("CONFIG_INVALID", `--mode must be sync or async (got '${opts.mode}')`);
+        train.mode = opts.mode;
+      }
+      if (opts.resume && opts.out && opts.resume !== opts.out) throw new OozeError("CONFIG_INVALID", "give either --out or --resume (the run directory), not both");
+      const out = opts.resume ?? opts.out ?? `runs/${topo.name}`;
+      const { runTraining } = await import("../../train/loop.ts");
+      const stop = { stop: false };
+      const onSignal = () => {
+        if (stop.stop) process.exit(130);
+        stop.stop = true;
+        process.stderr.write("\n[ooze] stopping after this step (checkpoint and summary follow); Ctrl-C again to quit at once\n");
+      };
+      process.on("SIGINT", onSignal);
+      process.on("SIGTERM", onSignal);
+      const tty = process.stderr.isTTY && !opts.quiet;
+      const bar = tty
+        ? new SingleBar({ format: "step {value}/{total} |{bar}| reward {reward} | full {full} | {sps} samples/s | {secs}s", hideCursor: true, stream: process.stderr })
+        : null;
+      const say = (line: string) => {
+        if (!opts.quiet) process.stderr.write(`${bar ? "\n" : ""}[ooze] ${line}\n`);
+      };
+      const summary = await runTraining({
+        out,
+        train,
+        engines,
+        baseDir: dirname(topo.file ?? file),
+        resume: opts.resume !== undefined,
+        stopSignal: stop,
+        hooks: {
+          log: say,
+          onStart: ({ engines: urls, state }) => {
+            say(`${topo.name}: task ${train.task}, ${train.mode} mode, engines ${urls.join(", ")}, run dir ${out}`);
+            bar?.start(train.steps, state.step, { reward: "-", full: "-", sps: "-", secs: "0" });
+          },
+          onStep: (m: StepMetrics) => {
+            const vals = { reward: m.reward_mean.toFixed(3), full: m.reward_max_frac.toFixed(2), sps: m.samples_per_s.toFixed(1), secs: m.seconds.toFixed(0) };
+            if (bar) bar.update(m.step, vals);
+            else if (!opts.quiet)
+              process.stderr.write(`[ooze] step ${m.step}/${train.steps} reward ${vals.reward} full ${vals.full} ${vals.sps} samples/s loss ${m.loss.toFixed(4)} entropy ${m.entropy.toFixed(3)} ${vals.secs}s\n`);
+          },
+        },
+      });
+      bar?.stop();
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+      const f = (x: number | null) => (x === null ? "-" : x.toFixed(3));
+      console.log(
+        [
+          `ooze train: ${summary.steps} steps, ${summary.samples} samples in ${summary.seconds.toFixed(1)} s (${(summary.samples / Math.max(1e-9, summary.seconds)).toFixed(1)} samples/s)`,
+          `  reward: first ${f(summary.rewardFirst)}, last ${f(summary.rewardLast)}, mean of last 5 steps ${f(summary.rewardTail)}`,
+          `  weight version ${summary.weightVersion}, trainer restarts ${summary.trainerRestarts}`,
+          `  metrics ${summary.metricsPath}`,
+          `  chart   ${summary.svgPath}`,
+          `  checkpoint ${summary.checkpoint ?? "-"}  (continue with: ooze train ${file} --resume ${out})`,
+        ].join("\n"),
+      );
+    });
+}

@@ -1,0 +1,74 @@
+// The `train:` and `engines:` sections of a topology, validated with zod and filled with defaults:
+// everything `ooze train` needs to know about the task, the model, the loop and its hyperparameters.
+import { z } from "zod";
+import { OozeError } from "../errors.ts";
+import type { Topology } from "../topology/schema.ts";
+
+const estimators = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gspo"] as const;
+
+/** Schema of `train:`. */
+export const trainSchema = z
+  .object({
+    /** sync: generate, train, sync, repeat. async: generation of step n+1 overlaps training of step n. */
+    mode: z.enum(["sync", "async"]).default("sync"),
+    /** A built-in task name (addition, guess-number) or a module path relative to the topology. */
+    task: z.string().default("addition"),
+    taskConfig: z.record(z.string(), z.unknown()).default({}),
+    /** Model preset to initialise from (ignored when `model` is set). */
+    preset: z.string().default("quickstart"),
+    /** An existing model directory to start from. */
+    model: z.string().optional(),
+    seed: z.number().int().min(0).default(0),
+    /** Training steps (each: one batch, one optimizer step, one weight version). */
+    steps: z.number().int().min(1).default(100),
+    /** Stop after this many seconds of wall time (checkpoint and summary as usual); 0 = no limit. */
+    maxSeconds: z.number().min(0).default(0),
+    promptsPerStep: z.number().int().min(1).default(16),
+    samplesPerPrompt: z.number().int().min(1).default(8),
+    temperature: z.number().positive().default(1),
+    lr: z.number().positive().default(3e-3),
+    weightDecay: z.number().min(0).default(0),
+    maxGradNorm: z.number().positive().default(1),
+    beta2: z.number().min(0).max(1).default(0.99),
+    estimator: z.enum(estimators).default("grpo"),
+    /** Drop groups whose rewards are all equal. */
+    dropZeroVariance: z.boolean().default(false),
+    epsClip: z.number().positive().default(0.2),
+    epsClipHigh: z.number().positive().optional(),
+    entropyCoef: z.number().default(0),
+    /** Checkpoint every K steps (and at exit). */
+    checkpointEvery: z.number().int().min(1).default(20),
+    /** Training micro-batch size in tokens (bounds activation memory); null = whole batch. */
+    microBatchTokens: z.number().int().min(1).nullable().default(null),
+  })
+  .strict();
+
+/** Schema of `engines:` (embedded engines started by `ooze train`, or external URLs). */
+export const enginesSchema = z
+  .object({
+    count: z.number().int().min(0).default(1),
+    maxRunning: z.number().int().min(1).default(128),
+    cacheTokens: z.number().int().min(1).default(32768),
+    /** External SGLang-compatible servers to use in addition to (or instead of) embedded ones. */
+    urls: z.array(z.string().url()).default([]),
+  })
+  .strict();
+
+export type TrainConfig = z.infer<typeof trainSchema>;
+export type EnginesConfig = z.infer<typeof enginesSchema>;
+
+/** The topology's `train:` and `engines:` sections, checked; errors name the field. */
+export function trainConfigOf(topo: Pick<Topology, "train" | "engines" | "file">): { train: TrainConfig; engines: EnginesConfig } {
+  const where = topo.file ?? "topology";
+  const t = trainSchema.safeParse(topo.train ?? {});
+  if (!t.success) throw new OozeError("CONFIG_INVALID", `${where}: train: ${issues(t.error)}`);
+  const e = enginesSchema.safeParse(topo.engines ?? {});
+  if (!e.success) throw new OozeError("CONFIG_INVALID", `${where}: engines: ${issues(e.error)}`);
+  if (e.data.count === 0 && e.data.urls.length === 0)
+    throw new OozeError("CONFIG_INVALID", `${where}: engines: count is 0 and no urls are given; the loop needs at least one engine`);
+  return { train: t.data, engines: e.data };
+}
+
+function issues(err: z.ZodError): string {
+  return err.issues.map((i) => `${i.path.join(".") || "(section)"}: ${i.message}`).join("; ");
+}

@@ -1,0 +1,286 @@
+// The training loop of `ooze train`: engines, trainer worker, rollouts, buffer, weight sync and
+// metrics, in sync mode (generate, train, sync, repeat) or async mode (one step off-policy: the
+// rollout of step n+1 runs on the engines while the trainer trains step n). Resumable from the last
+// checkpoint at the same data position; every sample index ends trained or dropped (batches.jsonl).
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { GroupBuffer, type TrainSample } from "../../actors/buffer/groups.ts";
+import type { Task } from "../../actors/environment/task.ts";
+import { rolloutRange, type RolloutResult } from "../../actors/rollout/rollout.ts";
+import { PolicyTrainer } from "../../actors/trainer/policy-trainer.ts";
+import { OozeError } from "../errors.ts";
+import type { Sample } from "../sample.ts";
+import type { EnginesConfig, TrainConfig } from "./config.ts";
+import { EnginePool, startEngineProcess, type EngineProcess, type Generator } from "./engines.ts";
+import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "./metrics.ts";
+import { checkpointDir, commitCheckpoint, latestCheckpoint, type RunState } from "./state.ts";
+import { loadTask } from "./task-loader.ts";
+
+/** Hooks for the CLI's progress display and for fault-injection tests. */
+export interface TrainHooks {
+  /** After the engines and the trainer started. */
+  onStart?(info: { engines: string[]; trainerPid: number | null; state: RunState }): void;
+  /** Just before the trainer gets step `step`'s batch. */
+  beforeTrain?(step: number, trainer: PolicyTrainer): void;
+  onStep?(m: StepMetrics): void;
+  log?(line: string): void;
+}
+
+/** Options of runTraining. */
+export interface TrainRunOptions {
+  out: string;
+  train: TrainConfig;
+  engines: EnginesConfig;
+  /** Directory that relative paths in the topology (task modules, model) resolve against. */
+  baseDir: string;
+  /** Continue from DIR's latest checkpoint. */
+  resume?: boolean;
+  hooks?: TrainHooks;
+  /** Set to stop after the current step (checkpoint and summary as usual). */
+  stopSignal?: { stop: boolean };
+}
+
+/** What a run reports at its end. */
+export interface TrainSummary {
+  steps: number;
+  seconds: number;
+  samples: number;
+  rewardFirst: number | null;
+  rewardLast: number | null;
+  /** Mean reward over the last 5 steps. */
+  rewardTail: number | null;
+  weightVersion: number;
+  trainerRestarts: number;
+  checkpoint: string | null;
+  metricsPath: string;
+  svgPath: string;
+}
+
+/** One record of batches.jsonl: which sample indices the step trained on and which it dropped. */
+export interface BatchRecord {
+  step: number;
+  trained: number[];
+  dropped: number[];
+}
+
+interface Collected {
+  samples: TrainSample[];
+  all: Sample[];
+  dropped: number[];
+  stalenessMax: number;
+  rolloutSeconds: number;
+  /** Data position after the rollouts this batch used. */
+  end: { nextPrompt: number; nextSample: number };
+}
+
+/** Runs (or resumes) a training job; resolves with its summary. */
+export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> {
+  const cfg = opts.train;
+  const out = resolve(opts.out);
+  const log = opts.hooks?.log ?? (() => undefined);
+  mkdirSync(out, { recursive: true });
+  const metricsPath = join(out, "metrics.jsonl"), batchesPath = join(out, "batches.jsonl"), svgPath = join(out, "reward.svg");
+  const task = await loadTask(cfg.task, cfg.taskConfig, opts.baseDir);
+
+  // Where to start: a fresh model, or the latest checkpoint.
+  let state: RunState = { step: 0, nextPrompt: 0, nextSample: 0, weightVersion: 0, seconds: 0 };
+  let startDir: string;
+  if (opts.resume) {
+    const latest = latestCheckpoint(out);
+    if (!latest) throw new OozeError("CONFIG_INVALID", `--resume ${out}: no checkpoint there (checkpoints/latest.json); run without --resume to start`);
+    state = latest.state;
+    startDir = latest.dir;
+    truncateJsonl(metricsPath, state.step);
+    truncateJsonl(batchesPath, state.step);
+    log(`resuming from ${startDir} at step ${state.step} (prompt ${state.nextPrompt}, sample ${state.nextSample})`);
+  } else {
+    if (readJsonl(metricsPath).length > 0)
+      throw new OozeError("CONFIG_INVALID", `${metricsPath} already has steps; use --resume ${opts.out} to continue, or another --out`);
+    if (cfg.model) startDir = resolve(opts.baseDir, cfg.model);
+    else {
+      const { initModelDir } = await import("../../native/model-dir.ts");
+      startDir = join(out, "weights", "v0");
+      await initModelDir(cfg.preset, startDir, cfg.seed);
+    }
+  }
+
+  const procs: EngineProcess[] = [];
+  let trainer: PolicyTrainer | null = null;
+  const t0 = performance.now();
+  const baseSeconds = state.seconds;
+  const elapsed = () => baseSeconds + (performance.now() - t0) / 1000;
+  const metrics: StepMetrics[] = readJsonl<StepMetrics>(metricsPath);
+  let lastCheckpoint: string | null = opts.resume ? startDir : null;
+  let checkpointStep = state.step;
+  try {
+    const started = await Promise.all(
+      Array.from({ length: opts.engines.count }, () =>
+        startEngineProcess({ modelDir: startDir, maxRunning: opts.engines.maxRunning, cacheTokens: opts.engines.cacheTokens, weightVersion: String(state.weightVersion) }),
+      ),
+    );
+    procs.push(...started);
+    const gen: Generator = new EnginePool([...procs.map((p) => p.url), ...opts.engines.urls]);
+    if (opts.engines.urls.length > 0) await gen.updateWeights(startDir, String(state.weightVersion));
+    trainer = await PolicyTrainer.start({
+      modelDir: startDir,
+      version: state.weightVersion,
+      weightsRoot: join(out, "weights"),
+      config: {
+        lr: cfg.lr, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, epsClip: cfg.epsClip,
+        epsClipHigh: cfg.epsClipHigh ?? cfg.epsClip, entropyCoef: cfg.entropyCoef, temperature: cfg.temperature, microBatchTokens: cfg.microBatchTokens,
+      },
+      onRestart: (reason) => log(`trainer worker restarted: ${reason}`),
+    });
+    opts.hooks?.onStart?.({ engines: [...procs.map((p) => p.url), ...opts.engines.urls], trainerPid: trainer.pid, state });
+
+    const buffer = new GroupBuffer({ batchGroups: 1, estimator: cfg.estimator, dropZeroVariance: cfg.dropZeroVariance, maxStaleness: null });
+    // The data stream: the position of the next rollout to launch.
+    let launch = { nextPrompt: state.nextPrompt, nextSample: state.nextSample };
+    const startRollout = (prompts: number): Promise<RolloutResult & { end: typeof launch }> => {
+      const range = { firstPrompt: launch.nextPrompt, prompts, samplesPerPrompt: cfg.samplesPerPrompt, firstSample: launch.nextSample };
+      launch = { nextPrompt: launch.nextPrompt + prompts, nextSample: launch.nextSample + prompts * cfg.samplesPerPrompt };
+      const end = launch;
+      return rolloutRange(task, gen, range, { seed: cfg.seed, temperature: cfg.temperature }).then((r) => ({ ...r, end }));
+    };
+    const collect = async (first: Promise<RolloutResult & { end: typeof launch }>, version: number): Promise<Collected> => {
+      const c: Collected = { samples: [], all: [], dropped: [], stalenessMax: 0, rolloutSeconds: 0, end: launch };
+      let pending: Promise<RolloutResult & { end: typeof launch }> | null = first;
+      for (let refill = 0; pending; refill++) {
+        const r: RolloutResult & { end: typeof launch } = await pending;
+        pending = null;
+        c.rolloutSeconds += r.seconds;
+        c.end = r.end;
+        c.all.push(...r.samples);
+        for (const s of r.samples) buffer.add(s);
+        for (const g of r.groups) buffer.close(g.groupIndex, g.count);
+        const takenGroups = new Set<number>();
+        while (c.samples.length < cfg.promptsPerStep * cfg.samplesPerPrompt && buffer.readyGroups > 0) {
+          const { batch } = buffer.takeBatch(version);
+          if (!batch) break;
+          c.samples.push(...batch.samples);
+          c.stalenessMax = Math.max(c.stalenessMax, batch.stalenessMax);
+          batch.groups.forEach((gi) => takenGroups.add(gi));
+        }
+        for (const s of r.samples) if (!takenGroups.has(s.groupIndex)) c.dropped.push(s.index);
+        const haveGroups = new Set(c.samples.map((s) => s.groupIndex)).size;
+        // Dynamic sampling: refill dropped groups (at most 3 rounds; then train on what there is).
+        if (haveGroups < cfg.promptsPerStep && refill < 3) pending = startRollout(cfg.promptsPerStep - haveGroups);
+      }
+      return c;
+    };
+
+    let nextRollout = startRollout(cfg.promptsPerStep);
+    while (state.step < cfg.steps && !(opts.stopSignal?.stop ?? false) && !(cfg.maxSeconds > 0 && elapsed() >= cfg.maxSeconds)) {
+      const stepStart = performance.now();
+      const step = state.step + 1;
+      const batch = await collect(nextRollout, trainer.version);
+      // async: the next rollout runs on the current weights while the trainer trains this batch.
+      let overlapped: Promise<RolloutResult & { end: typeof launch }> | null = null;
+      if (cfg.mode === "async" && step < cfg.steps) overlapped = startRollout(cfg.promptsPerStep);
+      const tTrain = performance.now();
+      opts.hooks?.beforeTrain?.(step, trainer);
+      const restartsBefore = trainer.restarts;
+      let trained: Awaited<ReturnType<PolicyTrainer["step"]>> | null = null;
+      if (batch.samples.length > 0) trained = await trainer.step(batch.samples);
+      const trainSeconds = (performance.now() - tTrain) / 1000;
+      let ready: RolloutResult & { end: typeof launch };
+      if (overlapped) {
+        ready = await overlapped; // generation of step n+1 finishes before the engines change weights
+        nextRollout = Promise.resolve(ready);
+      }
+      const tSync = performance.now();
+      if (trained) await gen.updateWeights(trained.modelDir, String(trained.version));
+      const syncSeconds = (performance.now() - tSync) / 1000;
+      const more = step < cfg.steps && !(opts.stopSignal?.stop ?? false) && !(cfg.maxSeconds > 0 && elapsed() >= cfg.maxSeconds);
+      if (!overlapped && more) nextRollout = startRollout(cfg.promptsPerStep);
+
+      state = { step, nextPrompt: batch.end.nextPrompt, nextSample: batch.end.nextSample, weightVersion: trainer.version, seconds: 0 };
+      state.seconds = elapsed();
+      const m = stepMetrics(step, batch, trained?.metrics ?? null, {
+        seconds: state.seconds, stepSeconds: (performance.now() - stepStart) / 1000, trainSeconds, syncSeconds,
+        version: trainer.version, cache: gen.takeCacheStats(), restarts: trainer.restarts - restartsBefore, dropped: buffer.stats.dropped,
+      });
+      metrics.push(m);
+      appendJsonl(metricsPath, m);
+      appendJsonl(batchesPath, { step, trained: batch.samples.map((s) => s.index), dropped: batch.dropped } satisfies BatchRecord);
+      writeRewardSvg(svgPath, metrics, `ooze train: ${task.name} (${cfg.mode})`);
+      opts.hooks?.onStep?.(m);
+      if (step % cfg.checkpointEvery === 0) {
+        lastCheckpoint = await checkpoint(out, trainer, state);
+        checkpointStep = step;
+      }
+    }
+    if (state.step > checkpointStep) lastCheckpoint = await checkpoint(out, trainer, { ...state, seconds: elapsed() });
+    const rewards = metrics.map((m) => m.reward_mean);
+    const tail = rewards.slice(-5);
+    return {
+      steps: state.step,
+      seconds: elapsed(),
+      samples: metrics.reduce((n, m) => n + m.samples, 0),
+      rewardFirst: rewards[0] ?? null,
+      rewardLast: rewards[rewards.length - 1] ?? null,
+      rewardTail: tail.length ? tail.reduce((a, b) => a + b, 0) / tail.length : null,
+      weightVersion: trainer.version,
+      trainerRestarts: trainer.restarts,
+      checkpoint: lastCheckpoint,
+      metricsPath,
+      svgPath,
+    };
+  } finally {
+    await trainer?.close().catch(() => undefined);
+    await Promise.all(procs.map((p) => p.stop().catch(() => undefined)));
+  }
+}
+
+async function checkpoint(out: string, trainer: PolicyTrainer, state: RunState): Promise<string> {
+  const dir = checkpointDir(out, state.step);
+  await trainer.saveTo(dir);
+  commitCheckpoint(out, dir, state);
+  return dir;
+}
+
+function truncateJsonl(path: string, lastStep: number): void {
+  if (!existsSync(path)) return;
+  const keep = readFileSync(path, "utf8")
+    .split("\n")
+    .filter((l) => l.trim() !== "" && (JSON.parse(l) as { step: number }).step <= lastStep);
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, keep.map((l) => `${l}\n`).join(""));
+}
+
+function stepMetrics(
+  step: number,
+  b: Collected,
+  t: import("../../native/trainer.ts").TrainStepMetrics | null,
+  x: { seconds: number; stepSeconds: number; trainSeconds: number; syncSeconds: number; version: number; cache: { promptTokens: number; cachedTokens: number }; restarts: number; dropped: number },
+): StepMetrics {
+  const ok = b.all.filter((s) => s.reward !== null);
+  const mean = (xs: number[]) => (xs.length ? xs.reduce((a, c) => a + c, 0) / xs.length : 0);
+  return {
+    step,
+    reward_mean: mean(ok.map((s) => s.reward!)),
+    reward_max_frac: mean(ok.map((s) => (s.reward! >= 1 ? 1 : 0))),
+    samples: b.samples.length,
+    tokens: b.samples.reduce((n, s) => n + s.tokens.length, 0),
+    seconds: x.seconds,
+    step_seconds: x.stepSeconds,
+    rollout_seconds: b.rolloutSeconds,
+    train_seconds: x.trainSeconds,
+    sync_seconds: x.syncSeconds,
+    samples_per_s: b.samples.length / Math.max(1e-9, x.stepSeconds),
+    weight_version: x.version,
+    staleness_max: b.stalenessMax,
+    cache_hit_rate: x.cache.promptTokens > 0 ? x.cache.cachedTokens / x.cache.promptTokens : 0,
+    loss: t?.loss ?? 0,
+    kl: t?.ppoKl ?? 0,
+    entropy: t?.entropy ?? 0,
+    clipfrac: t?.clipfrac ?? 0,
+    grad_norm: t?.gradNorm ?? 0,
+    response_length_mean: mean(b.all.map((s) => s.responseLength)),
+    failed: b.all.filter((s) => s.status === "failed").length,
+    dropped_groups: x.dropped,
+    trainer_restarts: x.restarts,
+  };
+}
+
+export type { Task };

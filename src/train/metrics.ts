@@ -1,0 +1,108 @@
+// Per-step metrics of a training run: the record written to DIR/metrics.jsonl (one JSON object per
+// line), a summary over a run, and the reward chart DIR/reward.svg (hand-written SVG: reward against
+// step, and against wall time on a second axis).
+import { appendFileSync, readFileSync, existsSync, writeFileSync } from "node:fs";
+
+/** One line of metrics.jsonl. */
+export interface StepMetrics {
+  step: number;
+  reward_mean: number;
+  /** Fraction of samples with the full reward (1). */
+  reward_max_frac: number;
+  samples: number;
+  tokens: number;
+  /** Wall seconds since the run (first start) began. */
+  seconds: number;
+  step_seconds: number;
+  rollout_seconds: number;
+  train_seconds: number;
+  sync_seconds: number;
+  samples_per_s: number;
+  weight_version: number;
+  staleness_max: number;
+  cache_hit_rate: number;
+  loss: number;
+  kl: number;
+  entropy: number;
+  clipfrac: number;
+  grad_norm: number;
+  response_length_mean: number;
+  failed: number;
+  dropped_groups: number;
+  trainer_restarts: number;
+}
+
+/** Appends one record to a JSONL file. */
+export function appendJsonl(path: string, record: unknown): void {
+  appendFileSync(path, `${JSON.stringify(record)}\n`);
+}
+
+/** Reads a JSONL file (missing file → []). */
+export function readJsonl<T>(path: string): T[] {
+  if (!existsSync(path)) return [];
+  return readFileSync(path, "utf8")
+    .split("\n")
+    .filter((l) => l.trim() !== "")
+    .map((l) => JSON.parse(l) as T);
+}
+
+/** Mean of the last `k` values (NaN for none). */
+export function tailMean(xs: readonly number[], k: number): number {
+  const t = xs.slice(-k);
+  return t.length ? t.reduce((a, b) => a + b, 0) / t.length : Number.NaN;
+}
+
+/** First step whose trailing mean over `window` steps reaches `target`, or null. */
+export function firstReaching(ms: readonly StepMetrics[], target: number, window = 5): StepMetrics | null {
+  for (let i = 0; i < ms.length; i++) {
+    const from = Math.max(0, i - window + 1);
+    const w = ms.slice(from, i + 1);
+    if (w.length === window && w.reduce((a, m) => a + m.reward_mean, 0) / w.length >= target) return ms[i]!;
+  }
+  return null;
+}
+
+const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;");
+
+/** The reward chart: reward_mean (and full-reward fraction) against step, with wall time marked on the top axis. */
+export function rewardSvg(ms: readonly Pick<StepMetrics, "step" | "reward_mean" | "reward_max_frac" | "seconds">[], title: string): string {
+  const W = 640, H = 360, L = 56, R = 20, T = 44, B = 44;
+  const pw = W - L - R, ph = H - T - B;
+  const maxStep = Math.max(1, ...ms.map((m) => m.step));
+  const maxSec = Math.max(1, ...ms.map((m) => m.seconds));
+  const x = (step: number) => L + (step / maxStep) * pw;
+  const y = (r: number) => T + (1 - Math.min(1, Math.max(0, r))) * ph;
+  const path = (f: (m: (typeof ms)[number]) => number) =>
+    ms.map((m, i) => `${i === 0 ? "M" : "L"}${x(m.step).toFixed(1)},${y(f(m)).toFixed(1)}`).join(" ");
+  const parts: string[] = [];
+  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="11">`);
+  parts.push(`<rect width="${W}" height="${H}" fill="white"/>`);
+  parts.push(`<text x="${W / 2}" y="16" text-anchor="middle" font-size="13">${esc(title)}</text>`);
+  for (let i = 0; i <= 5; i++) {
+    const r = i / 5;
+    parts.push(`<line x1="${L}" x2="${L + pw}" y1="${y(r)}" y2="${y(r)}" stroke="#ddd"/>`);
+    parts.push(`<text x="${L - 6}" y="${y(r) + 4}" text-anchor="end">${r.toFixed(1)}</text>`);
+  }
+  for (let i = 0; i <= 5; i++) {
+    const s = Math.round((maxStep * i) / 5);
+    parts.push(`<text x="${x(s)}" y="${T + ph + 16}" text-anchor="middle">${s}</text>`);
+    const sec = (maxSec * i) / 5;
+    parts.push(`<text x="${L + (pw * i) / 5}" y="${T - 8}" text-anchor="middle" fill="#888">${sec.toFixed(0)}s</text>`);
+  }
+  parts.push(`<rect x="${L}" y="${T}" width="${pw}" height="${ph}" fill="none" stroke="#444"/>`);
+  parts.push(`<text x="${L + pw / 2}" y="${H - 8}" text-anchor="middle">step (top axis: wall seconds, approx.)</text>`);
+  parts.push(`<text x="14" y="${T + ph / 2}" text-anchor="middle" transform="rotate(-90 14 ${T + ph / 2})">reward</text>`);
+  if (ms.length > 0) {
+    parts.push(`<path d="${path((m) => m.reward_max_frac)}" fill="none" stroke="#e39b2d" stroke-width="1.5"/>`);
+    parts.push(`<path d="${path((m) => m.reward_mean)}" fill="none" stroke="#2d6be3" stroke-width="2"/>`);
+  }
+  parts.push(`<text x="${L + 8}" y="${T + 14}" fill="#2d6be3">reward_mean</text>`);
+  parts.push(`<text x="${L + 100}" y="${T + 14}" fill="#e39b2d">fraction with full reward</text>`);
+  parts.push(`</svg>`);
+  return parts.join("\n");
+}
+
+/** Writes DIR/reward.svg from the metrics so far. */
+export function writeRewardSvg(path: string, ms: readonly StepMetrics[], title: string): void {
+  writeFileSync(path, rewardSvg(ms, title));
+}

@@ -125,6 +125,7 @@ interface Engine {
 interface ReqState {
   userAborted: boolean;
   attempt: Attempt | null;
+  acc: PartialRollout;
 }
 
 /** Normalises an engine URL: scheme added when missing, trailing slashes removed. */
@@ -282,6 +283,11 @@ export class Fleet {
     return true;
   }
 
+  /** Tokens a running request has sampled so far (over all its dispatches), or null when it is not running. */
+  progress(rid: string): number | null {
+    return this.requests.get(rid)?.acc.length ?? null;
+  }
+
   /**
    * Generates with partial rollout: an engine that aborts the request (weight update, /abort_request),
    * dies, or leaves the fleet keeps nothing from it — the fleet keeps the sampled ids and logprobs and
@@ -297,13 +303,13 @@ export class Fleet {
     }
     const rid = req.rid ?? randomUUID().replace(/-/g, "");
     if (this.requests.has(rid)) throw new OozeError("CONFIG_INVALID", `fleet.generate: request id '${rid}' is already in flight`);
-    const st: ReqState = { userAborted: false, attempt: null };
+    const acc = new PartialRollout();
+    const st: ReqState = { userAborted: false, attempt: null, acc };
     this.requests.set(rid, st);
     const onSignal = () => this.abort(rid);
     if (req.signal?.aborted) st.userAborted = true;
     req.signal?.addEventListener("abort", onSignal, { once: true });
     const deadline = Date.now() + this.requestTimeoutMs;
-    const acc = new PartialRollout();
     const minNew = typeof req.sampling.min_new_tokens === "number" ? req.sampling.min_new_tokens : 0;
     let redispatches = 0;
     let cachedTokens = 0;

@@ -1,0 +1,247 @@
+// The Fleet over real engine servers (two in-process servers and one child process over a tiny native
+// model): attach/detach/list, refusal of an engine serving another model, partial rollout across an
+// /abort_request, a caller's abort, a SIGKILLed engine mid-request and its restart on the same port,
+// weight updates (versions bump, a lower one is refused, a late joiner is brought up to date), and
+// recovery of the engine set from the job's KV bucket.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createNativeBackend } from "../../native/engine.ts";
+import { initModelDir } from "../../native/model-dir.ts";
+import type { InferenceBackend } from "../../src/engine/backend.ts";
+import { EngineClient } from "../../src/engine/client.ts";
+import { Fleet, type FleetGenerateResult } from "../../src/engine/fleet.ts";
+import { startEngineServer, type EngineServer } from "../../src/engine/server.ts";
+import { OozeError } from "../../src/errors.ts";
+import { jobNames } from "../../src/transport/names.ts";
+import { spawnEngine, type EngineProcess } from "../fixtures/engine-process.ts";
+import { useNats, waitUntil } from "../harness/index.ts";
+
+const nats = useNats();
+let root: string;
+let dirA: string; // the fleet's model
+let dirA2: string; // same config, other weights (a "new version")
+let dirB: string; // another config
+const backends: InferenceBackend[] = [];
+const servers: EngineServer[] = [];
+let child: EngineProcess;
+const fleets: Fleet[] = [];
+let reference: Map<string, { ids: number[]; lps: number[] }>;
+
+const sampling = { max_new_tokens: 160, temperature: 0, ignore_eos: true };
+const prompts = [0, 1, 2, 3].map((k) => Int32Array.from([256, 72 + k, 101, 108 + k, 108, 111]));
+const key = (p: Int32Array) => Array.from(p).join(",");
+
+function fleet(opts: ConstructorParameters<typeof Fleet>[0] = {}): Fleet {
+  const f = new Fleet({ routing: "round_robin", healthIntervalMs: 100, healthTimeoutMs: 2_000, requestTimeoutMs: 30_000, ...opts });
+  fleets.push(f);
+  return f;
+}
+
+function expectIntact(r: FleetGenerateResult, prompt: Int32Array): void {
+  const ref = reference.get(key(prompt))!;
+  expect(Array.from(r.outputIds)).toEqual(ref.ids);
+  expect(r.logprobs.length).toBe(ref.ids.length);
+  r.logprobs.forEach((lp, i) => expect(Math.abs(lp - ref.lps[i]!)).toBeLessThan(1e-4));
+  const spans = r.weightVersions;
+  expect(spans[0]?.start).toBe(0);
+  expect(spans[spans.length - 1]?.end).toBe(r.outputIds.length);
+  for (let i = 1; i < spans.length; i++) expect(spans[i]!.start).toBe(spans[i - 1]!.end);
+}
+
+beforeAll(async () => {
+  root = mkdtempSync(join(tmpdir(), "ooze-fleet-test-"));
+  dirA = join(root, "a");
+  dirA2 = join(root, "a2");
+  dirB = join(root, "b");
+  await initModelDir("tiny", dirA, 3);
+  await initModelDir("tiny", dirA2, 4);
+  const config = JSON.parse(readFileSync(join(dirA, "config.json"), "utf8")) as Record<string, unknown>;
+  await initModelDir({ ...(config as never), max_position_embeddings: 256 }, dirB, 5);
+  for (let i = 0; i < 2; i++) {
+    const backend = createNativeBackend({ modelDir: dirA });
+    backends.push(backend);
+    servers.push(await startEngineServer({ backend, weightVersion: "1" }));
+  }
+  child = await spawnEngine(dirA, 0, "1");
+  const c = new EngineClient(servers[0]!.url);
+  reference = new Map();
+  for (const p of prompts) {
+    const r = await c.generate({ inputIds: p, sampling, returnLogprob: true });
+    reference.set(key(p), { ids: Array.from(r.outputIds), lps: Array.from(r.logprobs) });
+  }
+});
+
+afterAll(async () => {
+  for (const f of fleets) await f.close();
+  await child?.kill("SIGKILL");
+  for (const s of servers) await s.close();
+  for (const b of backends) b.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe("fleet: attach, detach, list", () => {
+  it("attaches engines, lists them, routes over them, and detaches", async () => {
+    const f = fleet();
+    const e0 = await f.attach(servers[0]!.url);
+    expect(e0).toMatchObject({ id: servers[0]!.url, healthy: true, inFlight: 0, weightVersion: "1", source: "runtime", lastError: null });
+    expect(e0.model).toMatchObject({ architectures: ["LlamaForCausalLM"], context_length: 512 });
+    await f.attach(`${servers[1]!.url}/`, { source: "topology" });
+    expect((await f.attach(servers[0]!.url)).id).toBe(servers[0]!.url); // idempotent
+    expect(f.list().map((e) => [e.url, e.source])).toEqual([
+      [servers[0]!.url, "runtime"],
+      [servers[1]!.url, "topology"],
+    ]);
+    const rs = await Promise.all(prompts.map((p) => f.generate({ inputIds: p, sampling })));
+    rs.forEach((r, i) => {
+      expectIntact(r, prompts[i]!);
+      expect(r).toMatchObject({ status: "truncated", redispatches: 0, finishReason: { type: "length", length: 160 } });
+      expect(r.weightVersions).toEqual([{ start: 0, end: 160, version: "1" }]);
+    });
+    expect(new Set(rs.map((r) => r.engine)).size).toBe(2);
+    await f.detach(servers[0]!.url);
+    expect(f.list().map((e) => e.url)).toEqual([servers[1]!.url]);
+    const after = await f.generate({ inputIds: prompts[0]!, sampling: { ...sampling, max_new_tokens: 8 } });
+    expect(after.engine).toBe(servers[1]!.url);
+    await expect(f.detach(servers[0]!.url)).rejects.toMatchObject({ code: "ACTOR_NOT_FOUND" });
+  });
+
+  it("refuses an engine serving another model, saying what differs", async () => {
+    const backend = createNativeBackend({ modelDir: dirB });
+    const other = await startEngineServer({ backend, weightVersion: "1" });
+    try {
+      const f = fleet();
+      await f.attach(servers[0]!.url);
+      const err = await f.attach(other.url).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OozeError);
+      expect(err).toMatchObject({ code: "ENGINE_MISMATCH" });
+      expect((err as Error).message).toMatch(/context_length: 256 \(this engine\) vs 512 \(expected\)/);
+      expect(f.list().map((e) => e.url)).toEqual([servers[0]!.url]);
+      // An explicit expectation (an HF config) is checked the same way; null skips the check.
+      await expect(fleet().attach(servers[0]!.url, { expectModel: { max_position_embeddings: 256 } })).rejects.toMatchObject({ code: "ENGINE_MISMATCH" });
+      expect((await fleet().attach(other.url, { expectModel: null })).healthy).toBe(true);
+      await expect(f.attach("http://127.0.0.1:1")).rejects.toMatchObject({ code: "ENGINE_UNAVAILABLE" });
+    } finally {
+      await other.close();
+      backend.close();
+    }
+  });
+});
+
+describe("fleet: partial rollout", () => {
+  it("keeps the sampled tokens across /abort_request and re-dispatches the rest", async () => {
+    const f = fleet();
+    for (const s of servers) await f.attach(s.url);
+    const p = f.generate({ inputIds: prompts[1]!, sampling, rid: "pr-1" });
+    await waitUntil(() => (f.progress("pr-1") ?? 0) >= 5, { what: "5 tokens sampled" });
+    const on = f.list().find((e) => e.inFlight > 0)!;
+    await new EngineClient(on.url).abort({ rid: "pr-1" });
+    const r = await p;
+    expect(r.redispatches).toBeGreaterThanOrEqual(1);
+    expect(r.status).toBe("truncated");
+    expectIntact(r, prompts[1]!);
+  });
+
+  it("a caller's abort ends the request as aborted without re-dispatch", async () => {
+    const f = fleet();
+    await f.attach(servers[0]!.url);
+    const ctl = new AbortController();
+    const p = f.generate({ inputIds: prompts[2]!, sampling, rid: "ua-1", signal: ctl.signal });
+    await waitUntil(() => (f.progress("ua-1") ?? 0) >= 3, { what: "3 tokens sampled" });
+    ctl.abort();
+    const r = await p;
+    expect(r).toMatchObject({ status: "aborted", redispatches: 0 });
+    expect(r.outputIds.length).toBeGreaterThanOrEqual(3);
+    expect(Array.from(r.outputIds)).toEqual(reference.get(key(prompts[2]!))!.ids.slice(0, r.outputIds.length));
+    expect(f.abort("ua-1")).toBe(false); // no longer running
+  });
+
+  it("an engine SIGKILLed mid-request: the request finishes elsewhere intact; the engine rejoins after a restart on its port", async () => {
+    const f = fleet({ routing: "least_load" });
+    await f.attach(child.url);
+    const p = f.generate({ inputIds: prompts[3]!, sampling, rid: "k-1" });
+    await waitUntil(() => (f.progress("k-1") ?? 0) >= 5, { what: "5 tokens sampled on the child engine" });
+    await f.attach(servers[0]!.url);
+    const port = child.port;
+    await child.kill("SIGKILL");
+    const r = await p;
+    expectIntact(r, prompts[3]!);
+    expect(r.redispatches).toBeGreaterThanOrEqual(1);
+    expect(r.engine).toBe(servers[0]!.url);
+    await waitUntil(() => f.list().find((e) => e.url === `http://127.0.0.1:${port}`)?.healthy === false, { what: "the killed engine out of routing" });
+    child = await spawnEngine(dirA, port, "1");
+    await waitUntil(() => f.list().find((e) => e.url === child.url)?.healthy, {
+      what: "the restarted engine back in routing",
+      diagnostics: () => JSON.stringify(f.list()),
+    });
+  });
+
+  it("with no engine, a request waits for one to be attached", async () => {
+    const f = fleet();
+    const p = f.generate({ inputIds: prompts[0]!, sampling: { ...sampling, max_new_tokens: 12 } });
+    await f.attach(servers[1]!.url);
+    const r = await p;
+    expect(Array.from(r.outputIds)).toEqual(reference.get(key(prompts[0]!))!.ids.slice(0, 12));
+    await expect(fleet({ requestTimeoutMs: 200 }).generate({ inputIds: prompts[0]!, sampling })).rejects.toMatchObject({ code: "ENGINE_UNAVAILABLE" });
+  });
+});
+
+describe("fleet: weight updates and the KV registry", () => {
+  it("recovers the engine set from the job's KV bucket", async () => {
+    const bus = await nats.connect();
+    const job = "fleet-kv";
+    const f1 = fleet({ bus, job });
+    await f1.attach(servers[0]!.url);
+    await f1.attach(servers[1]!.url, { source: "topology" });
+    await f1.close();
+    const f2 = await Fleet.open({ bus, job, healthIntervalMs: 100 });
+    fleets.push(f2);
+    expect(f2.list().map((e) => [e.url, e.source, e.healthy])).toEqual([
+      [servers[0]!.url, "runtime", true],
+      [servers[1]!.url, "topology", true],
+    ]);
+    await f2.detach(servers[0]!.url);
+    const kv = await bus.kv(jobNames(job).kvEngines);
+    const keys: string[] = [];
+    for await (const k of await kv.keys()) keys.push(k);
+    expect(keys.filter((k) => k.startsWith("engine."))).toHaveLength(1);
+    const f3 = await Fleet.open({ bus, job, healthIntervalMs: 0 });
+    fleets.push(f3);
+    expect(f3.list().map((e) => e.url)).toEqual([servers[1]!.url]);
+  });
+
+  it("updateWeights moves every engine to a higher version, re-dispatches aborted requests onto it, and refuses a lower one", async () => {
+    const bus = await nats.connect();
+    const f = fleet({ bus, job: "fleet-wu" });
+    for (const s of servers) await f.attach(s.url);
+    const running = prompts.map((p, i) => f.generate({ inputIds: p, sampling, rid: `wu-${i}` }));
+    await waitUntil(() => prompts.every((_, i) => (f.progress(`wu-${i}`) ?? 0) >= 2), { what: "every request sampling" });
+    await f.updateWeights(dirA2, "2");
+    expect(f.weightVersion).toBe("2");
+    expect(f.list().map((e) => e.weightVersion)).toEqual(["2", "2"]);
+    for (const s of servers) expect(await new EngineClient(s.url).weightVersion()).toBe("2");
+    const rs = await Promise.all(running);
+    for (const [i, r] of rs.entries()) {
+      expect(r.outputIds.length).toBe(160);
+      expect(r.redispatches).toBeGreaterThanOrEqual(1);
+      const spans = r.weightVersions;
+      expect(spans.map((s) => s.version)).toEqual(["1", "2"]);
+      expect(spans[0]).toMatchObject({ start: 0 });
+      expect(spans[1]).toMatchObject({ start: spans[0]!.end, end: 160 });
+      // The tokens of version 1 are the old weights' greedy tokens.
+      expect(Array.from(r.outputIds.slice(0, spans[0]!.end))).toEqual(reference.get(key(prompts[i]!))!.ids.slice(0, spans[0]!.end));
+    }
+    await expect(f.updateWeights(dirA, "1")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
+    await expect(f.updateWeights(dirA, "2")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
+    // A late joiner serving version 1 is brought to the fleet's version before it takes traffic.
+    await f.attach(child.url);
+    expect(f.list().find((e) => e.url === child.url)?.weightVersion).toBe("2");
+    expect(await new EngineClient(child.url).weightVersion()).toBe("2");
+    // A recovered fleet keeps the version order.
+    const g = await Fleet.open({ bus, job: "fleet-wu", healthIntervalMs: 0 });
+    fleets.push(g);
+    expect(g.weightVersion).toBe("2");
+    await expect(g.updateWeights(dirA, "1")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
+  });
+});

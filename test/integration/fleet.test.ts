@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createNativeBackend } from "../../native/engine.ts";
+import type { LlamaHfConfig } from "../../native/index.d.ts";
 import { initModelDir } from "../../native/model-dir.ts";
 import type { InferenceBackend } from "../../src/engine/backend.ts";
 import { EngineClient } from "../../src/engine/client.ts";
@@ -58,7 +59,7 @@ beforeAll(async () => {
   await initModelDir("tiny", dirA, 3);
   await initModelDir("tiny", dirA2, 4);
   const config = JSON.parse(readFileSync(join(dirA, "config.json"), "utf8")) as Record<string, unknown>;
-  await initModelDir({ ...(config as never), max_position_embeddings: 256 }, dirB, 5);
+  await initModelDir({ ...(config as unknown as LlamaHfConfig), max_position_embeddings: 256 }, dirB, 5);
   for (let i = 0; i < 2; i++) {
     const backend = createNativeBackend({ modelDir: dirA });
     backends.push(backend);

@@ -25,6 +25,10 @@ let cached: NativeAddon | null = null;
 /** Returns the loaded addon, loading it on first use. */
 export function loadNative(): NativeAddon {
   if (cached) return cached;
+  // libgomp reads its settings when the addon (which links it) is loaded. Spinning OpenMP threads
+  // steal the cores from the other processes of a job (engines, trainer, actors) on a small machine,
+  // so idle threads sleep unless the user chose otherwise.
+  process.env.OMP_WAIT_POLICY ??= "PASSIVE";
   const failures: string[] = [];
   for (const path of addonCandidates()) {
     if (!existsSync(path)) {

@@ -12,6 +12,7 @@ import { PRESETS } from "../native/presets.ts";
 import { buildOpenblasProgram, OpenblasTimer } from "./native/openblas.ts";
 import { measureEngine } from "./native/engine-throughput.ts";
 import { runPrefixTrace } from "./native/prefix-trace.ts";
+import { measureTraining } from "./native/train-throughput.ts";
 
 type Kind = "nt" | "nn" | "tn";
 interface Shape {
@@ -230,6 +231,12 @@ log("engine: prefill and decode through createNativeBackend (quickstart preset)"
 const engine = await measureEngine("quickstart");
 log(`engine: ${engine.note}`);
 
+log("training: forward+backward+loss+AdamW steps (quickstart: 16 x 128 tokens; base100m: 2 x 128 tokens)");
+const trainQuick = await measureTraining("quickstart", 16, 128, 5);
+log(`training quickstart: ${trainQuick.tokensPerS.toFixed(0)} tokens/s (${trainQuick.stepMs.toFixed(0)} ms/step)`);
+const trainBig = await measureTraining("base100m", 2, 128, 2);
+log(`training base100m: ${trainBig.tokensPerS.toFixed(0)} tokens/s (${trainBig.stepMs.toFixed(0)} ms/step)`);
+
 const result = {
   bench: "native",
   threads,
@@ -245,10 +252,10 @@ const result = {
   prefix_cache_prefill_saved: round(trace.savedFraction),
   prefix_cache_trace: trace,
   kv_bytes_per_token: kvBytesPerToken,
-  // Filled by the engine (native/engine.ts) when present; the trainer's figure comes from its own bench.
   prefill_tokens_per_s: round(engine.prefillTokensPerS, 0),
   decode_tokens_per_s: round(engine.decodeTokensPerS, 0),
   engine_note: engine.note,
-  train_tokens_per_s: null,
+  train_tokens_per_s: round(trainQuick.tokensPerS, 0),
+  train_tokens_per_s_base100m: round(trainBig.tokensPerS, 0),
 };
 process.stdout.write(`${JSON.stringify(result)}\n`);

@@ -20,6 +20,10 @@ const BUILTIN: Record<string, () => Promise<Factory>> = {
     const m = await import("../../actors/echo/echo.ts");
     return (system) => m.echoPinger(system) as unknown as AnyDef;
   },
+  fleet: async () => {
+    const m = await import("../../actors/fleet/fleet-actor.ts");
+    return (system) => m.fleetActor(system) as unknown as AnyDef;
+  },
 };
 
 /** Names of the built-in kinds. */

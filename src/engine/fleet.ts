@@ -120,6 +120,8 @@ interface Engine {
   attempts: Set<Attempt>;
   /** Bumped on every join, so releases of older routings are not counted against the new one. */
   epoch: number;
+  /** The model this engine must serve: an expectation, null (unchecked), or undefined (the fleet's). */
+  expect: Record<string, unknown> | null | undefined;
 }
 
 interface ReqState {
@@ -211,7 +213,7 @@ export class Fleet {
       const e = this.newEngine(url, r.source, r.attachedAt);
       this.engines.set(url, e);
       try {
-        await this.join(e, undefined, true);
+        await this.join(e, true);
       } catch (err) {
         e.lastError = errText(err);
         this.log(`fleet: recovered ${url} but it is not in routing yet: ${e.lastError}`);
@@ -229,24 +231,32 @@ export class Fleet {
    * Attaches an engine: discovers it via /model_info and /server_info, refuses one serving a
    * different model (ENGINE_MISMATCH naming what differs; `expectModel: null` skips the check),
    * brings it to the fleet's weight version, adds it to routing and the registry. Attaching an
-   * attached URL returns its entry.
+   * attached URL returns its entry. With `allowUnreachable`, an engine that cannot be reached yet is
+   * registered anyway (out of routing) and joins when a health check passes.
    */
-  async attach(url: string, opts: { source?: EngineSource; expectModel?: Record<string, unknown> | null } = {}): Promise<EngineEntry> {
+  async attach(
+    url: string,
+    opts: { source?: EngineSource; expectModel?: Record<string, unknown> | null; allowUnreachable?: boolean } = {},
+  ): Promise<EngineEntry> {
     this.assertOpen();
     const id = normalizeEngineUrl(url);
     const have = this.engines.get(id);
     if (have) {
-      if (!have.healthy) await this.join(have, opts.expectModel, true).catch(() => {});
+      if (!have.healthy) await this.join(have, true).catch(() => {});
       return this.entryOf(have);
     }
     const e = this.newEngine(id, opts.source ?? "runtime", Date.now());
+    e.expect = opts.expectModel;
     this.engines.set(id, e);
     try {
-      await this.join(e, opts.expectModel, true);
+      await this.join(e, true);
     } catch (err) {
-      e.detached = true;
-      this.engines.delete(id);
-      throw err;
+      const unreachable = err instanceof OozeError && (err.code === "ENGINE_UNAVAILABLE" || err.code === "TIMEOUT");
+      if (!(opts.allowUnreachable && unreachable)) {
+        e.detached = true;
+        this.engines.delete(id);
+        throw err;
+      }
     }
     if (this.registry) await (await this.registry).put({ url: id, source: e.source, attachedAt: e.attachedAt });
     this.log(`fleet: attached ${id} (${e.source}, weight version ${e.weightVersion ?? "unknown"})`);
@@ -477,6 +487,7 @@ export class Fleet {
       joining: null,
       attempts: new Set(),
       epoch: 0,
+      expect: undefined,
     };
   }
 
@@ -546,7 +557,8 @@ export class Fleet {
   }
 
   /** Discovers an engine, checks its model, brings it to the fleet's version and adds it to routing. */
-  private join(e: Engine, expect: Record<string, unknown> | null | undefined, rethrow: boolean): Promise<void> {
+  private join(e: Engine, rethrow: boolean): Promise<void> {
+    const expect = e.expect;
     e.joining ??= (async () => {
       try {
         const [mi, si] = await Promise.all([e.ctl.modelInfo(), e.ctl.serverInfo()]);
@@ -640,7 +652,7 @@ export class Fleet {
     if (e.detached || this.closed) return;
     if (ok) {
       e.failures = 0;
-      if (!e.healthy) await this.join(e, undefined, false);
+      if (!e.healthy) await this.join(e, false);
       return;
     }
     e.failures++;

@@ -1,0 +1,31 @@
+// The fleet actor's protocol: attach / detach / list / update-weights asks, and their replies. A
+// refused request is a reply `{ok: false, error}` (not a crash of the actor); `askFleet` turns it
+// back into the OozeError the fleet raised.
+import { z } from "zod";
+import type { ActorRef } from "../../src/actor/index.ts";
+import type { EngineEntry } from "../../src/engine/fleet.ts";
+import { OozeError, type WireError } from "../../src/errors.ts";
+
+/** Asks the fleet actor answers. */
+export const fleetMsg = z.discriminatedUnion("op", [
+  z.object({ op: z.literal("attach"), url: z.string().min(1), source: z.enum(["topology", "runtime"]).optional() }),
+  z.object({ op: z.literal("detach"), url: z.string().min(1) }),
+  z.object({ op: z.literal("list") }),
+  z.object({ op: z.literal("updateWeights"), modelDir: z.string().min(1), version: z.string().min(1), mode: z.enum(["abort", "in_place"]).optional() }),
+]);
+
+/** One ask to the fleet actor. */
+export type FleetMsg = z.infer<typeof fleetMsg>;
+
+/** The fleet actor's answer. */
+export type FleetReply =
+  | { ok: true; engine?: EngineEntry; engines: EngineEntry[]; weightVersion: string | null }
+  | { ok: false; error: WireError };
+
+/** Asks the fleet actor and unwraps its reply: the engines, or the fleet's OozeError. */
+export async function askFleet(ref: ActorRef<FleetMsg>, msg: FleetMsg, timeoutMs = 60_000): Promise<Extract<FleetReply, { ok: true }>> {
+  const r = await ref.ask<FleetReply>(msg, { timeoutMs });
+  if (!r || typeof r !== "object" || !("ok" in r)) throw new OozeError("MALFORMED_MESSAGE", `fleet actor '${ref.path}' sent a reply that is not a FleetReply`);
+  if (!r.ok) throw OozeError.fromWire(r.error);
+  return r;
+}

@@ -1,0 +1,82 @@
+// `ooze engines attach|detach|list`: changes and shows a running job's engine fleet from another
+// terminal, by asking the job's fleet actor over NATS.
+import type { Command } from "commander";
+import { attachBus, createSystem, remoteRef } from "../../actor/index.ts";
+import type { EngineEntry } from "../../engine/fleet.ts";
+import { OozeError } from "../../errors.ts";
+import { connectBus } from "../../transport/bus.ts";
+import { jobNames } from "../../transport/names.ts";
+import { askFleet, type FleetMsg } from "../../../actors/fleet/messages.ts";
+import { findJob } from "../job.ts";
+
+interface EnginesOptions {
+  job?: string;
+  actor: string;
+  json?: boolean;
+  timeout: string;
+}
+
+/** Asks the fleet actor of a running job; clear errors when there is no job or no fleet actor. */
+async function ask(opts: EnginesOptions, msg: FleetMsg) {
+  const rec = findJob(opts.job);
+  const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-engines", largeBucket: jobNames(rec.job).objLarge });
+  const system = createSystem({ name: rec.job, log: () => {} });
+  try {
+    await attachBus(system, bus, { job: rec.job, serve: false, events: false });
+    const ref = remoteRef<FleetMsg>(system, opts.actor);
+    try {
+      await askFleet(ref, { op: "list" }, 3_000);
+    } catch (e) {
+      if (e instanceof OozeError && e.code === "TIMEOUT") {
+        throw new OozeError(
+          "ACTOR_NOT_FOUND",
+          `job '${rec.job}' has no fleet actor '${opts.actor}' answering (asked on ${jobNames(rec.job).actor(opts.actor)}); add an actor of kind 'fleet' to the topology, or pass --actor NAME`,
+        );
+      }
+      throw e;
+    }
+    return { job: rec.job, reply: await askFleet(ref, msg, Number(opts.timeout) * 1000) };
+  } finally {
+    await system.stop().catch(() => {});
+    await bus.close().catch(() => {});
+  }
+}
+
+function printEngines(job: string, engines: EngineEntry[], version: string | null): void {
+  console.log(`job ${job}: ${engines.length} engines${version ? `, fleet weight version ${version}` : ""}`);
+  const rows = [["URL", "HEALTHY", "IN-FLIGHT", "VERSION", "SOURCE", "LAST ERROR"]];
+  for (const e of engines) rows.push([e.url, e.healthy ? "yes" : "no", String(e.inFlight), e.weightVersion ?? "-", e.source, e.lastError ?? ""]);
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd());
+}
+
+export function register(program: Command) {
+  const engines = program.command("engines").description("attach, detach and list the inference engines of a running job");
+  const common = (c: Command) =>
+    c
+      .option("--job <name>", "job id (default: the newest running job)")
+      .option("--actor <name>", "name of the fleet actor", "fleet")
+      .option("--timeout <seconds>", "deadline of the request", "60")
+      .option("--json", "print JSON");
+
+  common(engines.command("attach").argument("<url>", "engine URL, e.g. http://10.0.0.5:30000").description("attach an SGLang-compatible engine to the job's fleet")).action(
+    async (url: string, opts: EnginesOptions) => {
+      const { job, reply } = await ask(opts, { op: "attach", url, source: "runtime" });
+      if (opts.json) return console.log(JSON.stringify(reply, null, 2));
+      const e = reply.engine!;
+      console.log(`attached ${e.url} to job ${job} (${e.healthy ? "healthy" : "not healthy yet"}, weight version ${e.weightVersion ?? "unknown"})`);
+    },
+  );
+  common(engines.command("detach").argument("<url>", "engine URL").description("detach an engine; its in-flight requests move to other engines")).action(
+    async (url: string, opts: EnginesOptions) => {
+      const { job, reply } = await ask(opts, { op: "detach", url });
+      if (opts.json) return console.log(JSON.stringify(reply, null, 2));
+      console.log(`detached ${url} from job ${job}; ${reply.engines.length} engines left`);
+    },
+  );
+  common(engines.command("list").description("list the job's engines: health, load, weight version")).action(async (opts: EnginesOptions) => {
+    const { job, reply } = await ask(opts, { op: "list" });
+    if (opts.json) return console.log(JSON.stringify(reply, null, 2));
+    printEngines(job, reply.engines, reply.weightVersion);
+  });
+}

@@ -4,6 +4,8 @@
 // weight updates (versions bump, a lower one is refused, a late joiner is brought up to date), and
 // recovery of the engine set from the job's KV bucket.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -176,6 +178,14 @@ describe("fleet: partial rollout", () => {
       what: "the restarted engine back in routing",
       diagnostics: () => JSON.stringify(f.list()),
     });
+    // Killed while idle: the health checks take it out of routing, and back in after a restart.
+    await child.kill("SIGKILL");
+    const gone = await waitUntil(() => f.list().find((e) => e.url === `http://127.0.0.1:${port}` && !e.healthy), { what: "health checks to drop the engine" });
+    expect(gone.lastError).toMatch(/failed 2 health checks in a row/);
+    const q = f.generate({ inputIds: prompts[0]!, sampling: { ...sampling, max_new_tokens: 6 } });
+    expect((await q).engine).toBe(servers[0]!.url);
+    child = await spawnEngine(dirA, port, "1");
+    await waitUntil(() => f.list().find((e) => e.url === child.url)?.healthy, { what: "the engine back after its second restart" });
   });
 
   it("with no engine, a request waits for one to be attached", async () => {
@@ -185,6 +195,57 @@ describe("fleet: partial rollout", () => {
     const r = await p;
     expect(Array.from(r.outputIds)).toEqual(reference.get(key(prompts[0]!))!.ids.slice(0, 12));
     await expect(fleet({ requestTimeoutMs: 200 }).generate({ inputIds: prompts[0]!, sampling })).rejects.toMatchObject({ code: "ENGINE_UNAVAILABLE" });
+  });
+});
+
+describe("fleet: external SGLang router", () => {
+  it("registers attached engines with POST /workers and removes them with DELETE /workers/{id}; falls back to /add_worker", async () => {
+    // Stands in for an SGLang router's worker registry (the boundary is its HTTP API).
+    const calls: string[] = [];
+    const workers = new Map<string, string>();
+    let legacy = false;
+    const router = createServer((req, res) => {
+      let body = "";
+      req.on("data", (d) => (body += d));
+      req.on("end", () => {
+        calls.push(`${req.method} ${req.url}`);
+        const url = req.url ?? "";
+        if (legacy && url.startsWith("/workers")) return void res.writeHead(404).end();
+        if (req.method === "POST" && url === "/workers") {
+          const j = JSON.parse(body) as { url: string; worker_type: string };
+          expect(j.worker_type).toBe("regular");
+          workers.set(`w${workers.size}`, j.url);
+          return void res.writeHead(200).end("{}");
+        }
+        if (req.method === "GET" && url === "/workers") {
+          return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ workers: [...workers].map(([id, u]) => ({ id, url: u })) }));
+        }
+        if (req.method === "DELETE" && url.startsWith("/workers/")) {
+          workers.delete(decodeURIComponent(url.slice("/workers/".length)));
+          return void res.writeHead(200).end("{}");
+        }
+        if (req.method === "POST" && (url.startsWith("/add_worker?") || url.startsWith("/remove_worker?"))) return void res.writeHead(200).end("ok");
+        res.writeHead(404).end();
+      });
+    });
+    await new Promise<void>((r) => router.listen(0, "127.0.0.1", () => r()));
+    const routerUrl = `http://127.0.0.1:${(router.address() as AddressInfo).port}`;
+    try {
+      const f = fleet({ externalRouter: routerUrl });
+      await f.attach(servers[0]!.url);
+      expect([...workers.values()]).toEqual([servers[0]!.url]);
+      await f.detach(servers[0]!.url);
+      expect(workers.size).toBe(0);
+      expect(calls).toEqual(["POST /workers", "GET /workers", "DELETE /workers/w0"]);
+      legacy = true;
+      calls.length = 0;
+      await f.attach(servers[1]!.url);
+      await f.detach(servers[1]!.url);
+      const enc = encodeURIComponent(servers[1]!.url);
+      expect(calls).toEqual(["POST /workers", `POST /add_worker?url=${enc}`, "GET /workers", `POST /remove_worker?url=${enc}`]);
+    } finally {
+      await new Promise<void>((r) => router.close(() => r()));
+    }
   });
 });
 
@@ -235,14 +296,23 @@ describe("fleet: weight updates and the KV registry", () => {
     }
     await expect(f.updateWeights(dirA, "1")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
     await expect(f.updateWeights(dirA, "2")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
+    // in_place: running requests are kept by the engines and go on with the new weights.
+    const kept = prompts.slice(0, 2).map((p, i) => f.generate({ inputIds: p, sampling, rid: `ip-${i}` }));
+    await waitUntil(() => [0, 1].every((i) => (f.progress(`ip-${i}`) ?? 0) >= 2), { what: "both requests sampling" });
+    await f.updateWeights(dirA, "10", { mode: "in_place" });
+    for (const r of await Promise.all(kept)) {
+      expect(r.redispatches).toBe(0);
+      expect(r.outputIds.length).toBe(160);
+      expect(r.weightVersions.map((s) => s.version)).toEqual(["2", "10"]);
+    }
     // A late joiner serving version 1 is brought to the fleet's version before it takes traffic.
     await f.attach(child.url);
-    expect(f.list().find((e) => e.url === child.url)?.weightVersion).toBe("2");
-    expect(await new EngineClient(child.url).weightVersion()).toBe("2");
+    expect(f.list().find((e) => e.url === child.url)?.weightVersion).toBe("10");
+    expect(await new EngineClient(child.url).weightVersion()).toBe("10");
     // A recovered fleet keeps the version order.
     const g = await Fleet.open({ bus, job: "fleet-wu", healthIntervalMs: 0 });
     fleets.push(g);
-    expect(g.weightVersion).toBe("2");
+    expect(g.weightVersion).toBe("10");
     await expect(g.updateWeights(dirA, "1")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
   });
 });

@@ -47,7 +47,7 @@ describe("durable mailboxes", () => {
     const effects = new Map<string, number>();
     const host = await system(job);
     host.spawn(recorder(effects, { left: 5 }));
-    const mb = await serveDurable(host, "rec", { ackWaitMs: 2000, nakDelayMs: () => 10 });
+    const mb = await serveDurable(host, "rec", { ackWaitMs: 10_000, nakDelayMs: () => 10 });
     const sender = await system(job);
     const ref = await durableRef<Msg>(sender, "rec");
     const ids: string[] = [];

@@ -57,9 +57,15 @@ type Op =
   | { op: "restart"; i: number }
   | { op: "abortAll"; i: number };
 
+/** Target ENGINES means "the engine with the most requests in flight now", so faults hit work. */
+const target = fc.integer({ min: 0, max: ENGINES });
 const opArb: fc.Arbitrary<Op> = fc.oneof(
-  ...(["attach", "detach", "kill", "restart", "abortAll"] as const).map((op) => fc.record({ op: fc.constant(op), i: fc.integer({ min: 0, max: ENGINES - 1 }) })),
-) as fc.Arbitrary<Op>;
+  { weight: 2, arbitrary: fc.record({ op: fc.constant("attach" as const), i: target }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant("detach" as const), i: target }) },
+  { weight: 3, arbitrary: fc.record({ op: fc.constant("kill" as const), i: target }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant("restart" as const), i: target }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant("abortAll" as const), i: target }) },
+);
 
 const caseArb = fc.record({
   routing: fc.constantFrom("round_robin" as const, "least_load" as const, "cache_aware" as const),
@@ -104,7 +110,13 @@ describe("fleet property: requests survive any schedule of engine churn", () => 
             ),
           );
           const progress = () => rids.reduce((s, r) => s + (fleet.progress(r) ?? MAX_NEW), 0);
-          for (const o of c.ops) {
+          for (const op of c.ops) {
+            let i = op.i;
+            if (i === ENGINES) {
+              const busy = fleet.list().sort((a, b) => b.inFlight - a.inFlight)[0];
+              i = busy ? ports.findIndex((p) => busy.url.endsWith(`:${p}`)) : 0;
+            }
+            const o = { op: op.op, i };
             log.push(`${o.op} ${o.i}`);
             const before = progress();
             if (o.op === "attach" && procs[o.i] !== null && !attached.has(o.i)) {

@@ -311,6 +311,10 @@ export class Fleet {
     if (typeof maxNew !== "number" || !Number.isInteger(maxNew) || maxNew < 0) {
       throw new OozeError("CONFIG_INVALID", `fleet.generate: sampling.max_new_tokens must be a non-negative integer (got ${String(maxNew)}); the fleet needs a budget to share across re-dispatches`);
     }
+    if (req.sampling.n !== undefined && req.sampling.n !== null && req.sampling.n !== 1) {
+      throw new OozeError("CONFIG_INVALID", `fleet.generate: sampling.n must be 1 (got ${String(req.sampling.n)}); send one request per sample`);
+    }
+    if (req.inputIds.length === 0) throw new OozeError("CONFIG_INVALID", "fleet.generate: inputIds is empty");
     const rid = req.rid ?? randomUUID().replace(/-/g, "");
     if (this.requests.has(rid)) throw new OozeError("CONFIG_INVALID", `fleet.generate: request id '${rid}' is already in flight`);
     const acc = new PartialRollout();
@@ -349,6 +353,7 @@ export class Fleet {
         dispatched = true;
         engineId = e.id;
         let outcome: { done: FinishReason } | { retry: string };
+        let streamed = false;
         try {
           const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: maxNew - acc.length };
           if (minNew > 0) sampling.min_new_tokens = Math.max(0, minNew - acc.length);
@@ -361,12 +366,11 @@ export class Fleet {
             signal: attempt.ctl.signal,
             timeoutMs: this.streamIdleTimeoutMs,
           });
-          let first = true;
           for (;;) {
             const n = await gen.next();
-            if (first) {
+            if (!streamed) {
               cachedTokens += n.value.meta.cachedTokens;
-              first = false;
+              streamed = true;
             }
             acc.update(n.value.outputIds, n.value.logprobs, n.value.meta.weightVersion, n.done === true);
             if (n.done) {
@@ -375,10 +379,14 @@ export class Fleet {
             }
           }
         } catch (err) {
+          if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
           if (attempt.redispatch !== null) outcome = { retry: attempt.redispatch };
           else if (st.userAborted) outcome = { done: { type: "abort", message: "Aborted by the caller (fleet.abort)" } };
           else if (err instanceof OozeError && (err.code === "ENGINE_UNAVAILABLE" || err.code === "TIMEOUT" || err.code === "ENGINE_PROTOCOL")) {
             this.fail(e, err);
+            outcome = { retry: err.message };
+          } else if (err instanceof OozeError && err.code === "ENGINE_REJECTED" && streamed) {
+            // An error event after the request was accepted: the engine failed it, not the request itself.
             outcome = { retry: err.message };
           } else throw err;
         } finally {

@@ -195,6 +195,19 @@ describe("fleet: partial rollout", () => {
     const r = await p;
     expect(Array.from(r.outputIds)).toEqual(reference.get(key(prompts[0]!))!.ids.slice(0, 12));
     await expect(fleet({ requestTimeoutMs: 200 }).generate({ inputIds: prompts[0]!, sampling })).rejects.toMatchObject({ code: "ENGINE_UNAVAILABLE" });
+    // Closing the fleet ends waiting and running requests with ACTOR_STOPPED.
+    const g = fleet();
+    const waiting = g.generate({ inputIds: prompts[0]!, sampling });
+    const h = fleet();
+    await h.attach(servers[1]!.url);
+    const running = h.generate({ inputIds: prompts[1]!, sampling, rid: "cl-1" });
+    await waitUntil(() => (h.progress("cl-1") ?? 0) >= 1, { what: "a token sampled" });
+    await Promise.all([g.close(), h.close()]);
+    await expect(waiting).rejects.toMatchObject({ code: "ACTOR_STOPPED" });
+    await expect(running).rejects.toMatchObject({ code: "ACTOR_STOPPED" });
+    await expect(g.generate({ inputIds: prompts[0]!, sampling })).rejects.toMatchObject({ code: "ACTOR_STOPPED" });
+    await expect(f.generate({ inputIds: prompts[0]!, sampling: { ...sampling, n: 2 } })).rejects.toMatchObject({ code: "CONFIG_INVALID" });
+    await expect(f.generate({ inputIds: prompts[0]!, sampling: { temperature: 0 } })).rejects.toMatchObject({ code: "CONFIG_INVALID" });
   });
 });
 

@@ -39,11 +39,14 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     let finished = false;
     while (budget > 0 && !finished) {
       const res = await gen.generate({
-        inputIds: b.tokens,
+        inputIds: b.tokens.slice(),
         sampling: { max_new_tokens: budget, temperature: spec.temperature, top_p: 1, top_k: -1, sampling_seed: spec.samplingSeed + turn * 1009 + resumes },
         sessionId: rolloutId,
       });
-      b.appendModel(res.outputIds, res.logprobs, res.meta.weightVersion ?? "0");
+      const covered = res.weightVersions.reduce((n, sp) => n + sp.end - sp.start, 0);
+      if (covered === res.outputIds.length)
+        for (const sp of res.weightVersions) b.appendModel(res.outputIds.subarray(sp.start, sp.end), res.logprobs.subarray(sp.start, sp.end), sp.version);
+      else b.appendModel(res.outputIds, res.logprobs, res.weightVersions.at(-1)?.version ?? "unknown");
       budget -= res.outputIds.length;
       if (res.status === "aborted" && resumes < (spec.maxResumes ?? 4)) {
         resumes++;

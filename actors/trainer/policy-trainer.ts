@@ -22,6 +22,8 @@ export interface PolicyTrainerConfig {
   /** Sampling temperature: the loss's logprobs are taken at the same temperature. */
   temperature: number;
   microBatchTokens: number | null;
+  /** Optimizer steps per batch: the batch is split by group into this many mini-batches (PPO-style). */
+  updatesPerStep: number;
 }
 
 /** Result of one training step. */
@@ -77,19 +79,24 @@ export class PolicyTrainer {
 
   /** Trains on one batch and saves the next version. */
   async step(samples: readonly TrainSample[]): Promise<TrainStepResult> {
-    const packed = packSamples(samples);
+    const parts = miniBatches(samples, this.config.updatesPerStep).map((p) => packSamples(p));
     const c = this.config;
     const version = this.current.version + 1;
     const dir = this.dirOf(version);
     const before = this.worker.restarts;
     for (let attempt = 0; ; attempt++) {
       try {
-        const metrics = await this.worker.trainStep(
-          packed,
-          { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: c.entropyCoef, temperature: c.temperature },
-          { lr: c.lr, weightDecay: c.weightDecay, maxGradNorm: c.maxGradNorm, beta2: c.beta2 },
-          { microBatchTokens: c.microBatchTokens },
-        );
+        const all: TrainStepMetrics[] = [];
+        for (const packed of parts) {
+          const m = await this.worker.trainStep(
+            packed,
+            { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: c.entropyCoef, temperature: c.temperature },
+            { lr: c.lr, weightDecay: c.weightDecay, maxGradNorm: c.maxGradNorm, beta2: c.beta2 },
+            { microBatchTokens: c.microBatchTokens },
+          );
+          all.push(m);
+        }
+        const metrics = mergeMetrics(all);
         await this.worker.save(dir, String(version), { optimizer: true });
         this.current = { dir, version };
         this.prune(version);
@@ -123,4 +130,29 @@ export class PolicyTrainer {
   async close(): Promise<void> {
     await this.worker.close();
   }
+}
+
+/** Splits samples into `k` mini-batches of whole groups (as even as the groups allow, order kept). */
+export function miniBatches<T extends { groupIndex: number }>(samples: readonly T[], k: number): T[][] {
+  const groups: T[][] = [];
+  for (const s of samples) {
+    const last = groups[groups.length - 1];
+    if (last && last[0]!.groupIndex === s.groupIndex) last.push(s);
+    else groups.push([s]);
+  }
+  const n = Math.max(1, Math.min(k, groups.length));
+  const out: T[][] = Array.from({ length: n }, () => []);
+  groups.forEach((g, i) => out[Math.floor((i * n) / groups.length)]!.push(...g));
+  return out.filter((b) => b.length > 0);
+}
+
+/** Metrics of several mini-batch updates: means, except clipfrac (max) and ppoKl (the last, most off-policy). */
+function mergeMetrics(ms: TrainStepMetrics[]): TrainStepMetrics {
+  const mean = (f: (m: TrainStepMetrics) => number) => ms.reduce((a, m) => a + f(m), 0) / ms.length;
+  const last = ms[ms.length - 1]!;
+  return {
+    ...last,
+    loss: mean((m) => m.loss), pgLoss: mean((m) => m.pgLoss), entropy: mean((m) => m.entropy), gradNorm: mean((m) => m.gradNorm),
+    clipfrac: Math.max(...ms.map((m) => m.clipfrac)), numTokens: ms.reduce((a, m) => a + m.numTokens, 0), numSamples: ms.reduce((a, m) => a + m.numSamples, 0),
+  };
 }

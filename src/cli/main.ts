@@ -40,6 +40,7 @@ await Promise.all([
   lazy(() => import("./commands/serve.ts")),
   lazy(() => import("./commands/engines.ts")),
   lazy(() => import("./commands/train.ts")),
+  lazy(() => import("./commands/rollout.ts")),
 ]);
 
 try {

@@ -33,6 +33,8 @@ export const trainSchema = z
     estimator: z.enum(estimators).default("grpo"),
     /** Drop groups whose rewards are all equal. */
     dropZeroVariance: z.boolean().default(false),
+    /** Optimizer steps per batch (mini-batches of whole groups; PPO clipping keeps them near the rollout policy). */
+    updatesPerStep: z.number().int().min(1).default(1),
     epsClip: z.number().positive().default(0.2),
     epsClipHigh: z.number().positive().optional(),
     entropyCoef: z.number().default(0),
@@ -49,6 +51,8 @@ export const enginesSchema = z
     count: z.number().int().min(0).default(1),
     maxRunning: z.number().int().min(1).default(128),
     cacheTokens: z.number().int().min(1).default(32768),
+    /** fleet: src/engine/fleet.ts (cache-aware routing, partial rollout); direct: round-robin EngineClients. */
+    client: z.enum(["fleet", "direct"]).default("fleet"),
     /** External SGLang-compatible servers to use in addition to (or instead of) embedded ones. */
     urls: z.array(z.string().url()).default([]),
   })

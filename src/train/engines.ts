@@ -1,22 +1,33 @@
 // The engines a training run generates with: embedded ones started as `ooze serve` child processes
 // (a native crash there kills an engine, not the run), external URLs, and the small Generator
-// interface the rollout side uses — round-robin with session affinity over EngineClients, and the
-// pause → update_weights_from_disk → continue walk with a version check. (When src/engine/fleet.ts
-// lands, a Fleet implements Generator and replaces EnginePool in one line of the loop.)
+// interface the rollout side uses, implemented over the Fleet (cache-aware routing, partial-rollout
+// re-dispatch, pause → update → continue) or, as a minimal fallback, round-robin over EngineClients.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { EngineClient, type GenerateResult } from "../engine/client.ts";
+import { EngineClient } from "../engine/client.ts";
+import { Fleet } from "../engine/fleet.ts";
 import type { WireSamplingParams } from "../engine/protocol.ts";
 import { OozeError } from "../errors.ts";
 
 const OOZE_BIN = fileURLToPath(new URL("../../bin/ooze.mjs", import.meta.url));
 
+/** One generation's result: ids and logprobs exactly as sampled, the weight version of each run of ids. */
+export interface GenOutput {
+  outputIds: Int32Array;
+  logprobs: Float32Array;
+  status: "completed" | "truncated" | "aborted";
+  /** `[start, end)` over outputIds with the weight version that sampled them. */
+  weightVersions: { start: number; end: number; version: string }[];
+}
+
 /** What the rollout side needs of the engines. */
 export interface Generator {
   /** One generation, token-in/token-out, with logprobs; `sessionId` keeps an episode on one engine. */
-  generate(req: { inputIds: ArrayLike<number>; sampling: WireSamplingParams; sessionId: string }): Promise<GenerateResult>;
+  generate(req: { inputIds: Int32Array; sampling: WireSamplingParams; sessionId: string }): Promise<GenOutput>;
   /** Loads `modelDir` as weight version `version` on every engine; resolves when all report it. */
   updateWeights(modelDir: string, version: string): Promise<void>;
+  /** Replaces a dead engine by a new one (at the current weights). */
+  replace(oldUrl: string, newUrl: string): Promise<void>;
   /** Prefix-cache hits / prompt tokens since the last call (0 when nothing was generated). */
   takeCacheStats(): { promptTokens: number; cachedTokens: number };
 }
@@ -25,6 +36,8 @@ export interface Generator {
 export interface EngineProcess {
   url: string;
   pid: number;
+  /** Resolves when the process has exited (for whatever reason). */
+  exited: Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -32,7 +45,8 @@ export interface EngineProcess {
 export async function startEngineProcess(opts: { modelDir: string; maxRunning: number; cacheTokens: number; weightVersion: string }): Promise<EngineProcess> {
   const args = [OOZE_BIN, "serve", "--model", opts.modelDir, "--port", "0", "--max-running", String(opts.maxRunning),
     "--cache-tokens", String(opts.cacheTokens), "--weight-version", opts.weightVersion];
-  const child: ChildProcess = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
+  // Its own process group: a Ctrl-C in the terminal reaches `ooze train`, which stops it in order.
+  const child: ChildProcess = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let stderr = "";
   child.stderr!.on("data", (c: Buffer) => {
     stderr = (stderr + c.toString()).slice(-4000);
@@ -57,6 +71,7 @@ export async function startEngineProcess(opts: { modelDir: string; maxRunning: n
   return {
     url,
     pid: child.pid!,
+    exited,
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       child.kill("SIGTERM");
@@ -84,7 +99,7 @@ export class EnginePool implements Generator {
     return this.clients.map((c) => c.url);
   }
 
-  async generate(req: { inputIds: ArrayLike<number>; sampling: WireSamplingParams; sessionId: string }): Promise<GenerateResult> {
+  async generate(req: { inputIds: Int32Array; sampling: WireSamplingParams; sessionId: string }): Promise<GenOutput> {
     let i = this.affinity.get(req.sessionId);
     if (i === undefined) {
       i = this.next++ % this.clients.length;
@@ -93,7 +108,16 @@ export class EnginePool implements Generator {
     const res = await this.clients[i]!.generate({ inputIds: req.inputIds, sampling: req.sampling, returnLogprob: true, routingKey: req.sessionId });
     this.promptTokens += res.meta.promptTokens;
     this.cachedTokens += res.meta.cachedTokens;
-    return res;
+    const n = res.outputIds.length;
+    return {
+      outputIds: res.outputIds, logprobs: res.logprobs, status: res.status,
+      weightVersions: n > 0 ? [{ start: 0, end: n, version: res.meta.weightVersion ?? "0" }] : [],
+    };
+  }
+
+  async replace(oldUrl: string, newUrl: string): Promise<void> {
+    const i = this.clients.findIndex((c) => c.url === oldUrl.replace(/\/+$/, ""));
+    if (i >= 0) this.clients[i] = new EngineClient(newUrl);
   }
 
   /** Ends a session's affinity (the episode is over). */
@@ -122,5 +146,52 @@ export class EnginePool implements Generator {
     this.promptTokens = 0;
     this.cachedTokens = 0;
     return s;
+  }
+}
+
+/** Generator over a Fleet (src/engine/fleet.ts): cache-aware routing, partial rollout across engines. */
+export class FleetGenerator implements Generator {
+  private promptTokens = 0;
+  private cachedTokens = 0;
+
+  private constructor(readonly fleet: Fleet) {}
+
+  /** A fleet with the given engines attached. */
+  static async create(urls: readonly string[], log?: (line: string) => void): Promise<FleetGenerator> {
+    const fleet = new Fleet({ routing: "cache_aware", ...(log ? { log } : {}) });
+    try {
+      for (const u of urls) await fleet.attach(u);
+    } catch (e) {
+      await fleet.close();
+      throw e;
+    }
+    return new FleetGenerator(fleet);
+  }
+
+  async generate(req: { inputIds: Int32Array; sampling: WireSamplingParams; sessionId: string }): Promise<GenOutput> {
+    const r = await this.fleet.generate({ inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId });
+    this.promptTokens += req.inputIds.length;
+    this.cachedTokens += Math.min(r.cachedTokens, req.inputIds.length);
+    return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };
+  }
+
+  async updateWeights(modelDir: string, version: string): Promise<void> {
+    await this.fleet.updateWeights(modelDir, version);
+  }
+
+  async replace(oldUrl: string, newUrl: string): Promise<void> {
+    await this.fleet.detach(oldUrl).catch(() => undefined);
+    await this.fleet.attach(newUrl);
+  }
+
+  takeCacheStats(): { promptTokens: number; cachedTokens: number } {
+    const s = { promptTokens: this.promptTokens, cachedTokens: this.cachedTokens };
+    this.promptTokens = 0;
+    this.cachedTokens = 0;
+    return s;
+  }
+
+  async close(): Promise<void> {
+    await this.fleet.close();
   }
 }

@@ -8,10 +8,11 @@ import { GroupBuffer, type TrainSample } from "../../actors/buffer/groups.ts";
 import type { Task } from "../../actors/environment/task.ts";
 import { rolloutRange, type RolloutResult } from "../../actors/rollout/rollout.ts";
 import { PolicyTrainer } from "../../actors/trainer/policy-trainer.ts";
+import { FullWeightSync } from "../../actors/weight-sync/full.ts";
 import { OozeError } from "../errors.ts";
 import type { Sample } from "../sample.ts";
 import type { EnginesConfig, TrainConfig } from "./config.ts";
-import { EnginePool, startEngineProcess, type EngineProcess, type Generator } from "./engines.ts";
+import { EnginePool, FleetGenerator, startEngineProcess, type EngineProcess, type Generator } from "./engines.ts";
 import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "./metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, type RunState } from "./state.ts";
 import { loadTask } from "./task-loader.ts";
@@ -19,10 +20,12 @@ import { loadTask } from "./task-loader.ts";
 /** Hooks for the CLI's progress display and for fault-injection tests. */
 export interface TrainHooks {
   /** After the engines and the trainer started. */
-  onStart?(info: { engines: string[]; trainerPid: number | null; state: RunState }): void;
+  onStart?(info: { engines: string[]; enginePids: number[]; trainerPid: number | null; state: RunState }): void;
   /** Just before the trainer gets step `step`'s batch. */
   beforeTrain?(step: number, trainer: PolicyTrainer): void;
   onStep?(m: StepMetrics): void;
+  /** An embedded engine died and a new one took its place. */
+  onEngineRestart?(oldUrl: string, newUrl: string): void;
   log?(line: string): void;
 }
 
@@ -106,6 +109,8 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
 
   const procs: EngineProcess[] = [];
   let trainer: PolicyTrainer | null = null;
+  let fleet: FleetGenerator | null = null;
+  let closing = false;
   const t0 = performance.now();
   const baseSeconds = state.seconds;
   const elapsed = () => baseSeconds + (performance.now() - t0) / 1000;
@@ -119,7 +124,31 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
       ),
     );
     procs.push(...started);
-    const gen: Generator = new EnginePool([...procs.map((p) => p.url), ...opts.engines.urls]);
+    const urls = [...procs.map((p) => p.url), ...opts.engines.urls];
+    const gen: Generator = opts.engines.client === "fleet" ? (fleet = await FleetGenerator.create(urls)) : new EnginePool(urls);
+    // An embedded engine that dies is started again at the trainer's current weights and takes its
+    // place; its requests in flight are re-dispatched by the fleet (or retried by the rollout).
+    const supervise = (i: number) => {
+      const proc = procs[i]!;
+      void proc.exited.then(async () => {
+        if (closing) return;
+        log(`engine ${proc.url} (pid ${proc.pid}) exited; starting a new one at weight version ${trainer?.version ?? state.weightVersion}`);
+        try {
+          const next = await startEngineProcess({
+            modelDir: trainer?.modelDir ?? startDir, maxRunning: opts.engines.maxRunning, cacheTokens: opts.engines.cacheTokens,
+            weightVersion: String(trainer?.version ?? state.weightVersion),
+          });
+          procs[i] = next;
+          if (closing) return void next.stop();
+          await gen.replace(proc.url, next.url);
+          opts.hooks?.onEngineRestart?.(proc.url, next.url);
+          supervise(i);
+        } catch (e) {
+          log(`could not restart the engine: ${(e as Error).message}`);
+        }
+      });
+    };
+    procs.forEach((_, i) => supervise(i));
     if (opts.engines.urls.length > 0) await gen.updateWeights(startDir, String(state.weightVersion));
     trainer = await PolicyTrainer.start({
       modelDir: startDir,
@@ -128,11 +157,13 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
       config: {
         lr: cfg.lr, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, epsClip: cfg.epsClip,
         epsClipHigh: cfg.epsClipHigh ?? cfg.epsClip, entropyCoef: cfg.entropyCoef, temperature: cfg.temperature, microBatchTokens: cfg.microBatchTokens,
+        updatesPerStep: cfg.updatesPerStep,
       },
       onRestart: (reason) => log(`trainer worker restarted: ${reason}`),
     });
-    opts.hooks?.onStart?.({ engines: [...procs.map((p) => p.url), ...opts.engines.urls], trainerPid: trainer.pid, state });
+    opts.hooks?.onStart?.({ engines: [...procs.map((p) => p.url), ...opts.engines.urls], enginePids: procs.map((p) => p.pid), trainerPid: trainer.pid, state });
 
+    const sync = new FullWeightSync(gen, state.weightVersion, log);
     const buffer = new GroupBuffer({ batchGroups: 1, estimator: cfg.estimator, dropZeroVariance: cfg.dropZeroVariance, maxStaleness: null });
     // The data stream: the position of the next rollout to launch.
     let launch = { nextPrompt: state.nextPrompt, nextSample: state.nextSample };
@@ -189,7 +220,7 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
         nextRollout = Promise.resolve(ready);
       }
       const tSync = performance.now();
-      if (trained) await gen.updateWeights(trained.modelDir, String(trained.version));
+      if (trained) await sync.push(trained.modelDir, trained.version);
       const syncSeconds = (performance.now() - tSync) / 1000;
       const more = step < cfg.steps && !(opts.stopSignal?.stop ?? false) && !(cfg.maxSeconds > 0 && elapsed() >= cfg.maxSeconds);
       if (!overlapped && more) nextRollout = startRollout(cfg.promptsPerStep);
@@ -227,6 +258,8 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
       svgPath,
     };
   } finally {
+    closing = true;
+    await fleet?.close().catch(() => undefined);
     await trainer?.close().catch(() => undefined);
     await Promise.all(procs.map((p) => p.stop().catch(() => undefined)));
   }

@@ -93,6 +93,30 @@ describe("ooze train", () => {
     expect(readJsonl<StepMetrics>(join(out, "metrics.jsonl")).map((m) => m.weight_version)).toEqual([1, 2, 3, 4, 5]);
   }, 60_000);
 
+  it("an embedded engine SIGKILLed mid-run is replaced; the run finishes with no failed, lost or duplicated sample", async () => {
+    const out = join(tmp(), "run");
+    let enginePid: number | null = null;
+    const restarts: string[] = [];
+    const s = await runTraining({
+      out, train: trainSchema.parse({ ...tiny, steps: 3 }), engines, baseDir: process.cwd(),
+      hooks: {
+        onStart: (info) => (enginePid = info.enginePids[0] ?? null),
+        beforeTrain: (step) => {
+          if (step === 1 && enginePid !== null) process.kill(enginePid, "SIGKILL");
+        },
+        onEngineRestart: (from, to) => restarts.push(`${from} -> ${to}`),
+      },
+    });
+    expect(s.steps).toBe(3);
+    expect(restarts).toHaveLength(1);
+    const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+    expect(ms.map((m) => m.failed)).toEqual([0, 0, 0]);
+    expect(ms.map((m) => m.weight_version)).toEqual([1, 2, 3]);
+    const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
+    expect(records.flatMap((r) => r.dropped)).toEqual([]);
+    checkAccounting(records, 36);
+  }, 60_000);
+
   it("async mode: generation one step off-policy (staleness 1 after the first step), every sample accounted for", async () => {
     const out = join(tmp(), "run");
     const s = await runTraining({ out, train: trainSchema.parse({ ...tiny, steps: 3, mode: "async" }), engines, baseDir: process.cwd() });

@@ -1,12 +1,17 @@
 // Built-in single-turn task: add two numbers. Prompt "<bos>12+34=", the model answers "46" and EOS.
-// Reward 1 for the exact answer; with `shaped` (default), partial credit for answering with digits
-// and for each correct digit, so a randomly initialised model gets a learning signal from scratch.
+// Reward 1 for the exact answer; with `shaped` (default), partial credit for stopping (EOS within the
+// turn's budget), for answering with digits, for the right length and for each correct digit, so a
+// randomly initialised model gets a learning signal from scratch — stopping included: without credit
+// for it, EOS (rare in a random model) is squeezed out while digits are learned, and the policy
+// collapses onto answers that never end.
 import { decodeBytes, encodeBytes } from "../../../src/engine/tokenizer.ts";
 import { episodeSeed, prng, type Task, type TaskFactory } from "../task.ts";
 
 interface AdditionState {
   answer: string;
   response: string;
+  /** The model ended its answer (EOS) within the budget. */
+  stopped: boolean;
 }
 
 /** Configuration: `digits` per operand (1–3, default 2), `shaped` reward (default true). */
@@ -15,17 +20,22 @@ export interface AdditionConfig {
   shaped?: boolean;
 }
 
-/** Score of an answer against the right one, in [0, 1]. */
-export function additionReward(answer: string, response: string, shaped: boolean): number {
+/**
+ * Score of an answer against the right one, in [0, 1]. Shaped: 0.1 for stopping, then 0.05 for a
+ * leading digit, or 0.1 for all digits + 0.1 for the right length + up to 0.5 for correct digits
+ * (aligned from the right; halved when the length is wrong).
+ */
+export function additionReward(answer: string, response: string, shaped: boolean, stopped = true): number {
   const r = response.trim();
-  if (r === answer) return 1;
+  if (r === answer && stopped) return 1;
   if (!shaped) return 0;
-  if (!/^\d+$/.test(r)) return /^\d/.test(r) ? 0.05 : 0;
+  const stop = stopped ? 0.1 : 0;
+  if (!/^\d+$/.test(r)) return stop + (/^\d/.test(r) ? 0.05 : 0);
   let correct = 0;
   // digits aligned from the right (units with units)
   for (let i = 1; i <= answer.length; i++) if (r[r.length - i] === answer[answer.length - i]) correct++;
-  const lengthOk = r.length === answer.length ? 0.2 : 0;
-  return 0.1 + lengthOk + 0.6 * (correct / answer.length) * (r.length === answer.length ? 1 : 0.5);
+  const lengthOk = r.length === answer.length;
+  return Math.min(0.95, stop + 0.1 + (lengthOk ? 0.1 : 0) + 0.5 * (correct / answer.length) * (lengthOk ? 1 : 0.5));
 }
 
 export const createAdditionTask: TaskFactory = (config) => {
@@ -42,13 +52,15 @@ export const createAdditionTask: TaskFactory = (config) => {
       const a = Math.floor(rand() * max);
       const b = Math.floor(rand() * max);
       const prompt = `${a}+${b}=`;
-      return { prompt, promptIds: encodeBytes(prompt, true), state: { answer: String(a + b), response: "" } };
+      return { prompt, promptIds: encodeBytes(prompt, true), state: { answer: String(a + b), response: "", stopped: false } };
     },
     step(state, action) {
-      return { state: { ...state, response: decodeBytes(action) }, observation: new Int32Array(0), done: true };
+      // the action excludes EOS: shorter than the budget means the model stopped by itself
+      const stopped = action.length < task.maxTurnTokens;
+      return { state: { ...state, response: decodeBytes(action), stopped }, observation: new Int32Array(0), done: true };
     },
     reward(state) {
-      return additionReward(state.answer, state.response, shaped);
+      return additionReward(state.answer, state.response, shaped, state.stopped);
     },
   };
   return task as Task;

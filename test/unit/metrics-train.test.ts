@@ -1,0 +1,49 @@
+// The training metrics helpers: JSONL round trip, the reward chart's SVG, the first step whose
+// trailing mean reaches a target, and the train: section's defaults and errors.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { trainConfigOf } from "../../src/train/config.ts";
+import { appendJsonl, firstReaching, readJsonl, rewardSvg, type StepMetrics } from "../../src/train/metrics.ts";
+
+const m = (step: number, reward: number): StepMetrics =>
+  ({ step, reward_mean: reward, reward_max_frac: reward / 2, seconds: step * 2 }) as StepMetrics;
+
+describe("train metrics", () => {
+  it("appends and reads JSONL records", () => {
+    const dir = mkdtempSync(join(tmpdir(), "ooze-metrics-"));
+    try {
+      const p = join(dir, "m.jsonl");
+      expect(readJsonl(p)).toEqual([]);
+      appendJsonl(p, { step: 1, x: 0.5 });
+      appendJsonl(p, { step: 2, x: 1 });
+      expect(readJsonl(p)).toEqual([{ step: 1, x: 0.5 }, { step: 2, x: 1 }]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("draws a well-formed SVG with one path per series, escaping the title", () => {
+    const svg = rewardSvg([m(1, 0.1), m(2, 0.5), m(3, 0.9)], "a<b & c");
+    expect(svg.startsWith("<svg")).toBe(true);
+    expect(svg.endsWith("</svg>")).toBe(true);
+    expect(svg.match(/<path /g)).toHaveLength(2);
+    expect(svg).toContain("a&lt;b &amp; c");
+    expect(rewardSvg([], "empty")).not.toContain("<path");
+  });
+
+  it("finds the first step whose trailing mean reaches the target", () => {
+    const ms = [0.1, 0.5, 0.9, 0.95, 0.92, 0.99].map((r, i) => m(i + 1, r));
+    expect(firstReaching(ms, 0.9, 3)?.step).toBe(5);
+    expect(firstReaching(ms, 0.99, 3)).toBeNull();
+  });
+
+  it("fills train: defaults and names bad fields", () => {
+    const { train, engines } = trainConfigOf({ train: { steps: 3 }, engines: undefined, file: "t.yaml" });
+    expect(train).toMatchObject({ mode: "sync", task: "addition", steps: 3, estimator: "grpo" });
+    expect(engines.count).toBe(1);
+    expect(() => trainConfigOf({ train: { mode: "fast" }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: mode/);
+    expect(() => trainConfigOf({ train: {}, engines: { count: 0 }, file: "t.yaml" })).toThrow(/at least one engine/);
+  });
+});

@@ -39,7 +39,7 @@ async function runNodeCommand(opts: NodeOptions): Promise<number> {
   const log = (line: string) => process.stderr.write(`[${opts.host}] ${line}\n`);
   const bus = await connectBus({ url: target.url, ...(target.token ? { token: target.token } : {}), name: `ooze-node-${job}-${opts.host}`, largeBucket: jobNames(job).objLarge });
   const node = await startNode({ topology, host: opts.host, job, bus, resolveKind, log });
-  log(`running ${node.status().actors.map((a) => a.path).join(", ") || "no actors"} (pid ${process.pid})`);
+  log(`running ${node.actors.map((a) => a.path).join(", ") || "no actors"} (pid ${process.pid})`);
   const stop = () => void node.stop();
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);

@@ -1,7 +1,8 @@
 // `ooze ps` and `ooze down`: inspect and stop a running job from another terminal, through NATS.
 import type { Command } from "commander";
 import { findJob, processAlive } from "../job.ts";
-import { nodeDown, nodeStatus, type NodeStatus } from "../../topology/node.ts";
+import { nodeDown, nodeStatus } from "../../topology/node.ts";
+import type { ActorInfo } from "../../actor/index.ts";
 import { connectBus } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
 
@@ -15,9 +16,10 @@ export function register(program: Command) {
       const rec = findJob(opts.job);
       const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-ps", largeBucket: jobNames(rec.job).objLarge });
       const statuses = await Promise.all(
-        rec.hosts.map(async (host): Promise<NodeStatus | { host: string; error: string }> => {
+        rec.hosts.map(async (host): Promise<{ host: string; pid: number; actors: ActorInfo[]; failure: string | null } | { host: string; error: string }> => {
           try {
-            return await nodeStatus(bus, rec.job, host);
+            const s = await nodeStatus(bus, rec.job, host);
+            return { host, pid: s.pid, actors: s.actors, failure: s.failure?.message ?? null };
           } catch (e) {
             return { host, error: (e as Error).message };
           }

@@ -80,8 +80,19 @@ export interface FleetOptions {
   unhealthyAfter?: number;
   /** Longest a request may wait for a healthy engine, over all its dispatches, ms (default 300 000). */
   requestTimeoutMs?: number;
+  /**
+   * Stream every generation (default false). Streamed, the tokens an engine sent before it died are
+   * kept, and the spans of a request that crosses an in_place update are exact per token; but every
+   * chunk carries all ids and logprobs so far, which costs several times the generation itself on
+   * small models. Not streamed, a request aborted by its engine (weight update, /abort_request, a
+   * detach, which sends /abort_request) still keeps its tokens from the abort response; only an
+   * engine that dies loses the tokens of its current dispatch, which are generated again elsewhere.
+   */
+  stream?: boolean;
   /** Longest silence between two streamed chunks before the engine counts as stuck, ms (default 120 000). */
   streamIdleTimeoutMs?: number;
+  /** Deadline of one non-streamed dispatch, ms (default 600 000); a hung engine is caught by health checks first. */
+  generateTimeoutMs?: number;
   /** Re-dispatches of one request before it fails with ENGINE_UNAVAILABLE (default 32). */
   maxRedispatches?: number;
   /** With `job`: the engine registry lives in the job's KV bucket. */
@@ -95,10 +106,18 @@ export interface FleetOptions {
 }
 
 interface Attempt {
+  /** The rid the engine knows this dispatch by. */
+  rid: string;
+  engine: string;
   ctl: AbortController;
   /** Set when the fleet cut the attempt so that the request moves elsewhere. */
   redispatch: string | null;
   epoch: number;
+  /** The engine's weight version when the attempt was sent; `crossed` when an in_place update happened meanwhile. */
+  version: string | null;
+  crossed: boolean;
+  /** Fallback cut of a graceful abort. */
+  cutTimer: NodeJS.Timeout | null;
 }
 
 interface Engine {
@@ -144,6 +163,12 @@ export function normalizeEngineUrl(url: string): string {
 
 const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
+/** Thrown inside a dispatch to leave it with its outcome set (shares the stream path's cleanup). */
+const DONE = Symbol("done");
+
+/** How long a graceful abort (/abort_request) may take before the dispatch is cut locally, ms. */
+const GRACEFUL_ABORT_MS = 3_000;
+
 /** An elastic set of engines with health checks, partial-rollout re-dispatch and weight updates. */
 export class Fleet {
   private readonly router: Router;
@@ -155,6 +180,8 @@ export class Fleet {
   private readonly unhealthyAfter: number;
   private readonly requestTimeoutMs: number;
   private readonly streamIdleTimeoutMs: number;
+  private readonly generateTimeoutMs: number;
+  private readonly stream: boolean;
   private readonly maxRedispatches: number;
   private readonly log: (line: string) => void;
   private readonly registry: Promise<FleetRegistry> | null;
@@ -173,6 +200,8 @@ export class Fleet {
     this.unhealthyAfter = Math.max(1, opts.unhealthyAfter ?? 2);
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 300_000;
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs ?? 120_000;
+    this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000;
+    this.stream = opts.stream ?? false;
     this.maxRedispatches = opts.maxRedispatches ?? 32;
     this.log = opts.log ?? (() => {});
     this.reference = opts.expectModel ? expectedSignature(opts.expectModel) : null;
@@ -272,7 +301,7 @@ export class Fleet {
     }
     e.detached = true;
     this.engines.delete(id);
-    this.leave(e, "detached from the fleet");
+    this.leave(e, "detached from the fleet", true);
     if (this.registry) await (await this.registry).remove(id);
     if (this.external) await this.external.remove(id).catch((err) => this.log(`fleet: ${errText(err)}`));
     this.log(`fleet: detached ${id}`);
@@ -288,7 +317,12 @@ export class Fleet {
     const st = this.requests.get(rid);
     if (!st) return false;
     st.userAborted = true;
-    st.attempt?.ctl.abort();
+    const a = st.attempt;
+    if (a) {
+      const e = this.engineOf(a);
+      if (e && !this.stream) this.cutGracefully(e, a);
+      else a.ctl.abort();
+    }
     this.notify();
     return true;
   }
@@ -346,7 +380,16 @@ export class Fleet {
         const input = acc.continuation(req.inputIds);
         const e = await this.acquire(input, req.sessionId, st, deadline, rid);
         if (!e) continue;
-        const attempt: Attempt = { ctl: new AbortController(), redispatch: null, epoch: e.epoch };
+        const attempt: Attempt = {
+          rid: redispatches === 0 ? rid : `${rid}.${redispatches}`,
+          engine: e.id,
+          ctl: new AbortController(),
+          redispatch: null,
+          epoch: e.epoch,
+          version: e.weightVersion,
+          crossed: false,
+          cutTimer: null,
+        };
         e.attempts.add(attempt);
         st.attempt = attempt;
         acc.beginAttempt();
@@ -357,15 +400,25 @@ export class Fleet {
         try {
           const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: maxNew - acc.length };
           if (minNew > 0) sampling.min_new_tokens = Math.max(0, minNew - acc.length);
-          const gen = e.gen.generateStream({
+          const call = {
             inputIds: input,
             sampling,
             returnLogprob: true,
-            rid: redispatches === 0 ? rid : `${rid}.${redispatches}`,
+            rid: attempt.rid,
             ...(req.sessionId !== undefined ? { routingKey: req.sessionId } : {}),
             signal: attempt.ctl.signal,
-            timeoutMs: this.streamIdleTimeoutMs,
-          });
+          };
+          if (!this.stream) {
+            const r = await e.gen.generate({ ...call, timeoutMs: this.generateTimeoutMs });
+            cachedTokens += r.meta.cachedTokens;
+            streamed = true;
+            // One version per dispatch; a dispatch that crossed an in_place update is recorded under
+            // the older version (staleness is over-, never under-estimated).
+            acc.update(r.outputIds, r.logprobs, attempt.crossed ? attempt.version : r.meta.weightVersion, true);
+            outcome = { done: r.finishReason };
+            throw DONE;
+          }
+          const gen = e.gen.generateStream({ ...call, timeoutMs: this.streamIdleTimeoutMs });
           for (;;) {
             const n = await gen.next();
             if (!streamed) {
@@ -379,8 +432,9 @@ export class Fleet {
             }
           }
         } catch (err) {
-          if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
-          if (attempt.redispatch !== null) outcome = { retry: attempt.redispatch };
+          if (err === DONE) outcome = outcome!;
+          else if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
+          else if (attempt.redispatch !== null) outcome = { retry: attempt.redispatch };
           else if (st.userAborted) outcome = { done: { type: "abort", message: "Aborted by the caller (fleet.abort)" } };
           else if (err instanceof OozeError && (err.code === "ENGINE_UNAVAILABLE" || err.code === "TIMEOUT" || err.code === "ENGINE_PROTOCOL")) {
             this.fail(e, err);
@@ -390,6 +444,7 @@ export class Fleet {
             outcome = { retry: err.message };
           } else throw err;
         } finally {
+          if (attempt.cutTimer) clearTimeout(attempt.cutTimer);
           e.attempts.delete(attempt);
           st.attempt = null;
           if (attempt.epoch === e.epoch && e.healthy) this.router.release(e.id);
@@ -442,13 +497,13 @@ export class Fleet {
           // An engine that refused the update keeps serving its old weights; one that failed otherwise leaves.
           for (const x of failed) {
             const reason = (x.r as PromiseRejectedResult).reason as unknown;
-            if (!(reason instanceof OozeError && reason.code === "ENGINE_REJECTED")) this.leave(x.e, "weight update failed");
+            if (!(reason instanceof OozeError && reason.code === "ENGINE_REJECTED")) this.leave(x.e, "weight update failed", true);
           }
           throw new OozeError("ENGINE_REJECTED", `fleet: no engine took weight version '${version}' from ${modelDir}: ${why.join("; ")}`);
         }
         for (const x of failed) {
           x.e.lastError = `weight update to '${version}' failed: ${errText((x.r as PromiseRejectedResult).reason)}`;
-          this.leave(x.e, "weight update failed; it rejoins with the new weights when healthy");
+          this.leave(x.e, "weight update failed; it rejoins with the new weights when healthy", true);
         }
         this.current = { version, modelDir };
         if (this.registry) await (await this.registry).putVersion(this.current);
@@ -604,7 +659,7 @@ export class Fleet {
   }
 
   /** Takes an engine out of routing; its in-flight requests are cut and re-dispatched. */
-  private leave(e: Engine, reason: string): void {
+  private leave(e: Engine, reason: string, graceful = false): void {
     if (e.healthy) {
       e.healthy = false;
       this.router.removeEngine(e.id);
@@ -612,8 +667,24 @@ export class Fleet {
     }
     for (const a of e.attempts) {
       a.redispatch ??= `${e.id} ${reason}`;
-      a.ctl.abort();
+      if (graceful && !this.stream) this.cutGracefully(e, a);
+      else a.ctl.abort();
     }
+  }
+
+  private engineOf(a: Attempt): Engine | null {
+    const e = this.engines.get(a.engine);
+    return e && e.attempts.has(a) ? e : null;
+  }
+
+  /**
+   * Asks the engine to abort a dispatch (its response then carries the tokens sampled so far),
+   * cutting the connection if the answer does not come within GRACEFUL_ABORT_MS.
+   */
+  private cutGracefully(e: Engine, a: Attempt): void {
+    if (a.cutTimer !== null || a.ctl.signal.aborted) return;
+    a.cutTimer = setTimeout(() => a.ctl.abort(), GRACEFUL_ABORT_MS);
+    e.ctl.abort({ rid: a.rid }).catch(() => a.ctl.abort());
   }
 
   /** A request found the engine unreachable: out of routing until a health check passes. */
@@ -639,6 +710,7 @@ export class Fleet {
     const v = await e.ctl.weightVersion();
     if (v !== version) throw new OozeError("ENGINE_PROTOCOL", `${e.id}: reports weight version '${String(v)}' after an update to '${version}'`);
     e.weightVersion = v;
+    for (const a of e.attempts) a.crossed = true;
   }
 
   private healthTick(): void {

@@ -33,6 +33,8 @@ const fleets: Fleet[] = [];
 let reference: Map<string, { ids: number[]; lps: number[] }>;
 
 const sampling = { max_new_tokens: 160, temperature: 0, ignore_eos: true };
+/** Long enough that a non-streamed request is still running when a test acts on it. */
+const long = { ...sampling, max_new_tokens: 400 };
 const prompts = [0, 1, 2, 3].map((k) => Int32Array.from([256, 72 + k, 101, 108 + k, 108, 111]));
 const key = (p: Int32Array) => Array.from(p).join(",");
 
@@ -42,8 +44,9 @@ function fleet(opts: ConstructorParameters<typeof Fleet>[0] = {}): Fleet {
   return f;
 }
 
-function expectIntact(r: FleetGenerateResult, prompt: Int32Array): void {
-  const ref = reference.get(key(prompt))!;
+function expectIntact(r: FleetGenerateResult, prompt: Int32Array, length = 160): void {
+  const full = reference.get(key(prompt))!;
+  const ref = { ids: full.ids.slice(0, length), lps: full.lps.slice(0, length) };
   expect(Array.from(r.outputIds)).toEqual(ref.ids);
   expect(r.logprobs.length).toBe(ref.ids.length);
   r.logprobs.forEach((lp, i) => expect(Math.abs(lp - ref.lps[i]!)).toBeLessThan(1e-4));
@@ -51,6 +54,24 @@ function expectIntact(r: FleetGenerateResult, prompt: Int32Array): void {
   expect(spans[0]?.start).toBe(0);
   expect(spans[spans.length - 1]?.end).toBe(r.outputIds.length);
   for (let i = 1; i < spans.length; i++) expect(spans[i]!.start).toBe(spans[i - 1]!.end);
+}
+
+/**
+ * A streamed request of `prompt` sent straight to an engine: a non-streamed fleet request of the
+ * same prompt sent just before runs in the same engine steps, so this one's progress shows that
+ * the other has sampled tokens too.
+ */
+function companion(url: string, prompt: Int32Array) {
+  const ctl = new AbortController();
+  let n = 0;
+  const done = (async () => {
+    try {
+      for await (const c of new EngineClient(url).generateStream({ inputIds: prompt, sampling: long, signal: ctl.signal })) n = c.outputIds.length;
+    } catch {
+      // stopped
+    }
+  })();
+  return { progress: () => n, stop: async () => (ctl.abort(), await done) };
 }
 
 beforeAll(async () => {
@@ -71,7 +92,7 @@ beforeAll(async () => {
   const c = new EngineClient(servers[0]!.url);
   reference = new Map();
   for (const p of prompts) {
-    const r = await c.generate({ inputIds: p, sampling, returnLogprob: true });
+    const r = await c.generate({ inputIds: p, sampling: long, returnLogprob: true });
     reference.set(key(p), { ids: Array.from(r.outputIds), lps: Array.from(r.logprobs) });
   }
 });
@@ -134,7 +155,7 @@ describe("fleet: attach, detach, list", () => {
 
 describe("fleet: partial rollout", () => {
   it("keeps the sampled tokens across /abort_request and re-dispatches the rest", async () => {
-    const f = fleet();
+    const f = fleet({ stream: true });
     for (const s of servers) await f.attach(s.url);
     const p = f.generate({ inputIds: prompts[1]!, sampling, rid: "pr-1" });
     await waitUntil(() => (f.progress("pr-1") ?? 0) >= 5, { what: "5 tokens sampled" });
@@ -144,10 +165,27 @@ describe("fleet: partial rollout", () => {
     expect(r.redispatches).toBeGreaterThanOrEqual(1);
     expect(r.status).toBe("truncated");
     expectIntact(r, prompts[1]!);
+    // A detach mid-request asks the engine to abort: the tokens come back with the abort response.
+    const logs: string[] = [];
+    const g = fleet({ log: (l) => logs.push(l) });
+    await g.attach(servers[0]!.url);
+    const q = g.generate({ inputIds: prompts[2]!, sampling: long, rid: "dt-1" });
+    await waitUntil(() => g.list()[0]!.inFlight === 1, { what: "the request on engine 0" });
+    const side = companion(servers[0]!.url, prompts[2]!);
+    await waitUntil(() => side.progress() >= 10, { what: "the companion stream to sample 10 tokens" });
+    await g.attach(servers[1]!.url);
+    await g.detach(servers[0]!.url);
+    await side.stop();
+    const d = await q;
+    expect(d.redispatches).toBe(1);
+    expect(d.engine).toBe(servers[1]!.url);
+    expectIntact(d, prompts[2]!, 400);
+    const kept = Number(/re-dispatching dt-1 after (\d+) tokens/.exec(logs.join("\n"))?.[1]);
+    expect(kept).toBeGreaterThan(0);
   });
 
   it("a caller's abort ends the request as aborted without re-dispatch", async () => {
-    const f = fleet();
+    const f = fleet({ stream: true });
     await f.attach(servers[0]!.url);
     const ctl = new AbortController();
     const p = f.generate({ inputIds: prompts[2]!, sampling, rid: "ua-1", signal: ctl.signal });
@@ -158,10 +196,24 @@ describe("fleet: partial rollout", () => {
     expect(r.outputIds.length).toBeGreaterThanOrEqual(3);
     expect(Array.from(r.outputIds)).toEqual(reference.get(key(prompts[2]!))!.ids.slice(0, r.outputIds.length));
     expect(f.abort("ua-1")).toBe(false); // no longer running
+    // Not streamed: the abort goes to the engine, whose abort response carries the partial tokens.
+    const g = fleet();
+    await g.attach(servers[0]!.url);
+    const q = g.generate({ inputIds: prompts[3]!, sampling: long, rid: "ua-2" });
+    await waitUntil(() => g.list()[0]!.inFlight === 1, { what: "the request on the engine" });
+    const side = companion(servers[0]!.url, prompts[3]!);
+    await waitUntil(() => side.progress() >= 10, { what: "the companion stream to sample 10 tokens" });
+    expect(g.abort("ua-2")).toBe(true);
+    const a = await q;
+    await side.stop();
+    expect(a).toMatchObject({ status: "aborted", redispatches: 0 });
+    expect(a.outputIds.length).toBeGreaterThan(0);
+    expect(a.outputIds.length).toBeLessThan(400);
+    expect(Array.from(a.outputIds)).toEqual(reference.get(key(prompts[3]!))!.ids.slice(0, a.outputIds.length));
   });
 
   it("an engine SIGKILLed mid-request: the request finishes elsewhere intact; the engine rejoins after a restart on its port", async () => {
-    const f = fleet({ routing: "least_load" });
+    const f = fleet({ routing: "least_load", stream: true });
     await f.attach(child.url);
     const p = f.generate({ inputIds: prompts[3]!, sampling, rid: "k-1" });
     await waitUntil(() => (f.progress("k-1") ?? 0) >= 5, { what: "5 tokens sampled on the child engine" });
@@ -198,7 +250,7 @@ describe("fleet: partial rollout", () => {
     // Closing the fleet ends waiting and running requests with ACTOR_STOPPED.
     const g = fleet();
     const waiting = g.generate({ inputIds: prompts[0]!, sampling });
-    const h = fleet();
+    const h = fleet({ stream: true });
     await h.attach(servers[1]!.url);
     const running = h.generate({ inputIds: prompts[1]!, sampling, rid: "cl-1" });
     await waitUntil(() => (h.progress("cl-1") ?? 0) >= 1, { what: "a token sampled" });
@@ -288,7 +340,7 @@ describe("fleet: weight updates and the KV registry", () => {
 
   it("updateWeights moves every engine to a higher version, re-dispatches aborted requests onto it, and refuses a lower one", async () => {
     const bus = await nats.connect();
-    const f = fleet({ bus, job: "fleet-wu" });
+    const f = fleet({ bus, job: "fleet-wu", stream: true });
     for (const s of servers) await f.attach(s.url);
     const running = prompts.map((p, i) => f.generate({ inputIds: p, sampling, rid: `wu-${i}` }));
     await waitUntil(() => prompts.every((_, i) => (f.progress(`wu-${i}`) ?? 0) >= 2), { what: "every request sampling" });
@@ -327,5 +379,17 @@ describe("fleet: weight updates and the KV registry", () => {
     fleets.push(g);
     expect(g.weightVersion).toBe("10");
     await expect(g.updateWeights(dirA, "1")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
+    // Not streamed, a dispatch that crosses an in_place update is recorded under its older version.
+    const h = fleet();
+    await h.attach(servers[0]!.url);
+    const crossing = h.generate({ inputIds: prompts[0]!, sampling: long, rid: "ns-1" });
+    await waitUntil(() => h.list()[0]!.inFlight === 1, { what: "the request running" });
+    const side = companion(servers[0]!.url, prompts[0]!);
+    await waitUntil(() => side.progress() >= 10, { what: "the companion stream to sample 10 tokens" });
+    await h.updateWeights(dirA, "11", { mode: "in_place" });
+    await side.stop();
+    const c = await crossing;
+    expect(c.redispatches).toBe(0);
+    expect(c.weightVersions).toEqual([{ start: 0, end: 400, version: "10" }]);
   });
 });

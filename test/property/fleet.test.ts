@@ -69,6 +69,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
 
 const caseArb = fc.record({
   routing: fc.constantFrom("round_robin" as const, "least_load" as const, "cache_aware" as const),
+  stream: fc.boolean(),
   initial: fc.uniqueArray(fc.integer({ min: 0, max: ENGINES - 1 }), { minLength: 1, maxLength: ENGINES }),
   requests: fc.array(fc.integer({ min: 0, max: POOL.length - 1 }), { minLength: 2, maxLength: 5 }),
   ops: fc.array(opArb, { minLength: 1, maxLength: 5 }),
@@ -83,7 +84,7 @@ describe("fleet property: requests survive any schedule of engine churn", () => 
   it("every request completes exactly once with intact tokens", { timeout: 300_000 }, async () => {
     await fc.assert(
       fc.asyncProperty(caseArb, async (c) => {
-        const fleet = new Fleet({ routing: c.routing, healthIntervalMs: 100, healthTimeoutMs: 2_000, requestTimeoutMs: 60_000 });
+        const fleet = new Fleet({ routing: c.routing, stream: c.stream, healthIntervalMs: 100, healthTimeoutMs: 2_000, requestTimeoutMs: 60_000 });
         const attached = new Set<number>();
         const log: string[] = [];
         try {

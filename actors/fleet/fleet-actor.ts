@@ -17,6 +17,10 @@ import { fleetMsg, type FleetMsg, type FleetReply } from "./messages.ts";
 export const fleetConfig = z.looseObject({
   routing: z.enum(["round_robin", "least_load", "cache_aware"]).optional(),
   healthIntervalMs: z.number().int().min(0).optional(),
+  healthTimeoutMs: z.number().int().positive().optional(),
+  unhealthyAfter: z.number().int().positive().optional(),
+  /** Stream generations (keeps tokens across an engine's death; costs more). */
+  stream: z.boolean().optional(),
   requestTimeoutMs: z.number().int().positive().optional(),
   maxRedispatches: z.number().int().min(0).optional(),
   /** An external SGLang router to register engines with. */
@@ -81,6 +85,9 @@ export function fleetActor(system: ActorSystem) {
       if (bus) opts.bus = bus;
       if (cfg.routing) opts.routing = cfg.routing;
       if (cfg.healthIntervalMs !== undefined) opts.healthIntervalMs = cfg.healthIntervalMs;
+      if (cfg.healthTimeoutMs !== undefined) opts.healthTimeoutMs = cfg.healthTimeoutMs;
+      if (cfg.unhealthyAfter !== undefined) opts.unhealthyAfter = cfg.unhealthyAfter;
+      if (cfg.stream !== undefined) opts.stream = cfg.stream;
       if (cfg.requestTimeoutMs !== undefined) opts.requestTimeoutMs = cfg.requestTimeoutMs;
       if (cfg.maxRedispatches !== undefined) opts.maxRedispatches = cfg.maxRedispatches;
       if (cfg.router) opts.externalRouter = cfg.router;

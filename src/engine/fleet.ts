@@ -74,9 +74,12 @@ export interface FleetOptions {
   routing?: RoutingPolicy;
   /** Interval of /health checks, ms (default 5000; 0 = no health loop). */
   healthIntervalMs?: number;
-  /** Deadline of one /health check, ms (default 10 000). */
+  /**
+   * Deadline of one /health check, ms (default 30 000: above the 20 s an SGLang server, or ours,
+   * gives its own one-token health generation, so a busy engine answers 503 rather than nothing).
+   */
   healthTimeoutMs?: number;
-  /** Failed checks in a row that take an engine out of routing (default 2). */
+  /** Failed checks in a row that take an engine out of routing (default 3; a failed request takes it out at once). */
   unhealthyAfter?: number;
   /** Longest a request may wait for a healthy engine, over all its dispatches, ms (default 300 000). */
   requestTimeoutMs?: number;
@@ -196,8 +199,8 @@ export class Fleet {
   constructor(opts: FleetOptions = {}) {
     this.router = new Router({ policy: opts.routing ?? "cache_aware" });
     this.healthIntervalMs = opts.healthIntervalMs ?? 5000;
-    this.healthTimeoutMs = opts.healthTimeoutMs ?? 10_000;
-    this.unhealthyAfter = Math.max(1, opts.unhealthyAfter ?? 2);
+    this.healthTimeoutMs = opts.healthTimeoutMs ?? 30_000;
+    this.unhealthyAfter = Math.max(1, opts.unhealthyAfter ?? 3);
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 300_000;
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs ?? 120_000;
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000;

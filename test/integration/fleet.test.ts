@@ -233,7 +233,7 @@ describe("fleet: partial rollout", () => {
     // Killed while idle: the health checks take it out of routing, and back in after a restart.
     await child.kill("SIGKILL");
     const gone = await waitUntil(() => f.list().find((e) => e.url === `http://127.0.0.1:${port}` && !e.healthy), { what: "health checks to drop the engine" });
-    expect(gone.lastError).toMatch(/failed 2 health checks in a row/);
+    expect(gone.lastError).toMatch(/failed 3 health checks in a row/);
     const q = f.generate({ inputIds: prompts[0]!, sampling: { ...sampling, max_new_tokens: 6 } });
     expect((await q).engine).toBe(servers[0]!.url);
     child = await spawnEngine(dirA, port, "1");

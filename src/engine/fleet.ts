@@ -198,6 +198,11 @@ export class Fleet {
     return true;
   }
 
+  /** Forgets a session's engine affinity (call when an episode ends). */
+  endSession(sessionId: string): void {
+    this.router.endSession(sessionId);
+  }
+
   /** Tokens a running request has sampled so far (over all its dispatches), or null when it is not running. */
   progress(rid: string): number | null {
     return this.requests.get(rid)?.acc.length ?? null;

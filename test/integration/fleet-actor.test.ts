@@ -112,7 +112,10 @@ describe("fleet actor and `ooze engines`", () => {
     const att = await ooze(["engines", "attach", late, "--job", "fleet-cli"]);
     expect(att.code, att.err).toBe(0);
     expect(att.out).toMatch(new RegExp(`attached ${late} to job fleet-cli \\(healthy`));
-    const table = await ooze(["engines", "list", "--job", "fleet-cli"]);
+    // Through the job's NATS server directly (as from another host), rather than its job record.
+    const rec = JSON.parse(readFileSync(join(home, "jobs", "fleet-cli.json"), "utf8")) as { natsUrl: string; token: string };
+    const nats = rec.natsUrl.replace("nats://", `nats://${rec.token}@`);
+    const table = await ooze(["engines", "list", "--job", "fleet-cli", "--nats", nats]);
     expect(table.code, table.err).toBe(0);
     expect(table.out).toContain("3 engines");
     expect(table.out).toMatch(new RegExp(`${late}\\s+yes\\s+0\\s+default\\s+runtime`));

@@ -4,13 +4,14 @@ import type { Command } from "commander";
 import { attachBus, createSystem, remoteRef } from "../../actor/index.ts";
 import type { EngineEntry } from "../../engine/fleet.ts";
 import { OozeError } from "../../errors.ts";
-import { connectBus } from "../../transport/bus.ts";
+import { connectBus, resolveNatsUrl } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
 import { askFleet, type FleetMsg } from "../../../actors/fleet/messages.ts";
 import { findJob } from "../job.ts";
 
 interface EnginesOptions {
   job?: string;
+  nats?: string;
   actor: string;
   json?: boolean;
   timeout: string;
@@ -18,7 +19,12 @@ interface EnginesOptions {
 
 /** Asks the fleet actor of a running job; clear errors when there is no job or no fleet actor. */
 async function ask(opts: EnginesOptions, msg: FleetMsg) {
-  const rec = findJob(opts.job);
+  const target = resolveNatsUrl(opts.nats);
+  let rec: { job: string; natsUrl: string; token: string | null };
+  if (target) {
+    if (opts.job === undefined) throw new OozeError("CONFIG_INVALID", "ooze engines: --nats (or OOZE_NATS_URL) needs --job NAME");
+    rec = { job: opts.job, natsUrl: target.url, token: target.token };
+  } else rec = findJob(opts.job);
   const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-engines", largeBucket: jobNames(rec.job).objLarge });
   const system = createSystem({ name: rec.job, log: () => {} });
   try {
@@ -55,6 +61,7 @@ export function register(program: Command) {
   const common = (c: Command) =>
     c
       .option("--job <name>", "job id (default: the newest running job)")
+      .option("--nats <url>", "reach the job through this NATS server (nats://token@host:port) instead of its job record")
       .option("--actor <name>", "name of the fleet actor", "fleet")
       .option("--timeout <seconds>", "deadline of the request", "60")
       .option("--json", "print JSON");

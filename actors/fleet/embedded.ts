@@ -2,6 +2,7 @@
 // directory) on a free port, attached once they print their URL, restarted on the same port when
 // they die unexpectedly (up to a limit), and stopped with SIGTERM (SIGKILL after a grace period).
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { OozeError } from "../../src/errors.ts";
 
@@ -29,6 +30,7 @@ export class EmbeddedEngine {
     private readonly spec: EmbeddedSpec,
     private readonly index: number,
     private readonly log: (line: string) => void,
+    private readonly onStarted: (url: string, pid: number) => void = () => {},
     private readonly maxRestarts = 5,
   ) {
     if ((spec.preset === undefined) === (spec.modelDir === undefined)) {
@@ -66,6 +68,7 @@ export class EmbeddedEngine {
           clearTimeout(timer);
           this.url = m[1]!;
           this.port = Number(new URL(this.url).port);
+          this.onStarted(this.url, child.pid!);
           resolve(this.url);
         }
       });
@@ -102,5 +105,25 @@ export class EmbeddedEngine {
     const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
     await exited;
     clearTimeout(timer);
+  }
+}
+
+/**
+ * Stops an engine process an earlier incarnation started and did not stop (it crashed): only when
+ * the pid still runs `ooze serve`, so a reused pid is never killed. Returns whether it killed it.
+ */
+export function killOrphan(pid: number): boolean {
+  let cmd: string;
+  try {
+    cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ");
+  } catch {
+    return false; // gone (or no /proc: nothing known to be safe to kill)
+  }
+  if (!cmd.includes("ooze") || !cmd.includes(" serve ")) return false;
+  try {
+    process.kill(pid, "SIGKILL");
+    return true;
+  } catch {
+    return false;
   }
 }

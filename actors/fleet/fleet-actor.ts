@@ -10,7 +10,8 @@ import { remoteLayer, defineActor, type ActorSystem } from "../../src/actor/inde
 import { Fleet, type FleetOptions } from "../../src/engine/fleet.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import type { Bus } from "../../src/transport/bus.ts";
-import { EmbeddedEngine } from "./embedded.ts";
+import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
+import { EmbeddedEngine, killOrphan } from "./embedded.ts";
 import { fleetMsg, type FleetMsg, type FleetReply } from "./messages.ts";
 
 /** The fleet actor's `config` in a topology. */
@@ -50,6 +51,7 @@ interface FleetState {
   fleet: Fleet;
   embedded: EmbeddedEngine[];
   job: string;
+  registry: FleetRegistry | null;
 }
 
 const local = new Map<string, Fleet>();
@@ -92,12 +94,22 @@ export function fleetActor(system: ActorSystem) {
       if (cfg.maxRedispatches !== undefined) opts.maxRedispatches = cfg.maxRedispatches;
       if (cfg.router) opts.externalRouter = cfg.router;
       if (cfg.expectModel) opts.expectModel = cfg.expectModel;
+      const registry = bus ? await FleetRegistry.open(bus, job) : null;
+      if (registry) {
+        // Engines an earlier incarnation started and never stopped (its process was killed).
+        for (const p of await registry.processes()) {
+          if (killOrphan(p.pid)) ctx.log.warn(`fleet: stopped orphaned embedded engine ${p.url} (pid ${p.pid}) of an earlier run`);
+          await registry.remove(p.url);
+          await registry.removeProcess(p.url);
+        }
+      }
       const fleet = await Fleet.open(opts);
       const embedded: EmbeddedEngine[] = [];
+      const record = (url: string, pid: number) => void registry?.putProcess({ url, pid, startedAt: Date.now() }).catch(() => {});
       try {
         const e = cfg.embedded;
         if (e && e.count > 0) {
-          for (let i = 0; i < e.count; i++) embedded.push(new EmbeddedEngine(e, i, (l) => ctx.log.info(l)));
+          for (let i = 0; i < e.count; i++) embedded.push(new EmbeddedEngine(e, i, (l) => ctx.log.info(l), record));
           const urls = await Promise.all(embedded.map((x) => x.start()));
           for (const url of urls) await fleet.attach(url, { source: "topology" });
         }
@@ -108,12 +120,13 @@ export function fleetActor(system: ActorSystem) {
         }
       } catch (err) {
         await Promise.all(embedded.map((x) => x.stop()));
+        for (const x of embedded) if (x.url) await registry?.removeProcess(x.url).catch(() => {});
         await fleet.close();
         throw err;
       }
       local.set(job, fleet);
       ctx.log.info(`fleet: ${fleet.list().length} engines (${embedded.length} embedded)`);
-      return { fleet, embedded, job };
+      return { fleet, embedded, job, registry };
     },
     async handle(state, msg, ctx) {
       const { fleet } = state;
@@ -147,6 +160,7 @@ export function fleetActor(system: ActorSystem) {
       if (local.get(state.job) === state.fleet) local.delete(state.job);
       for (const e of state.embedded) if (e.url) await state.fleet.detach(e.url).catch(() => {});
       await Promise.all(state.embedded.map((e) => e.stop()));
+      for (const e of state.embedded) if (e.url) await state.registry?.removeProcess(e.url).catch(() => {});
       await state.fleet.close();
     },
   });

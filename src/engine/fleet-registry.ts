@@ -1,6 +1,7 @@
 // The fleet's engine registry in a JetStream KV bucket (names.kvEngines of the job): one JSON entry
 // per attached engine {url, source, attachedAt}, written on attach and deleted on detach, so a new
-// fleet on the same job recovers the set; plus the fleet's current weight version.
+// fleet on the same job recovers the set; the fleet's current weight version; and the engine
+// processes a fleet host started, so a restarted host can stop the ones its crash orphaned.
 import type { KV } from "@nats-io/kv";
 import { toTransportError, type Bus } from "../transport/bus.ts";
 import { jobNames } from "../transport/names.ts";
@@ -23,7 +24,16 @@ export interface RegistryVersion {
 }
 
 const ENGINE_PREFIX = "engine.";
+const PROCESS_PREFIX = "process.";
 const VERSION_KEY = "fleet.version";
+
+/** An engine process a fleet host started (so a later incarnation can stop it if it was orphaned). */
+export interface ProcessEntry {
+  url: string;
+  pid: number;
+  /** ms since epoch */
+  startedAt: number;
+}
 
 /** KV key of an engine URL (base64url keeps it inside KV's key alphabet). */
 export function engineKey(url: string): string {
@@ -84,6 +94,46 @@ export class FleetRegistry {
       throw toTransportError(e, `reading KV bucket '${this.bucket}'`);
     }
     return out.sort((a, b) => a.attachedAt - b.attachedAt);
+  }
+
+  /** Records an engine process started by the fleet's host. */
+  async putProcess(p: ProcessEntry): Promise<void> {
+    try {
+      await this.kv.put(PROCESS_PREFIX + Buffer.from(p.url, "utf8").toString("base64url"), text.encode(JSON.stringify(p)));
+    } catch (e) {
+      throw toTransportError(e, `writing process ${p.pid} to KV bucket '${this.bucket}'`);
+    }
+  }
+
+  /** Forgets an engine process record. */
+  async removeProcess(url: string): Promise<void> {
+    try {
+      await this.kv.delete(PROCESS_PREFIX + Buffer.from(url, "utf8").toString("base64url"));
+    } catch (e) {
+      throw toTransportError(e, `deleting process ${url} from KV bucket '${this.bucket}'`);
+    }
+  }
+
+  /** Engine processes recorded by earlier incarnations of the fleet's host. */
+  async processes(): Promise<ProcessEntry[]> {
+    const out: ProcessEntry[] = [];
+    try {
+      const keys: string[] = [];
+      for await (const k of await this.kv.keys(`${PROCESS_PREFIX}>`)) keys.push(k);
+      for (const k of keys) {
+        const e = await this.kv.get(k);
+        if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
+        try {
+          const v = JSON.parse(untext.decode(e.value)) as ProcessEntry;
+          if (typeof v.url === "string" && Number.isInteger(v.pid)) out.push(v);
+        } catch {
+          // not a process record
+        }
+      }
+    } catch (e) {
+      throw toTransportError(e, `reading KV bucket '${this.bucket}'`);
+    }
+    return out;
   }
 
   /** Records the fleet's current weight version. */

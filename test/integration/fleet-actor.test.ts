@@ -136,10 +136,30 @@ describe("fleet actor and `ooze engines`", () => {
     expect(noJob.code).not.toBe(0);
     expect(noJob.err).toMatch(/no running job 'nope'/);
 
+    // The node process killed for real: `ooze up` restarts it; the new fleet actor stops the embedded
+    // engine the dead one orphaned and starts its own.
+    const ps = await ooze(["ps", "--job", "fleet-cli", "--json"]);
+    expect(ps.code, ps.err).toBe(0);
+    const nodePid = (JSON.parse(ps.out) as { nodes: { pid: number }[] }).nodes[0]!.pid;
+    process.kill(nodePid, "SIGKILL");
+    await waitUntil(async () => !(await new EngineClient(embedded, { retries: 0, timeoutMs: 1_000 }).health()), {
+      timeoutMs: 60_000,
+      what: "the orphaned embedded engine stopped by the restarted fleet actor",
+      diagnostics: () => log,
+    });
+    const again = await waitUntil(async () => {
+      const l = await list();
+      return l && l.filter((e) => e.healthy).length === 2 ? l : null;
+    }, { timeoutMs: 60_000, what: "the restarted fleet with two healthy engines", diagnostics: () => log });
+    expect(again.map((e) => e.url)).toContain(external);
+    expect(again.map((e) => e.url)).not.toContain(embedded);
+    const embedded2 = again.find((e) => e.url !== external)!.url;
+    expect(log).toMatch(/stopped orphaned embedded engine/);
+
     const down = await ooze(["down", "--job", "fleet-cli"]);
     expect(down.code, down.err + log).toBe(0);
     expect(await exited).toBe(0);
     // The embedded engine went with the job.
-    await waitUntil(async () => !(await new EngineClient(embedded, { retries: 0, timeoutMs: 1_000 }).health()), { timeoutMs: 20_000, what: "the embedded engine stopped" });
+    await waitUntil(async () => !(await new EngineClient(embedded2, { retries: 0, timeoutMs: 1_000 }).health()), { timeoutMs: 20_000, what: "the embedded engine stopped" });
   });
 });

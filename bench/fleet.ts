@@ -1,17 +1,20 @@
-// Fleet benchmark (`npm run bench -- fleet [--engines N] [--groups G] [--per-group M] [--prefix P]
-// [--concurrency C] [--cache T] [--preset NAME]`): embedded engine servers over the native backend,
-// a workload of prompt groups sharing long prefixes (as GRPO groups do), routed by round_robin
-// (the baseline), least_load and cache_aware. Reports each policy's prefix-cache hit rate and
-// throughput, and cache_aware's ratios against round_robin, measured in the same run.
-// Progress on stderr; one JSON line last on stdout.
+// Fleet benchmark (`npm run bench -- fleet [--engines N] [--sessions S] [--turns T] [--group G]
+// [--concurrency C] [--cache T] [--preset NAME]`): a multi-turn agent trace — many sessions, each
+// re-sending its whole growing conversation every turn, sessions in groups that share a long system
+// prompt (as GRPO groups do) — over N embedded engine servers (native backend), through the Fleet with
+// each routing policy: round_robin (the baseline), least_load, and cache_aware with and without
+// session affinity.
+// Reports per policy the prefill tokens computed, the prefix-cache hit rate and requests/s, cache_aware's
+// ratios against round_robin measured in the same run, and the time from attaching a fresh engine to
+// its first completed request. Progress on stderr; one JSON line last on stdout.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createNativeBackend } from "../native/engine.ts";
 import { initModelDir } from "../native/model-dir.ts";
 import type { InferenceBackend } from "../src/engine/backend.ts";
-import { EngineClient } from "../src/engine/client.ts";
-import { Router, type RoutingPolicy } from "../src/engine/router.ts";
+import { Fleet } from "../src/engine/fleet.ts";
+import type { RoutingPolicy } from "../src/engine/router.ts";
 import { startEngineServer, type EngineServer } from "../src/engine/server.ts";
 
 function arg(name: string, fallback: number): number {
@@ -23,64 +26,84 @@ function sarg(name: string, fallback: string): string {
   return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : fallback;
 }
 const engines = arg("engines", 4);
-const groups = arg("groups", 8);
-const perGroup = arg("per-group", 8);
-const prefixLen = arg("prefix", 300);
-const concurrency = arg("concurrency", 8);
-const cacheTokens = arg("cache", 1024);
-const maxNew = arg("max-new", 8);
+const sessions = arg("sessions", 32);
+const turns = arg("turns", 4);
+const group = arg("group", 4);
+const systemLen = arg("system", 192);
+const userLen = arg("user", 24);
+const maxNew = arg("max-new", 16);
+const concurrency = arg("concurrency", 16);
+const cacheTokens = arg("cache", 4096);
 const preset = sarg("preset", "quickstart");
 const log = (msg: string): void => void process.stderr.write(`[bench fleet] ${msg}\n`);
 
-/** Deterministic workload: groups × perGroup prompts (shared prefix + own suffix), shuffled. */
-function workload(): number[][] {
+/** Deterministic token streams: a system prompt per group, user turns per session. */
+function trace() {
   let s = 12345;
-  const rnd = () => ((s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32);
-  const out: number[][] = [];
-  for (let g = 0; g < groups; g++) {
-    const prefix = Array.from({ length: prefixLen }, () => Math.floor(rnd() * 256));
-    for (let m = 0; m < perGroup; m++) out.push([256, ...prefix, ...Array.from({ length: 16 }, () => Math.floor(rnd() * 256))]);
-  }
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(rnd() * (i + 1));
-    [out[i], out[j]] = [out[j]!, out[i]!];
-  }
-  return out;
+  const tok = () => (s = (Math.imul(s, 1103515245) + 12345) >>> 0) % 256;
+  const systems = Array.from({ length: Math.ceil(sessions / group) }, () => Array.from({ length: systemLen }, tok));
+  return Array.from({ length: sessions }, (_, i) => ({
+    id: `s${i}`,
+    system: systems[Math.floor(i / group)]!,
+    users: Array.from({ length: turns }, () => Array.from({ length: userLen }, tok)),
+  }));
 }
 
 interface PolicyFigures {
+  requests: number;
+  promptTokens: number;
+  prefillTokensComputed: number;
   hitRate: number;
   seconds: number;
   requestsPerSecond: number;
-  prefillTokensComputed: number;
 }
 
-async function runPolicy(policy: RoutingPolicy, servers: EngineServer[], backends: InferenceBackend[], prompts: number[][]): Promise<PolicyFigures> {
+async function runPolicy(policy: RoutingPolicy, affinity: boolean, servers: EngineServer[], backends: InferenceBackend[]): Promise<PolicyFigures> {
   for (const b of backends) b.flushCache();
-  const router = new Router({ policy });
-  const clients = new Map(servers.map((s) => [s.url, new EngineClient(s.url)]));
-  for (const s of servers) router.addEngine(s.url);
-  let next = 0;
+  const fleet = new Fleet({ routing: policy, healthIntervalMs: 60_000 });
+  for (const s of servers) await fleet.attach(s.url);
+  const work = trace();
   let prompt = 0;
   let cached = 0;
+  let requests = 0;
+  let next = 0;
   const t0 = performance.now();
+  // Each worker runs whole sessions turn by turn: a turn's prompt is the conversation so far.
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
-      while (next < prompts.length) {
-        const ids = prompts[next++]!;
-        const url = router.route({ inputIds: ids });
-        try {
-          const r = await clients.get(url)!.generate({ inputIds: ids, sampling: { max_new_tokens: maxNew, ignore_eos: true, temperature: 0 } });
-          prompt += r.meta.promptTokens;
-          cached += r.meta.cachedTokens;
-        } finally {
-          router.release(url);
+      while (next < work.length) {
+        const sess = work[next++]!;
+        let convo: number[] = [256, ...sess.system];
+        for (const user of sess.users) {
+          convo = [...convo, ...user];
+          const r = await fleet.generate({
+            inputIds: Int32Array.from(convo),
+            sampling: { max_new_tokens: maxNew, ignore_eos: true, temperature: 0 },
+            ...(affinity ? { sessionId: sess.id } : {}),
+          });
+          prompt += convo.length;
+          cached += r.cachedTokens;
+          requests++;
+          convo = [...convo, ...r.outputIds];
         }
+        if (affinity) fleet.endSession(sess.id);
       }
     }),
   );
   const seconds = (performance.now() - t0) / 1000;
-  return { hitRate: cached / prompt, seconds, requestsPerSecond: prompts.length / seconds, prefillTokensComputed: prompt - cached };
+  await fleet.close();
+  return { requests, promptTokens: prompt, prefillTokensComputed: prompt - cached, hitRate: cached / prompt, seconds, requestsPerSecond: requests / seconds };
+}
+
+/** Attaches one more engine to a fleet and times until its first request completes. */
+async function attachToFirstRequest(url: string): Promise<number> {
+  const fleet = new Fleet({ routing: "round_robin", healthIntervalMs: 60_000 });
+  const t0 = performance.now();
+  await fleet.attach(url);
+  await fleet.generate({ inputIds: Int32Array.from([256, 1, 2, 3]), sampling: { max_new_tokens: 1, temperature: 0 } });
+  const ms = performance.now() - t0;
+  await fleet.close();
+  return ms;
 }
 
 const dir = mkdtempSync(join(tmpdir(), "ooze-bench-fleet-"));
@@ -93,24 +116,42 @@ try {
     backends.push(backend);
     servers.push(await startEngineServer({ backend }));
   }
-  const prompts = workload();
-  log(`${engines} engines (${preset}, KV ${cacheTokens} tokens each), ${prompts.length} requests in ${groups} groups, prefix ${prefixLen}, concurrency ${concurrency}`);
+  log(`${engines} engines (${preset}, KV ${cacheTokens} tokens each); ${sessions} sessions × ${turns} turns, groups of ${group} sharing a ${systemLen}-token system prompt, ${userLen} user + ${maxNew} sampled tokens per turn, concurrency ${concurrency}`);
+  // The baselines route each request on their own (no session ids); cache_aware runs as ooze's rollout
+  // uses it, with session affinity, and also without it (the prefix tree alone).
+  const runs: [string, RoutingPolicy, boolean][] = [
+    ["round_robin", "round_robin", false],
+    ["least_load", "least_load", false],
+    ["cache_aware", "cache_aware", true],
+    ["cache_aware_no_affinity", "cache_aware", false],
+  ];
   const figures: Record<string, PolicyFigures> = {};
-  for (const policy of ["round_robin", "least_load", "cache_aware"] as RoutingPolicy[]) {
-    figures[policy] = await runPolicy(policy, servers, backends, prompts);
-    log(`${policy}: hit rate ${(figures[policy]!.hitRate * 100).toFixed(1)}%, ${figures[policy]!.requestsPerSecond.toFixed(2)} req/s`);
+  for (const [name, policy, affinity] of runs) {
+    figures[name] = await runPolicy(policy, affinity, servers, backends);
+    const f = figures[name]!;
+    log(`${name}: ${f.prefillTokensComputed} prefill tokens computed, hit rate ${(f.hitRate * 100).toFixed(1)}%, ${f.requestsPerSecond.toFixed(2)} req/s`);
   }
+  const attachMs = await attachToFirstRequest(servers[0]!.url);
+  log(`attach → first request: ${attachMs.toFixed(1)} ms`);
   const rr = figures.round_robin!;
   const ca = figures.cache_aware!;
+  const r3 = (x: number) => Number(x.toFixed(3));
   console.log(
     JSON.stringify({
       bench: "fleet",
       engines,
       preset,
-      requests: prompts.length,
-      policies: figures,
-      cacheAwareHitRateVsRoundRobin: rr.hitRate > 0 ? ca.hitRate / rr.hitRate : null,
-      cacheAwareThroughputVsRoundRobin: ca.requestsPerSecond / rr.requestsPerSecond,
+      sessions,
+      turns,
+      round_robin: rr,
+      least_load: figures.least_load,
+      cache_aware: ca,
+      cache_aware_no_affinity: figures.cache_aware_no_affinity,
+      cache_aware_prefill_vs_round_robin: r3(ca.prefillTokensComputed / rr.prefillTokensComputed),
+      cache_aware_throughput_vs_round_robin: r3(ca.requestsPerSecond / rr.requestsPerSecond),
+      cache_aware_hit_rate_vs_round_robin: rr.hitRate > 0 ? r3(ca.hitRate / rr.hitRate) : null,
+      cache_aware_no_affinity_prefill_vs_round_robin: r3(figures.cache_aware_no_affinity!.prefillTokensComputed / rr.prefillTokensComputed),
+      attach_to_first_request_ms: r3(attachMs),
     }),
   );
 } finally {

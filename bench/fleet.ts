@@ -27,9 +27,9 @@ function sarg(name: string, fallback: string): string {
 }
 const engines = arg("engines", 4);
 const sessions = arg("sessions", 32);
-const turns = arg("turns", 4);
+const turns = arg("turns", 8);
 const group = arg("group", 4);
-const systemLen = arg("system", 192);
+const systemLen = arg("system", 128);
 const userLen = arg("user", 24);
 const maxNew = arg("max-new", 16);
 const concurrency = arg("concurrency", 16);

@@ -40,6 +40,8 @@ export const trainSchema = z
     entropyCoef: z.number().default(0),
     /** Checkpoint every K steps (and at exit). */
     checkpointEvery: z.number().int().min(1).default(20),
+    /** Checkpoint directories kept (the newest ones). */
+    keepCheckpoints: z.number().int().min(1).default(3),
     /** Training micro-batch size in tokens (bounds activation memory); null = whole batch. */
     microBatchTokens: z.number().int().min(1).nullable().default(null),
   })

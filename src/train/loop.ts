@@ -14,7 +14,7 @@ import type { Sample } from "../sample.ts";
 import type { EnginesConfig, TrainConfig } from "./config.ts";
 import { EnginePool, FleetGenerator, startEngineProcess, type EngineProcess, type Generator } from "./engines.ts";
 import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "./metrics.ts";
-import { checkpointDir, commitCheckpoint, latestCheckpoint, type RunState } from "./state.ts";
+import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "./state.ts";
 import { loadTask } from "./task-loader.ts";
 
 /** Hooks for the CLI's progress display and for fault-injection tests. */
@@ -237,11 +237,11 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
       writeRewardSvg(svgPath, metrics, `ooze train: ${task.name} (${cfg.mode})`);
       opts.hooks?.onStep?.(m);
       if (step % cfg.checkpointEvery === 0) {
-        lastCheckpoint = await checkpoint(out, trainer, state);
+        lastCheckpoint = await checkpoint(out, trainer, state, cfg.keepCheckpoints);
         checkpointStep = step;
       }
     }
-    if (state.step > checkpointStep) lastCheckpoint = await checkpoint(out, trainer, { ...state, seconds: elapsed() });
+    if (state.step > checkpointStep) lastCheckpoint = await checkpoint(out, trainer, { ...state, seconds: elapsed() }, cfg.keepCheckpoints);
     const rewards = metrics.map((m) => m.reward_mean);
     const tail = rewards.slice(-5);
     return {
@@ -265,10 +265,11 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
   }
 }
 
-async function checkpoint(out: string, trainer: PolicyTrainer, state: RunState): Promise<string> {
+async function checkpoint(out: string, trainer: PolicyTrainer, state: RunState, keep: number): Promise<string> {
   const dir = checkpointDir(out, state.step);
   await trainer.saveTo(dir);
   commitCheckpoint(out, dir, state);
+  pruneCheckpoints(out, keep);
   return dir;
 }
 

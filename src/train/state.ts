@@ -1,7 +1,7 @@
 // A run's resumable position: which step it reached, the next prompt and sample index of the data
 // stream, the weight version, and wall time used. Saved with every checkpoint (state.json beside the
 // weights and optimizer) and pointed to by DIR/checkpoints/latest.json, written last and atomically.
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OozeError } from "../errors.ts";
 
@@ -50,4 +50,12 @@ export function latestCheckpoint(out: string): { dir: string; state: RunState } 
     throw new OozeError("CHECKPOINT_INVALID", `${p} points to ${j.dir}, which has no model.safetensors`);
   const { dir, ...state } = j;
   return { dir, state };
+}
+
+/** Removes all but the newest `keep` checkpoint directories of a run (the latest is always kept). */
+export function pruneCheckpoints(out: string, keep: number): void {
+  const root = join(out, "checkpoints");
+  if (!existsSync(root)) return;
+  const dirs = readdirSync(root).filter((d) => /^step-\d+$/.test(d)).sort();
+  for (const d of dirs.slice(0, Math.max(0, dirs.length - Math.max(1, keep)))) rmSync(join(root, d), { recursive: true, force: true });
 }

@@ -1,6 +1,7 @@
 // The task plugin interface hosted by the environment actor: reset, step, reward, and optional
 // tools. A task sees the model's sampled tokens (it may decode them to read the action) and answers
 // with observation tokens; it never rewrites the model's tokens (token-in, token-out).
+import { mulberry32 } from "../../src/random.ts";
 
 /** What a task answers after the model's turn. */
 export interface StepResult<S> {
@@ -29,16 +30,7 @@ export interface Task<S = unknown> {
 export type TaskFactory = (config: Record<string, unknown>) => Task;
 
 /** Deterministic 32-bit PRNG (mulberry32), so prompts are reproducible from index and seed. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export const prng = mulberry32;
 
 /** Mixes a prompt index into a seed. */
 export function episodeSeed(index: number, seed: number): number {

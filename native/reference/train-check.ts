@@ -1,5 +1,6 @@
 // Helpers for checking the native trainer against the references: llm.c-style tensor comparison that
 // names the first differing values, tiny configs, seeded random params and packed batches.
+import { mulberry32 } from "../../src/random.ts";
 import type { LlamaHfConfig } from "../index.d.ts";
 import { tensorLayout, type TrainModelConfig } from "./train.ts";
 
@@ -13,16 +14,7 @@ export function tinyTrainConfig(tied: boolean, vocab = 23): LlamaHfConfig {
 }
 
 /** Deterministic pseudo-random numbers in [0, 1) (mulberry32). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export const rng = mulberry32;
 
 /** Params with larger weights than HF's init (std `scale`) so gradients are not vanishingly small; norms ≈ 1. */
 export function randomParams(cfg: TrainModelConfig, seed: number, scale = 0.3): Float32Array {

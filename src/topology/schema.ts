@@ -1,6 +1,7 @@
 // The schema of a topology file: NATS settings, hosts (processes) and actors with their placement,
 // count, config and supervision. Validated with zod; see load.ts for file/line-aware errors.
 import { z } from "zod";
+import { DEFAULT_POLICY } from "../supervisor/policy.ts";
 
 const nameSegment = z
   .string()
@@ -9,12 +10,13 @@ const nameSegment = z
 /** Restart policy of a supervisor (OTP-style). */
 export const supervisionSchema = z
   .object({
-    strategy: z.enum(["one_for_one", "one_for_all"]).default("one_for_one"),
-    maxRestarts: z.number().int().min(0).default(5),
-    periodMs: z.number().int().positive().default(10_000),
-    backoffMinMs: z.number().int().min(0).default(50),
-    backoffMaxMs: z.number().int().min(0).default(5_000),
-    backoffFactor: z.number().min(1).default(2),
+    strategy: z.enum(["one_for_one", "one_for_all"]).default(DEFAULT_POLICY.strategy),
+    maxRestarts: z.number().int().min(0).default(DEFAULT_POLICY.maxRestarts),
+    periodMs: z.number().int().positive().default(DEFAULT_POLICY.periodMs),
+    backoffMinMs: z.number().int().min(0).default(DEFAULT_POLICY.backoffMinMs),
+    backoffMaxMs: z.number().int().min(0).default(DEFAULT_POLICY.backoffMaxMs),
+    backoffFactor: z.number().min(1).default(DEFAULT_POLICY.backoffFactor),
+    jitter: z.number().min(0).max(1).default(DEFAULT_POLICY.jitter),
   })
   .strict();
 
@@ -58,14 +60,7 @@ export const topologySchema = z
     description: z.string().optional(),
     nats: natsSchema.default({ maxPayload: 8 * 1024 * 1024, host: "127.0.0.1" }),
     hosts: z.array(hostSchema).min(1).default([{ name: "main", start: "local" }]),
-    supervision: supervisionSchema.default({
-      strategy: "one_for_one",
-      maxRestarts: 5,
-      periodMs: 10_000,
-      backoffMinMs: 50,
-      backoffMaxMs: 5_000,
-      backoffFactor: 2,
-    }),
+    supervision: supervisionSchema.prefault({}),
     actors: z.array(actorSchema).min(1),
     /** Free-form sections owned by other parts of ooze (engines, training). */
     engines: z.unknown().optional(),

@@ -41,7 +41,7 @@ export class EmbeddedEngine {
   /** Starts the process and resolves with its URL once it listens. */
   start(timeoutMs = 60_000): Promise<string> {
     const s = this.spec;
-    const args = [OOZE_BIN, "serve", "--port", String(this.port)];
+    const args = [OOZE_BIN, "serve", "--port", String(this.port), "--parent-pid", String(process.pid)];
     if (s.preset !== undefined) args.push("--preset", s.preset, "--seed", String(s.seed ?? 0));
     else args.push("--model", s.modelDir!);
     if (s.weightVersion !== undefined) args.push("--weight-version", s.weightVersion);

@@ -39,6 +39,18 @@ describe("ooze model init / serve", () => {
     expect(await exited).toBe(0);
   });
 
+  it("exits when the process named by --parent-pid is gone (no orphaned engines)", async () => {
+    const parent = spawn("sleep", ["60"]);
+    const child = spawn(process.execPath, ["bin/ooze.mjs", "serve", "--preset", "tiny", "--port", "0", "--parent-pid", String(parent.pid)], { stdio: ["ignore", "pipe", "pipe"] });
+    let log = "";
+    child.stdout!.on("data", (d) => (log += d));
+    child.stderr!.on("data", (d) => (log += d));
+    const exited = new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
+    await waitUntil(() => log.includes("serving"), { timeoutMs: 30_000, what: "server up", diagnostics: () => log });
+    parent.kill("SIGKILL");
+    expect(await exited).toBe(0);
+  });
+
   it("refuses ambiguous or missing model arguments clearly", () => {
     const r = spawnSync(process.execPath, ["bin/ooze.mjs", "serve", "--port", "0"], { encoding: "utf8" });
     expect(r.status).not.toBe(0);

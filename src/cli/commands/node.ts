@@ -3,6 +3,7 @@
 // so one topology spans several processes or hosts. Exits 0 after `down`, 1 after an escalation.
 import type { Command } from "commander";
 import { resolveKind } from "../kinds.ts";
+import { watchParent } from "../parent.ts";
 import { loadTopology } from "../../topology/load.ts";
 import { startNode } from "../../topology/node.ts";
 import { connectBus, resolveNatsUrl } from "../../transport/bus.ts";
@@ -43,19 +44,11 @@ async function runNodeCommand(opts: NodeOptions): Promise<number> {
   const stop = () => void node.stop();
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);
-  if (opts.parentPid) {
-    const ppid = Number(opts.parentPid);
-    const watch = setInterval(() => {
-      try {
-        process.kill(ppid, 0);
-      } catch {
-        log(`parent ${ppid} is gone; stopping`);
-        clearInterval(watch);
-        stop();
-      }
-    }, 1_000);
-    watch.unref();
-  }
+  if (opts.parentPid)
+    watchParent(Number(opts.parentPid), () => {
+      log(`parent ${opts.parentPid} is gone; stopping`);
+      stop();
+    });
   const result = await node.stopped;
   await bus.close();
   if (result.error) log(result.error.message);

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import type { Command } from "commander";
 import { OozeError } from "../../errors.ts";
 import { startEngineServer } from "../../engine/server.ts";
+import { watchParent } from "../parent.ts";
 
 interface ServeOptions {
   model?: string;
@@ -16,6 +17,7 @@ interface ServeOptions {
   maxRunning: string;
   cacheTokens: string;
   weightVersion: string;
+  parentPid?: string;
 }
 
 function positiveInt(name: string, v: string, min = 0): number {
@@ -36,6 +38,7 @@ export function register(program: Command) {
     .option("--max-running <n>", "requests decoding together; more wait in order", "64")
     .option("--cache-tokens <n>", "KV pool and prefix-cache budget in tokens", "16384")
     .option("--weight-version <v>", "initial weight_version", "default")
+    .option("--parent-pid <pid>", "exit when this process is gone (set by ooze when it starts engines)")
     .action(async (opts: ServeOptions) => {
       if ((opts.model === undefined) === (opts.preset === undefined))
         throw new OozeError("CONFIG_INVALID", "ooze serve needs exactly one of --model DIR or --preset NAME");
@@ -69,5 +72,6 @@ export function register(program: Command) {
       };
       process.once("SIGINT", () => void stop());
       process.once("SIGTERM", () => void stop());
+      if (opts.parentPid) watchParent(Number(opts.parentPid), () => void stop());
     });
 }

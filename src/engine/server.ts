@@ -316,6 +316,8 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       has_audio_understanding: false,
       model_type: typeof cfg.model_type === "string" ? cfg.model_type : "llama",
       architectures: Array.isArray(cfg.architectures) ? cfg.architectures : null,
+      // Not in SGLang's answer: the HF config, so a fleet can check dimensions and vocabulary too.
+      config: cfg,
     };
   }
 

@@ -151,6 +151,24 @@ describe("fleet: attach, detach, list", () => {
       backend.close();
     }
   });
+
+  it("refuses a model that differs only in its dimensions (from /model_info's config)", async () => {
+    const config = JSON.parse(readFileSync(join(dirA, "config.json"), "utf8")) as LlamaHfConfig;
+    const dirC = join(root, "c");
+    await initModelDir({ ...config, hidden_size: 32, intermediate_size: 88, head_dim: 8 } as LlamaHfConfig, dirC, 6);
+    const backend = createNativeBackend({ modelDir: dirC });
+    const other = await startEngineServer({ backend, weightVersion: "1" });
+    try {
+      const f = fleet();
+      await f.attach(servers[0]!.url);
+      const err = await f.attach(other.url).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: "ENGINE_MISMATCH" });
+      expect((err as Error).message).toMatch(/hidden_size/);
+    } finally {
+      await other.close();
+      backend.close();
+    }
+  });
 });
 
 describe("fleet: partial rollout", () => {

@@ -44,7 +44,7 @@ export interface EngineProcess {
 /** Starts `ooze serve` on a free loopback port and waits for its URL line. */
 export async function startEngineProcess(opts: { modelDir: string; maxRunning: number; cacheTokens: number; weightVersion: string }): Promise<EngineProcess> {
   const args = [OOZE_BIN, "serve", "--model", opts.modelDir, "--port", "0", "--max-running", String(opts.maxRunning),
-    "--cache-tokens", String(opts.cacheTokens), "--weight-version", opts.weightVersion];
+    "--cache-tokens", String(opts.cacheTokens), "--weight-version", opts.weightVersion, "--parent-pid", String(process.pid)];
   // Its own process group: a Ctrl-C in the terminal reaches `ooze train`, which stops it in order.
   const child: ChildProcess = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let stderr = "";

@@ -12,7 +12,14 @@ import { newSchedRequest, Scheduler, type PauseMode, type SchedRequest } from ".
 import { decodeBytes, encodeBytes } from "./tokenizer.ts";
 
 /** Replaces the weights for /update_weights_from_disk. The default loads a model directory; a delta format plugs in here. */
-export type LoadWeightsHook = (req: { modelPath: string; loadFormat: string | null }) => Promise<void>;
+export type LoadWeightsHook = (req: {
+  modelPath: string;
+  loadFormat: string | null;
+  /** The version the request asks to set (null: unchanged). */
+  weightVersion: string | null;
+  /** The version the engine serves now. */
+  currentVersion: string;
+}) => Promise<void>;
 
 /** Options of startEngineServer. */
 export interface EngineServerOptions {
@@ -267,7 +274,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
         if (u.abort_all_requests) sched.abortAll("Aborted by /update_weights_from_disk (abort_all_requests)");
         const kept = await sched.holdAndDrain();
         paused = sched.pauseMode === null ? 0 : kept;
-        await loadWeights({ modelPath: u.model_path, loadFormat: u.load_format ?? null });
+        await loadWeights({ modelPath: u.model_path, loadFormat: u.load_format ?? null, weightVersion: u.weight_version ?? null, currentVersion: weightVersion });
         modelPath = u.model_path;
         if (u.weight_version !== undefined && u.weight_version !== null) weightVersion = u.weight_version;
         if (u.flush_cache ?? true) backend.flushCache();

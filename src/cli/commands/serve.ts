@@ -42,7 +42,11 @@ export function register(program: Command) {
     .action(async (opts: ServeOptions) => {
       if ((opts.model === undefined) === (opts.preset === undefined))
         throw new OozeError("CONFIG_INVALID", "ooze serve needs exactly one of --model DIR or --preset NAME");
-      const [{ createNativeBackend }, { initModelDir }] = await Promise.all([import("../../../native/engine.ts"), import("../../../native/model-dir.ts")]);
+      const [{ createNativeBackend }, { initModelDir }, { engineWeightLoader }] = await Promise.all([
+        import("../../../native/engine.ts"),
+        import("../../../native/model-dir.ts"),
+        import("../../../actors/weight-sync/engine-loader.ts"),
+      ]);
       let tmp: string | null = null;
       let modelDir = opts.model;
       if (opts.preset !== undefined) {
@@ -62,6 +66,7 @@ export function register(program: Command) {
         weightVersion: opts.weightVersion,
         modelPath: opts.model ?? `preset:${opts.preset}`,
         maxRunning: positiveInt("max-running", opts.maxRunning, 1),
+        loadWeights: engineWeightLoader(backend, modelDir!),
       });
       console.log(`ooze engine serving ${opts.model ?? `preset ${opts.preset}`} at ${server.url}`);
       const stop = async () => {

@@ -1,0 +1,65 @@
+// Weight loading for an embedded engine server (`ooze serve`): full checkpoints (a model directory,
+// load_format auto/safetensors) as the backend does, and ooze's lossless deltas (load_format
+// "ooze-delta", model_path = a delta file written by encodeDelta). A delta is applied to the weights
+// the engine serves now — checked by base version and per-tensor checksums, so a delta made from
+// other weights is refused and nothing changes — and the result is loaded like a full checkpoint.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadNative } from "../../native/load.ts";
+import type { LlamaHfConfig } from "../../native/index.d.ts";
+import type { InferenceBackend } from "../../src/engine/backend.ts";
+import type { LoadWeightsHook } from "../../src/engine/server.ts";
+import { OozeError } from "../../src/errors.ts";
+import { applyDelta, decodeDelta, type TensorSlot } from "./delta.ts";
+
+/** The load_format value of ooze's delta files. */
+export const DELTA_LOAD_FORMAT = "ooze-delta";
+
+interface Current {
+  config: LlamaHfConfig;
+  params: Float32Array;
+  layout: TensorSlot[];
+}
+
+/** A LoadWeightsHook for `backend`, whose weights were first loaded from `initialDir`. */
+export function engineWeightLoader(backend: InferenceBackend, initialDir: string): LoadWeightsHook {
+  let fullDir = initialDir;
+  // The weights being served, materialised only once deltas are used (reloaded after a full update).
+  let current: Current | null = null;
+  const materialise = (): Current => {
+    if (current) return current;
+    const m = loadNative().loadModelDir(fullDir);
+    const layout = m.tensors.map((t) => ({ name: t.name, offset: t.offset, numel: t.shape.reduce((a, b) => a * b, 1) }));
+    current = { config: m.config, params: m.params, layout };
+    return current;
+  };
+  return async ({ modelPath, loadFormat, currentVersion }) => {
+    if (loadFormat === null || loadFormat === "auto" || loadFormat === "safetensors") {
+      await backend.loadWeights(modelPath);
+      fullDir = modelPath;
+      current = null;
+      return;
+    }
+    if (loadFormat !== DELTA_LOAD_FORMAT)
+      throw new OozeError("BAD_REQUEST", `load_format '${loadFormat}' is not supported; use auto/safetensors (a model directory) or ${DELTA_LOAD_FORMAT} (a delta file)`);
+    let bytes: Uint8Array;
+    try {
+      bytes = readFileSync(modelPath);
+    } catch (e) {
+      throw new OozeError("CHECKPOINT_INVALID", `cannot read weight delta ${modelPath}: ${(e as Error).message}`, { cause: e });
+    }
+    const delta = decodeDelta(bytes);
+    const cur = materialise();
+    const next = cur.params.slice(); // applied to a copy: the served weights change only after a successful load
+    applyDelta(cur.layout, next, currentVersion, delta);
+    const dir = mkdtempSync(join(tmpdir(), "ooze-delta-"));
+    try {
+      loadNative().saveModelDir(dir, cur.config, next, delta.version);
+      await backend.loadWeights(dir);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    current = { ...cur, params: next };
+  };
+}

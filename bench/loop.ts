@@ -9,9 +9,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Trainer } from "../native/trainer.ts";
 import { applyDelta, decodeDelta, encodeDelta, type TensorSlot } from "../actors/weight-sync/delta.ts";
-import { enginesSchema, trainSchema } from "../src/train/config.ts";
-import { runTraining } from "../src/train/loop.ts";
-import { readJsonl, type StepMetrics } from "../src/train/metrics.ts";
+import { enginesSchema, trainSchema } from "../actors/loop/config.ts";
+import { runTraining } from "../actors/loop/loop.ts";
+import { readJsonl, type StepMetrics } from "../actors/loop/metrics.ts";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);

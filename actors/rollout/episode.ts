@@ -3,7 +3,7 @@
 // sees the turn's ids without EOS, and its observation is appended with loss mask 0. A turn the
 // engine aborts (weight update, engine lost) keeps what was sampled and resumes with the remaining
 // budget, each span recorded under the weight version that produced it.
-import type { Generator } from "../../src/train/engines.ts";
+import type { Generator } from "../loop/engines.ts";
 import { EOS_ID } from "../../src/engine/tokenizer.ts";
 import { SampleBuilder, type Sample } from "../../src/sample.ts";
 import type { Task } from "../environment/task.ts";

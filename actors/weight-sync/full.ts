@@ -3,7 +3,7 @@
 // each engine's reported version). Versions only increase; a sync that fails because an engine just
 // died is retried while its replacement comes up.
 import { OozeError } from "../../src/errors.ts";
-import type { Generator } from "../../src/train/engines.ts";
+import type { Generator } from "../loop/engines.ts";
 
 /** Pushes full checkpoints to the engines, one increasing version at a time. */
 export class FullWeightSync {

@@ -8,9 +8,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { trainSchema, enginesSchema } from "../../src/train/config.ts";
-import { runTraining, type BatchRecord } from "../../src/train/loop.ts";
-import { readJsonl, type StepMetrics } from "../../src/train/metrics.ts";
+import { trainSchema, enginesSchema } from "../../actors/loop/config.ts";
+import { runTraining, type BatchRecord } from "../../actors/loop/loop.ts";
+import { readJsonl, type StepMetrics } from "../../actors/loop/metrics.ts";
 
 const run = promisify(execFile);
 const dirs: string[] = [];

@@ -6,7 +6,7 @@ import { dirname } from "node:path";
 import type { Command } from "commander";
 import { OozeError } from "../../errors.ts";
 import { loadTopology } from "../../topology/load.ts";
-import { trainConfigOf } from "../../train/config.ts";
+import { trainConfigOf } from "../../../actors/loop/config.ts";
 import type { Sample } from "../../sample.ts";
 
 interface RolloutOptions {
@@ -56,8 +56,8 @@ export function register(program: Command) {
       const topo = loadTopology(file);
       const { train } = trainConfigOf({ ...topo, engines: { count: 0, urls: opts.engines.split(",") } });
       const [{ loadTask }, { EnginePool }, { rolloutRange }] = await Promise.all([
-        import("../../train/task-loader.ts"),
-        import("../../train/engines.ts"),
+        import("../../../actors/loop/task-loader.ts"),
+        import("../../../actors/loop/engines.ts"),
         import("../../../actors/rollout/rollout.ts"),
       ]);
       const task = await loadTask(train.task, train.taskConfig, dirname(topo.file ?? file));

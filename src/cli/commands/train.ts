@@ -7,8 +7,8 @@ import type { Command } from "commander";
 import { SingleBar } from "cli-progress";
 import { OozeError } from "../../errors.ts";
 import { loadTopology } from "../../topology/load.ts";
-import { trainConfigOf } from "../../train/config.ts";
-import type { StepMetrics } from "../../train/metrics.ts";
+import { trainConfigOf } from "../../../actors/loop/config.ts";
+import type { StepMetrics } from "../../../actors/loop/metrics.ts";
 
 interface TrainOptions {
   out?: string;
@@ -47,7 +47,7 @@ export function register(program: Command) {
       }
       if (opts.resume && opts.out && opts.resume !== opts.out) throw new OozeError("CONFIG_INVALID", "give either --out or --resume (the run directory), not both");
       const out = opts.resume ?? opts.out ?? `runs/${topo.name}`;
-      const { runTraining } = await import("../../train/loop.ts");
+      const { runTraining } = await import("../../../actors/loop/loop.ts");
       const stop = { stop: false };
       const onSignal = () => {
         if (stop.stop) process.exit(130);

@@ -4,13 +4,13 @@
 // checkpoint at the same data position; every sample index ends trained or dropped (batches.jsonl).
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { GroupBuffer, type TrainSample } from "../../actors/buffer/groups.ts";
-import type { Task } from "../../actors/environment/task.ts";
-import { rolloutRange, type RolloutResult } from "../../actors/rollout/rollout.ts";
-import { PolicyTrainer } from "../../actors/trainer/policy-trainer.ts";
-import { FullWeightSync } from "../../actors/weight-sync/full.ts";
-import { OozeError } from "../errors.ts";
-import type { Sample } from "../sample.ts";
+import { GroupBuffer, type TrainSample } from "../buffer/groups.ts";
+import type { Task } from "../environment/task.ts";
+import { rolloutRange, type RolloutResult } from "../rollout/rollout.ts";
+import { PolicyTrainer } from "../trainer/policy-trainer.ts";
+import { FullWeightSync } from "../weight-sync/full.ts";
+import { OozeError } from "../../src/errors.ts";
+import type { Sample } from "../../src/sample.ts";
 import type { EnginesConfig, TrainConfig } from "./config.ts";
 import { EnginePool, FleetGenerator, startEngineProcess, type EngineProcess, type Generator } from "./engines.ts";
 import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "./metrics.ts";

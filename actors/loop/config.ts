@@ -1,8 +1,8 @@
 // The `train:` and `engines:` sections of a topology, validated with zod and filled with defaults:
 // everything `ooze train` needs to know about the task, the model, the loop and its hyperparameters.
 import { z } from "zod";
-import { OozeError } from "../errors.ts";
-import type { Topology } from "../topology/schema.ts";
+import { OozeError } from "../../src/errors.ts";
+import type { Topology } from "../../src/topology/schema.ts";
 
 const estimators = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gspo"] as const;
 

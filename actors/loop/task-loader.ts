@@ -2,9 +2,9 @@
 // to the topology file whose default export is a TaskFactory.
 import { isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import type { Task, TaskFactory } from "../../actors/environment/task.ts";
-import { BUILTIN_TASKS } from "../../actors/environment/tasks/index.ts";
-import { OozeError } from "../errors.ts";
+import type { Task, TaskFactory } from "../environment/task.ts";
+import { BUILTIN_TASKS } from "../environment/tasks/index.ts";
+import { OozeError } from "../../src/errors.ts";
 
 /** Builds the task `name` with `config`; module paths resolve against `baseDir`. */
 export async function loadTask(name: string, config: Record<string, unknown>, baseDir: string): Promise<Task> {

@@ -4,10 +4,10 @@
 // re-dispatch, pause → update → continue) or, as a minimal fallback, round-robin over EngineClients.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { EngineClient } from "../engine/client.ts";
-import { Fleet } from "../engine/fleet.ts";
-import type { WireSamplingParams } from "../engine/protocol.ts";
-import { OozeError } from "../errors.ts";
+import { EngineClient } from "../../src/engine/client.ts";
+import { Fleet } from "../../src/engine/fleet.ts";
+import type { WireSamplingParams } from "../../src/engine/protocol.ts";
+import { OozeError } from "../../src/errors.ts";
 
 const OOZE_BIN = fileURLToPath(new URL("../../bin/ooze.mjs", import.meta.url));
 

@@ -3,7 +3,7 @@
 // weights and optimizer) and pointed to by DIR/checkpoints/latest.json, written last and atomically.
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { OozeError } from "../errors.ts";
+import { OozeError } from "../../src/errors.ts";
 
 /** Where a run stands between two steps. */
 export interface RunState {

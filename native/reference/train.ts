@@ -1,6 +1,8 @@
 // TypeScript reference of the native training forward and backward over packed sequences (float64,
 // plain loops): per-token logprobs and entropies of a Llama model and every parameter's gradient.
 // Slow on purpose; it exists to check native/src/train.cc on tiny configs.
+import type { LlamaHfConfig } from "../index.d.ts";
+import { referenceLayout } from "./model.ts";
 
 /** The config.json fields of a Llama model that training reads (Hugging Face names). */
 export interface TrainModelConfig {
@@ -31,34 +33,11 @@ export interface PackedTokens {
 
 type Buf = Float64Array | Float32Array;
 
-/** The flat buffer layout in HF tensor order, as native/src/model.cc builds it. */
+/** The flat buffer layout in HF tensor order, as native/src/model.cc builds it (the inference reference's). */
 export function tensorLayout(cfg: TrainModelConfig): { tensors: TensorSpec[]; numel: number } {
-  const tensors: TensorSpec[] = [];
-  let off = 0;
-  const add = (name: string, shape: number[]): void => {
-    const numel = shape.reduce((a, b) => a * b, 1);
-    tensors.push({ name, offset: off, shape, numel });
-    off += numel;
-  };
-  const H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
-  const hd = H / cfg.num_attention_heads;
-  const Q = cfg.num_attention_heads * hd, KV = cfg.num_key_value_heads * hd;
-  add("model.embed_tokens.weight", [V, H]);
-  for (let l = 0; l < cfg.num_hidden_layers; l++) {
-    const p = `model.layers.${l}.`;
-    add(p + "input_layernorm.weight", [H]);
-    add(p + "self_attn.q_proj.weight", [Q, H]);
-    add(p + "self_attn.k_proj.weight", [KV, H]);
-    add(p + "self_attn.v_proj.weight", [KV, H]);
-    add(p + "self_attn.o_proj.weight", [H, Q]);
-    add(p + "post_attention_layernorm.weight", [H]);
-    add(p + "mlp.gate_proj.weight", [I, H]);
-    add(p + "mlp.up_proj.weight", [I, H]);
-    add(p + "mlp.down_proj.weight", [H, I]);
-  }
-  add("model.norm.weight", [H]);
-  if (!cfg.tie_word_embeddings) add("lm_head.weight", [V, H]);
-  return { tensors, numel: off };
+  const tensors = referenceLayout(cfg as unknown as LlamaHfConfig).map((t) => ({ ...t, shape: [...t.shape], numel: t.shape.reduce((a, b) => a * b, 1) }));
+  const last = tensors[tensors.length - 1]!;
+  return { tensors, numel: last.offset + last.numel };
 }
 
 /** Offsets of each tensor by role; lm_head is embed_tokens when tied. */

@@ -1,3 +1,4 @@
+import { readdirSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { loadTopology, parseTopology } from "../../src/topology/load.ts";
 import { TopologyError } from "../../src/errors.ts";
@@ -20,6 +21,12 @@ describe("topology loading", () => {
     expect(t.actors[0]!.count).toBe(1);
     expect(t.nats.host).toBe("127.0.0.1");
     expect(t.supervision.strategy).toBe("one_for_one");
+  });
+
+  it("every shipped topology is valid", () => {
+    const files = readdirSync("topologies").filter((f) => f.endsWith(".yaml"));
+    expect(files.length).toBeGreaterThanOrEqual(4);
+    for (const f of files) expect(loadTopology(`topologies/${f}`).name.length).toBeGreaterThan(0);
   });
 
   it("names file, line, column and field for a wrong type", () => {

@@ -11,7 +11,7 @@ import { loadNative } from "../native/load.ts";
 import { PRESETS } from "../native/presets.ts";
 import { buildOpenblasProgram, OpenblasTimer } from "./native/openblas.ts";
 import { measureEngine } from "./native/engine-throughput.ts";
-import { runPrefixTrace } from "./native/prefix-trace.ts";
+import { DEFAULT_TRACE, runPrefixTrace } from "./native/prefix-trace.ts";
 import { measureTraining } from "./native/train-throughput.ts";
 
 type Kind = "nt" | "nn" | "tn";
@@ -212,16 +212,7 @@ function avx2Run(): typeof gemmResult | null {
 const avx2 = avx2Run();
 
 log("prefix cache: synthetic multi-turn trace (32 sessions x 4 turns x group 4, budget 16384 tokens)");
-const trace = runPrefixTrace(native, {
-  sessions: 32,
-  turns: 4,
-  group: 4,
-  systemTokens: 96,
-  userTokens: 24,
-  responseTokens: 48,
-  budgetTokens: 16_384,
-  seed: 7,
-});
+const trace = runPrefixTrace(native, { ...DEFAULT_TRACE, budgetTokens: 16_384 });
 log(`prefix cache: ${trace.hitTokens}/${trace.promptTokens} prompt tokens matched, ${trace.evictedTokens} evicted`);
 
 const q = MODELS.quickstart!;

@@ -1,4 +1,5 @@
 // Types of every export of the native addon. Each module adds its section here.
+import type { PolicyLossConfig, PolicyLossMetrics } from "../src/algorithms/losses.ts";
 
 /** The native addon's exports. */
 export interface NativeAddon {
@@ -208,17 +209,9 @@ export interface NativeTrainBatch extends NativePackedBatch {
 }
 
 /** Loss settings (see native/reference/losses.ts for the formulas); native defaults in comments. */
-export interface NativeLossConfig {
-  epsClip: number; // 0.2
-  epsClipHigh: number; // = epsClip
-  epsClipC: number | null; // null: no dual clip
-  klCoef: number; // 0
-  klType: "k1" | "k2" | "k3"; // "k3"
-  entropyCoef: number; // 0
-  tisCap: number | null; // null: no TIS
-  reduction: "token" | "sample"; // "token"
-  normalizer: number | null; // null: the batch's own token/sample count
-  temperature: number; // 1: logits / temperature before the log-softmax
+export interface NativeLossConfig extends PolicyLossConfig {
+  /** 1: logits / temperature before the log-softmax. */
+  temperature: number;
 }
 
 /** AdamW settings. Weight decay is decoupled and never applied to 1-D tensors (RMSNorm weights). */
@@ -231,23 +224,8 @@ export interface NativeOptimConfig {
   maxGradNorm: number; // 1; 0 disables clipping
 }
 
-/** Loss metrics; means use the reduction's weights (with a normalizer: this micro-batch's share). */
-export interface NativeLossMetrics {
-  loss: number;
-  pgLoss: number;
-  kl: number;
-  entropy: number;
-  clipfrac: number;
-  dualClipfrac: number;
-  ratioMean: number;
-  ratioMin: number;
-  ratioMax: number;
-  tisMean: number;
-  /** Mean of old − new logprob. */
-  ppoKl: number;
-  numTokens: number;
-  numSamples: number;
-}
+/** Loss metrics (with a normalizer, means are this micro-batch's share): the public definition. */
+export type NativeLossMetrics = PolicyLossMetrics;
 
 /** Result of one optimizer step. */
 export interface NativeOptimResult {

@@ -92,11 +92,13 @@ export class GroupBuffer {
   }
 
   /**
-   * Takes a batch for a trainer at `trainerVersion`, or null if not enough fresh groups are ready.
+   * Takes a batch of `batchGroups` groups for a trainer at `trainerVersion`, or null if not enough
+   * fresh groups are ready (with `partial`, whatever is ready, if anything). Advantages are computed
+   * over the whole batch, so batch-level estimators (reinforce_pp) whiten over all its groups.
    * Groups older than the staleness bound are removed and returned in `requeue` (their prompts
    * must be generated again).
    */
-  takeBatch(trainerVersion: number): { batch: Batch | null; requeue: number[] } {
+  takeBatch(trainerVersion: number, opts: { partial?: boolean } = {}): { batch: Batch | null; requeue: number[] } {
     const requeue: number[] = [];
     const bound = this.config.maxStaleness;
     if (bound !== null) {
@@ -109,7 +111,7 @@ export class GroupBuffer {
         }
       }
     }
-    if (this.ready.length < this.config.batchGroups) return { batch: null, requeue };
+    if (this.ready.length === 0 || (this.ready.length < this.config.batchGroups && !opts.partial)) return { batch: null, requeue };
     const taken = this.ready.splice(0, this.config.batchGroups);
     const flat = taken.flatMap((g) => g.samples);
     const adv = computeAdvantages(flat.map(score), this.config.estimator);

@@ -164,7 +164,7 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
     opts.hooks?.onStart?.({ engines: [...procs.map((p) => p.url), ...opts.engines.urls], enginePids: procs.map((p) => p.pid), trainerPid: trainer.pid, state });
 
     const sync = new FullWeightSync(gen, state.weightVersion, log);
-    const buffer = new GroupBuffer({ batchGroups: 1, estimator: cfg.estimator, dropZeroVariance: cfg.dropZeroVariance, maxStaleness: null });
+    const buffer = new GroupBuffer({ batchGroups: cfg.promptsPerStep, estimator: cfg.estimator, dropZeroVariance: cfg.dropZeroVariance, maxStaleness: null });
     // The data stream: the position of the next rollout to launch.
     let launch = { nextPrompt: state.nextPrompt, nextSample: state.nextSample };
     const startRollout = (prompts: number): Promise<RolloutResult & { end: typeof launch }> => {
@@ -184,19 +184,17 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
         c.all.push(...r.samples);
         for (const s of r.samples) buffer.add(s);
         for (const g of r.groups) buffer.close(g.groupIndex, g.count);
-        const takenGroups = new Set<number>();
-        while (c.samples.length < cfg.promptsPerStep * cfg.samplesPerPrompt && buffer.readyGroups > 0) {
-          const { batch } = buffer.takeBatch(version);
-          if (!batch) break;
-          c.samples.push(...batch.samples);
-          c.stalenessMax = Math.max(c.stalenessMax, batch.stalenessMax);
-          batch.groups.forEach((gi) => takenGroups.add(gi));
-        }
-        for (const s of r.samples) if (!takenGroups.has(s.groupIndex)) c.dropped.push(s.index);
-        const haveGroups = new Set(c.samples.map((s) => s.groupIndex)).size;
-        // Dynamic sampling: refill dropped groups (at most 3 rounds; then train on what there is).
-        if (haveGroups < cfg.promptsPerStep && refill < 3) pending = startRollout(cfg.promptsPerStep - haveGroups);
+        // Dynamic sampling: refill groups the filter dropped (at most 3 rounds; then train on what there is).
+        if (buffer.readyGroups < cfg.promptsPerStep && refill < 3) pending = startRollout(cfg.promptsPerStep - buffer.readyGroups);
       }
+      // One batch of all the step's groups: advantages are computed over all of them together.
+      const { batch } = buffer.takeBatch(version, { partial: true });
+      const taken = new Set(batch?.groups ?? []);
+      if (batch) {
+        c.samples = batch.samples;
+        c.stalenessMax = batch.stalenessMax;
+      }
+      for (const s of c.all) if (!taken.has(s.groupIndex)) c.dropped.push(s.index);
       return c;
     };
 

@@ -4,11 +4,10 @@
 // step's lossless delta (actors/weight-sync/delta.ts) against the full checkpoint, its apply time and
 // whether the applied weights equal the trainer's byte for byte. fully_async is not implemented yet
 // (null). Progress on stderr; one JSON line last on stdout.
-import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Trainer } from "../native/trainer.ts";
-import { applyDelta, decodeDelta, encodeDelta, type TensorSlot } from "../actors/weight-sync/delta.ts";
+import { weightSyncFigures } from "./lib/weight-sync-figures.ts";
 import { enginesSchema, trainSchema } from "../actors/loop/config.ts";
 import { runTraining } from "../actors/loop/loop.ts";
 import { readJsonl, type StepMetrics } from "../actors/loop/metrics.ts";
@@ -39,21 +38,7 @@ async function run(mode: "sync" | "async"): Promise<{ sps: number; out: string }
 try {
   const sync = await run("sync");
   const async_ = await run("async");
-  // Weight sync: the last two versions the sync run saved.
-  const wdir = join(sync.out, "weights");
-  const versions = readdirSync(wdir).map((d) => Number(d.slice(1))).sort((a, b) => a - b).slice(-2);
-  const [a, b] = versions as [number, number];
-  const ta = await Trainer.create({ modelDir: join(wdir, `v${a}`) });
-  const tb = await Trainer.create({ modelDir: join(wdir, `v${b}`) });
-  const base = await ta.getParams(), next = await tb.getParams();
-  const layout: TensorSlot[] = ta.info().tensors.map((t) => ({ name: t.name, offset: t.offset, numel: t.shape.reduce((x, y) => x * y, 1) }));
-  const bytes = encodeDelta(layout, base, next, String(a), String(b));
-  const target = base.slice();
-  const t0 = performance.now();
-  applyDelta(layout, target, String(a), decodeDelta(bytes));
-  const applyMs = performance.now() - t0;
-  const bitExact = Buffer.compare(Buffer.from(target.buffer), Buffer.from(next.buffer)) === 0;
-  const fullBytes = statSync(join(wdir, `v${b}`, "model.safetensors")).size;
+  const ws = await weightSyncFigures(join(sync.out, "weights"));
   console.log(
     JSON.stringify({
       workload: `${task}, preset ${preset}, 8 prompts x 8 samples, ${steps} steps`,
@@ -63,11 +48,7 @@ try {
       fully_async: null,
       fully_async_vs_sync: null,
       fully_async_vs_bound: null,
-      delta_bytes: bytes.length,
-      full_bytes: fullBytes,
-      delta_vs_full: Number((bytes.length / fullBytes).toFixed(4)),
-      apply_ms: Number(applyMs.toFixed(2)),
-      bit_exact: bitExact,
+      ...ws,
     }),
   );
 } finally {

@@ -9,7 +9,7 @@ import type { KindResolver } from "../topology/node.ts";
 import type { ActorSpec, Topology } from "../topology/schema.ts";
 
 type AnyDef = ActorDefinition<unknown, unknown>;
-type Factory = (system: ActorSystem) => AnyDef | Promise<AnyDef>;
+type Factory = (system: ActorSystem, topology: Topology) => AnyDef | Promise<AnyDef>;
 
 const BUILTIN: Record<string, () => Promise<Factory>> = {
   "echo.server": async () => {
@@ -24,6 +24,23 @@ const BUILTIN: Record<string, () => Promise<Factory>> = {
     const m = await import("../../actors/fleet/fleet-actor.ts");
     return (system) => m.fleetActor(system) as unknown as AnyDef;
   },
+  // The training loop as actors over JetStream streams (topologies/quickstart-actors.yaml).
+  "train.rollout": async () => {
+    const m = await import("../../actors/rollout/rollout-actor.ts");
+    return (system, topology) => m.rolloutActor(system, topology) as unknown as AnyDef;
+  },
+  "train.buffer": async () => {
+    const m = await import("../../actors/buffer/buffer-actor.ts");
+    return (system, topology) => m.bufferActor(system, topology) as unknown as AnyDef;
+  },
+  "train.trainer": async () => {
+    const m = await import("../../actors/trainer/trainer-actor.ts");
+    return (system, topology) => m.trainerActor(system, topology) as unknown as AnyDef;
+  },
+  "train.weight-sync": async () => {
+    const m = await import("../../actors/weight-sync/weight-sync-actor.ts");
+    return (system, topology) => m.weightSyncActor(system, topology) as unknown as AnyDef;
+  },
 };
 
 /** Names of the built-in kinds. */
@@ -36,7 +53,7 @@ function isDefinition(x: unknown): x is AnyDef {
 /** Resolves built-in kinds and module paths. */
 export const resolveKind: KindResolver = async (spec: ActorSpec, topology: Topology, system: ActorSystem) => {
   const builtin = BUILTIN[spec.kind];
-  if (builtin) return (await builtin())(system);
+  if (builtin) return (await builtin())(system, topology);
   if (!spec.kind.includes("/") && !spec.kind.endsWith(".ts") && !spec.kind.endsWith(".js"))
     throw new OozeError(
       "TOPOLOGY_INVALID",
@@ -53,7 +70,7 @@ export const resolveKind: KindResolver = async (spec: ActorSpec, topology: Topol
   const d = mod.default;
   if (isDefinition(d)) return d;
   if (typeof d === "function") {
-    const made = await (d as Factory)(system);
+    const made = await (d as (system: ActorSystem) => AnyDef | Promise<AnyDef>)(system);
     if (isDefinition(made)) return made;
   }
   throw new OozeError("TOPOLOGY_INVALID", `actor '${spec.name}': ${path} must export default an actor definition (defineActor) or a function (system) => definition`);

@@ -27,6 +27,12 @@ export function jobNames(job: string) {
     controlAll: `${p}.control.*`,
     /** Chunked payload parts of a large message. */
     chunk: (id: string) => `${p}.chunk.${id}`,
+    /** Data subjects of the training loop's actors (actors/loop-actors): prompt groups to generate,
+     *  samples and group closes, training batches, new weight versions. */
+    trainPrompts: `${p}.train.prompts`,
+    trainSamples: `${p}.train.samples`,
+    trainBatches: `${p}.train.batches`,
+    trainWeights: `${p}.train.weights`,
     // JetStream names (streams, buckets): no dots allowed.
     streamMailboxes: `OOZE_${s}_MAILBOX`,
     streamEvents: `OOZE_${s}_EVENTS`,
@@ -35,6 +41,7 @@ export function jobNames(job: string) {
     streamSamples: `OOZE_${s}_SAMPLES`,
     streamBatches: `OOZE_${s}_BATCHES`,
     streamMetrics: `OOZE_${s}_METRICS`,
+    streamWeights: `OOZE_${s}_WEIGHTS`,
     consumer: (name: string) => `ooze_${name}`,
     kvEngines: `ooze_${job}_engines`.replace(/-/g, "_"),
     kvVersions: `ooze_${job}_versions`.replace(/-/g, "_"),

@@ -1,0 +1,180 @@
+// The buffer actor (kind `train.buffer`, one per job): feeds prompt groups to the PROMPTS work queue
+// (one step's worth at a time; in sync mode only after the previous step's weights are synced, in
+// async mode one step ahead), consumes SAMPLES (samples and group closes) into a GroupBuffer, and
+// when a step's groups are complete publishes one batch with advantages computed over it to BATCHES.
+// Groups the dynamic filter drops are refilled (at most 3 rounds, as `ooze train` does). Sample
+// indices are a function of the group (groupIndex · samplesPerPrompt + k), so a regenerated group
+// reproduces the same indices; samples of unknown or already complete groups are ignored.
+import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
+import { OozeError } from "../../src/errors.ts";
+import type { Sample } from "../../src/sample.ts";
+import type { Topology } from "../../src/topology/schema.ts";
+import { actorConfig, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
+import { batchMsg, groupClosed, promptGroup, sampleMsg, sampleRegistry, type VersionRecord } from "../loop-actors/messages.ts";
+import { consumeStream, ensureTrainStreams, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
+import { GroupBuffer } from "./groups.ts";
+import { z } from "zod";
+
+/** The buffer actor's `config`. */
+export const bufferActorConfig = z.object({
+  ackWaitMs: z.number().int().min(500).default(30_000),
+});
+
+/** The round of rollouts that becomes the next batch. */
+interface Round {
+  all: Map<number, Sample>;
+  refills: number;
+  started: number;
+  promptTokens: number;
+  cachedTokens: number;
+}
+
+interface BufferState {
+  consumer: StreamConsumer;
+  stopWatch: () => void;
+}
+
+/** The buffer's bookkeeping over the streams (one instance per job; state in memory). */
+class Feeder {
+  private readonly groups: GroupBuffer;
+  private batches = 0;
+  private nextPrompt = 0;
+  private synced: VersionRecord | null = null;
+  private readonly outstanding = new Set<number>();
+  private readonly complete = new Set<number>();
+  private round: Round | null = null;
+  private emptyRounds = 0;
+  private chain: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly env: LoopEnv, private readonly path: string, private readonly log: (l: string) => void) {
+    const t = env.train;
+    this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, maxStaleness: null });
+  }
+
+  /** Runs `fn` after every earlier call (samples and version records change the same state). */
+  serial<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.chain.then(fn);
+    this.chain = p.catch(() => undefined);
+    return p;
+  }
+
+  async onVersion(r: VersionRecord): Promise<void> {
+    if (!this.synced || r.step > this.synced.step || r.version > this.synced.version) this.synced = r;
+    await this.maybeFeed();
+  }
+
+  /** Starts the next step's round when the synced weights are recent enough (sync: the previous step's; async: one behind). */
+  private async maybeFeed(): Promise<void> {
+    const t = this.env.train;
+    if (this.round || this.batches >= t.steps) return;
+    const lag = t.mode === "async" ? 1 : 0;
+    if (this.batches - (this.synced?.step ?? -1) > lag) return;
+    this.round = { all: new Map(), refills: 0, started: performance.now(), promptTokens: 0, cachedTokens: 0 };
+    await this.feed(t.promptsPerStep);
+  }
+
+  private async feed(prompts: number): Promise<void> {
+    const n = this.env.train.samplesPerPrompt;
+    for (let i = 0; i < prompts; i++) {
+      const g = this.nextPrompt++;
+      this.outstanding.add(g);
+      await publish(this.env.bus, this.env.names.trainPrompts, promptGroup, { groupIndex: g, firstSample: g * n, samples: n, step: this.batches + 1 }, `prompt-${g}`, this.path);
+    }
+  }
+
+  async onSample(body: { sample: Sample }): Promise<void> {
+    const s = body.sample;
+    if (!this.outstanding.has(s.groupIndex) || !this.round || this.round.all.has(s.index)) return;
+    this.round.all.set(s.index, s);
+    const done = this.groups.add(s);
+    if (done !== null) await this.groupDone(done);
+  }
+
+  async onClose(c: { groupIndex: number; count: number; promptTokens: number; cachedTokens: number }): Promise<void> {
+    if (!this.outstanding.has(c.groupIndex) || !this.round) return;
+    this.round.promptTokens += c.promptTokens;
+    this.round.cachedTokens += c.cachedTokens;
+    const done = this.groups.close(c.groupIndex, c.count);
+    if (done !== null) await this.groupDone(done);
+  }
+
+  private async groupDone(g: number): Promise<void> {
+    this.outstanding.delete(g);
+    this.complete.add(g);
+    if (this.outstanding.size > 0) return;
+    const t = this.env.train;
+    const round = this.round!;
+    // Dynamic sampling: refill groups the filter dropped (at most 3 rounds; then train on what there is).
+    if (this.groups.readyGroups < t.promptsPerStep && round.refills < 3) {
+      round.refills++;
+      return this.feed(t.promptsPerStep - this.groups.readyGroups);
+    }
+    const { batch } = this.groups.takeBatch(this.synced?.version ?? 0, { partial: true });
+    if (!batch) {
+      if (++this.emptyRounds > 10) throw new OozeError("INTERNAL", `buffer: ${this.emptyRounds} rounds in a row produced no trainable group (every episode failed or was filtered)`);
+      round.refills = 0;
+      return this.feed(t.promptsPerStep);
+    }
+    this.emptyRounds = 0;
+    const trained = new Set(batch.samples.map((s) => s.index));
+    const all = [...round.all.values()];
+    const ok = all.filter((s) => s.reward !== null);
+    const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+    const step = this.batches + 1;
+    await publish(this.env.bus, this.env.names.trainBatches, batchMsg, {
+      step,
+      samples: batch.samples,
+      groups: batch.groups,
+      dropped: all.filter((s) => !trained.has(s.index)).map((s) => s.index).sort((a, b) => a - b),
+      stalenessMax: Math.max(0, batch.stalenessMax),
+      nextPrompt: this.nextPrompt,
+      nextSample: this.nextPrompt * t.samplesPerPrompt,
+      stats: {
+        generated: all.length,
+        rewardMean: mean(ok.map((s) => s.reward!)),
+        rewardMaxFrac: mean(ok.map((s) => (s.reward! >= 1 ? 1 : 0))),
+        responseLengthMean: mean(all.map((s) => s.responseLength)),
+        failed: all.filter((s) => s.status === "failed").length,
+        droppedGroups: this.groups.stats.dropped,
+        rolloutSeconds: (performance.now() - round.started) / 1000,
+        promptTokens: round.promptTokens,
+        cachedTokens: round.cachedTokens,
+      },
+    }, `batch-${step}`, this.path);
+    this.batches = step;
+    this.round = null;
+    this.log(`buffer: batch ${step} (${batch.samples.length} samples, ${batch.groups.length} groups) published`);
+    await this.maybeFeed();
+  }
+}
+
+/** The buffer actor definition for a node's system and topology. */
+export function bufferActor(system: ActorSystem, topology: Topology) {
+  return defineActor<BufferState, LoopControl>({
+    name: "train-buffer",
+    messages: loopControl,
+    async init(ctx) {
+      const env = loopEnv(system, topology, ctx as never);
+      const cfg = actorConfig(bufferActorConfig, ctx as never);
+      await ensureTrainStreams(env.bus, env.names);
+      const feeder = new Feeder(env, ctx.path, (l) => ctx.log.info(l));
+      const fail = failer(ctx);
+      const versions = await VersionsKv.open(env.bus, env.names);
+      const stopWatch = await versions.watch((r) => void feeder.serial(() => feeder.onVersion(r)).catch(fail));
+      const consumer = consumeStream({
+        bus: env.bus, names: env.names, stream: env.names.streamSamples, subject: env.names.trainSamples, durable: env.names.consumer("train_buffer"),
+        registry: sampleRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
+        handle: (msg) =>
+          feeder.serial(() => (sampleMsg.is(msg) ? feeder.onSample(msg.body) : groupClosed.is(msg) ? feeder.onClose(msg.body) : Promise.resolve())),
+      });
+      return { consumer, stopWatch };
+    },
+    handle(_state, msg) {
+      throw new OozeError("INTERNAL", `buffer: ${msg.error}`);
+    },
+    async onStop(state) {
+      state.stopWatch();
+      await state.consumer.stop();
+    },
+  });
+}

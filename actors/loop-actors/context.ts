@@ -1,0 +1,67 @@
+// What every training-loop actor needs at init: the job's bus and names, the topology's `train:`
+// section (actors/loop/config.ts trainSchema, so `ooze train` and `ooze up` read the same file), the
+// directory relative paths resolve against, its own validated config, and the control message that
+// turns a background failure into a crash its supervisor handles.
+import { dirname } from "node:path";
+import { z } from "zod";
+import { remoteLayer, type ActorContext, type ActorSystem } from "../../src/actor/index.ts";
+import { OozeError, toOozeError } from "../../src/errors.ts";
+import type { Topology } from "../../src/topology/schema.ts";
+import type { Bus } from "../../src/transport/bus.ts";
+import type { JobNames } from "../../src/transport/names.ts";
+import { trainSchema, type TrainConfig } from "../loop/config.ts";
+
+/** The job-level context of a loop actor. */
+export interface LoopEnv {
+  bus: Bus;
+  names: JobNames;
+  job: string;
+  train: TrainConfig;
+  /** Directory of the topology file (relative paths in it resolve here). */
+  baseDir: string;
+  /** Hosts of the topology (the trainer stops them all when the run is done). */
+  hosts: string[];
+  host: string;
+}
+
+/** Messages every loop actor accepts: a background task failed (→ crash, restart by its supervisor). */
+export const loopControl = z.object({ op: z.literal("failed"), error: z.string() });
+/** A loop actor's control message. */
+export type LoopControl = z.infer<typeof loopControl>;
+
+/** Builds the LoopEnv of an actor from its system, the topology and ctx.config (host, job). */
+export function loopEnv(system: ActorSystem, topology: Topology, ctx: ActorContext<unknown>): LoopEnv {
+  const { bus, names } = remoteLayer(system);
+  const where = topology.file ?? "topology";
+  const t = trainSchema.safeParse(topology.train ?? {});
+  if (!t.success) throw new OozeError("TOPOLOGY_INVALID", `${where}: train: ${t.error.issues.map((i) => `${i.path.join(".") || "(section)"}: ${i.message}`).join("; ")}`);
+  return {
+    bus,
+    names,
+    job: typeof ctx.config.job === "string" ? ctx.config.job : system.name,
+    train: t.data,
+    baseDir: topology.file ? dirname(topology.file) : process.cwd(),
+    hosts: topology.hosts.map((h) => h.name),
+    host: typeof ctx.config.host === "string" ? ctx.config.host : topology.hosts[0]!.name,
+  };
+}
+
+/** Validates an actor's own `config` (host and job, added by the node, are allowed). */
+export function actorConfig<S extends z.ZodObject>(schema: S, ctx: ActorContext<unknown>): z.output<S> {
+  const { host: _h, job: _j, ...own } = ctx.config;
+  const r = schema.strict().safeParse(own);
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new OozeError("TOPOLOGY_INVALID", `actor '${ctx.path}': config field '${i?.path.join(".") || "(root)"}': ${i?.message ?? "invalid"}`);
+  }
+  return r.data as z.output<S>;
+}
+
+/** A reporter for background failures: logs and sends the actor a `failed` message (a crash). */
+export function failer(ctx: ActorContext<LoopControl>): (e: unknown) => void {
+  return (e) => {
+    const msg = toOozeError(e).message;
+    ctx.log.error(msg);
+    ctx.self.tell({ op: "failed", error: msg });
+  };
+}

@@ -1,0 +1,127 @@
+// The protocol of the training loop's actors on JetStream (msgpack, typed arrays intact, validated
+// once at the edge): prompt groups to generate, finished samples and group closes, training batches,
+// and new weight versions; plus the version record kept in the job's versions KV bucket.
+import { z } from "zod";
+import { createRegistry, defineMessage, zFloat32Array, zInt32Array, zUint8Array } from "../../src/codec/index.ts";
+import { sampleProblem, type Sample } from "../../src/sample.ts";
+import type { TrainSample } from "../buffer/groups.ts";
+
+const index = z.number().int().min(0);
+
+const sampleFields = {
+  index,
+  groupIndex: index,
+  rolloutId: z.string(),
+  prompt: z.unknown(),
+  tokens: zInt32Array(),
+  responseLength: index,
+  lossMask: zUint8Array(),
+  rolloutLogprobs: zFloat32Array(),
+  reward: z.number().nullable(),
+  status: z.enum(["pending", "completed", "truncated", "aborted", "failed"]),
+  weightVersions: z.array(z.object({ start: index, end: index, version: z.string() })),
+  metadata: z.record(z.string(), z.unknown()),
+};
+
+const aligned = (s: Sample, ctx: z.RefinementCtx) => {
+  const p = sampleProblem(s);
+  if (p !== null) ctx.addIssue({ code: "custom", message: p });
+};
+
+/** A Sample on the wire (lengths checked with sampleProblem). */
+export const sampleSchema = z.object(sampleFields).superRefine((s, ctx) => aligned(s as Sample, ctx)) as unknown as z.ZodType<Sample>;
+/** A Sample with its advantage, as a batch carries it. */
+export const trainSampleSchema = z
+  .object({ ...sampleFields, advantage: z.number() })
+  .superRefine((s, ctx) => aligned(s as Sample, ctx)) as unknown as z.ZodType<TrainSample>;
+
+/** One prompt group to generate (PROMPTS, a work queue; msgID `prompt-<groupIndex>`). */
+export const promptGroup = defineMessage({
+  kind: "train.prompt-group",
+  v: 1,
+  schema: z.object({
+    /** The prompt's index: the task's reset index and the group index. */
+    groupIndex: index,
+    /** Sample indices are firstSample … firstSample + samples - 1 (the same on every redelivery). */
+    firstSample: index,
+    samples: z.number().int().min(1),
+    /** The training step this group is generated for. */
+    step: z.number().int().min(1),
+  }),
+});
+
+/** One finished episode (SAMPLES; msgID `sample-<index>`, so a regenerated sample is stored once). */
+export const sampleMsg = defineMessage({ kind: "train.sample", v: 1, schema: z.object({ sample: sampleSchema }) });
+
+/** A group is complete after `count` samples (SAMPLES, after the group's samples; msgID `close-<groupIndex>`). */
+export const groupClosed = defineMessage({
+  kind: "train.group-closed",
+  v: 1,
+  schema: z.object({
+    groupIndex: index,
+    count: z.number().int().min(0),
+    /** Prefix-cache counters of the rollout's engines since its previous close (approximate per group). */
+    promptTokens: index,
+    cachedTokens: index,
+  }),
+});
+
+/** Counters of the rollouts behind one batch, for metrics.jsonl. */
+export const rolloutStats = z.object({
+  /** Samples generated for the batch (trained or dropped). */
+  generated: index,
+  rewardMean: z.number(),
+  rewardMaxFrac: z.number(),
+  responseLengthMean: z.number(),
+  failed: index,
+  droppedGroups: index,
+  rolloutSeconds: z.number().min(0),
+  promptTokens: index,
+  cachedTokens: index,
+});
+
+/** One training batch (BATCHES; msgID `batch-<step>`). */
+export const batchMsg = defineMessage({
+  kind: "train.batch",
+  v: 1,
+  schema: z.object({
+    step: z.number().int().min(1),
+    samples: z.array(trainSampleSchema),
+    groups: z.array(index),
+    /** Sample indices generated for this batch and not trained (filtered groups, failed episodes). */
+    dropped: z.array(index),
+    stalenessMax: index,
+    /** Data position after this batch (the next prompt and sample index the buffer feeds). */
+    nextPrompt: index,
+    nextSample: index,
+    stats: rolloutStats,
+  }),
+});
+
+/** The trainer's weights after a step (WEIGHTS; msgID `weights-<step>`). */
+export const weightsMsg = defineMessage({
+  kind: "train.weights",
+  v: 1,
+  schema: z.object({
+    /** Weight version (unchanged when the step had nothing to train on). */
+    version: index,
+    /** Model directory (HF safetensors) of that version, on a filesystem every node sees. */
+    modelDir: z.string().min(1),
+    /** Steps trained so far. */
+    step: index,
+  }),
+});
+
+/** What the rollout consumes. */
+export const promptRegistry = createRegistry(promptGroup);
+/** What the buffer consumes. */
+export const sampleRegistry = createRegistry(sampleMsg, groupClosed);
+/** What the trainer consumes. */
+export const batchRegistry = createRegistry(batchMsg);
+/** What weight-sync consumes. */
+export const weightsRegistry = createRegistry(weightsMsg);
+
+/** The job's weight-version record (versions KV, key `latest`): only ever increases. */
+export const versionRecord = z.object({ version: z.number().int().min(-1), modelDir: z.string(), step: index, at: z.number() });
+/** A version record. */
+export type VersionRecord = z.infer<typeof versionRecord>;

@@ -1,0 +1,212 @@
+// The JetStream plumbing of the training loop's actors: the job's streams (prompts: a work queue;
+// samples, batches, weights: limits, with a long duplicate window so a regenerated message is stored
+// once), a consumer loop that decodes and validates each message once, dead-letters malformed ones
+// and acks only after the handler returned (heartbeats keep long handlers' messages theirs), and the
+// versions KV record that only moves forward.
+import type { JsMsg } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
+import { deadLetter, decodeMessage, type AnyMessageDef, type BodyOf, type MessageOf, type MessageRegistry } from "../../src/codec/index.ts";
+import { OozeError, toOozeError } from "../../src/errors.ts";
+import type { Bus } from "../../src/transport/bus.ts";
+import type { JobNames } from "../../src/transport/names.ts";
+import { versionRecord, type VersionRecord } from "./messages.ts";
+
+/** Duplicate window of the data streams: longer than any redelivery after a killed rollout. */
+const DEDUP_NS = 15 * 60 * 1e9;
+
+/** Creates (idempotently) the loop's streams: PROMPTS (work queue), SAMPLES, BATCHES, WEIGHTS. */
+export async function ensureTrainStreams(bus: Bus, names: JobNames): Promise<void> {
+  const common = { storage: "file", duplicate_window: DEDUP_NS } as const;
+  await bus.ensureStream(names.streamPrompts, [names.trainPrompts], { ...common, retention: "workqueue" } as never);
+  await bus.ensureStream(names.streamSamples, [names.trainSamples], common as never);
+  await bus.ensureStream(names.streamBatches, [names.trainBatches], common as never);
+  await bus.ensureStream(names.streamWeights, [names.trainWeights], common as never);
+}
+
+/** Publishes one message with `msgID` as both the envelope id and the JetStream dedup id. */
+export async function publish<D extends AnyMessageDef>(bus: Bus, subject: string, def: D, body: BodyOf<D>, msgID: string, sender: string): Promise<{ duplicate: boolean }> {
+  const ack = await bus.jsPublish(subject, def.encode(body, { id: msgID, sender }), { msgID, timeoutMs: 30_000 });
+  return { duplicate: ack.duplicate };
+}
+
+/** Options of consumeStream. */
+export interface ConsumeOptions<D extends AnyMessageDef> {
+  bus: Bus;
+  names: JobNames;
+  stream: string;
+  subject: string;
+  /** Durable consumer name (shared by every instance of the consuming role). */
+  durable: string;
+  registry: MessageRegistry<D>;
+  /** Actor path that dead letters are filed under. */
+  actor: string;
+  /** Messages handled at once (and the consumer's max_ack_pending). Default 1: in stream order. */
+  concurrency?: number;
+  /** Redelivery after this long without ack or heartbeat (a killed consumer's messages come back). Default 30 s. */
+  ackWaitMs?: number;
+  handle(msg: MessageOf<D>, info: { deliveryCount: number }): Promise<void>;
+  log(line: string): void;
+}
+
+/** A running consumer. */
+export interface StreamConsumer {
+  readonly stats: { handled: number; failed: number; malformed: number };
+  /** Stops pulling; waits up to `graceMs` for handlers in flight (unacked ones come back to the next consumer). */
+  stop(graceMs?: number): Promise<void>;
+}
+
+/** Consumes a stream with a durable pull consumer; see the file comment for the delivery rules. */
+export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): StreamConsumer {
+  const concurrency = o.concurrency ?? 1;
+  const ackWaitMs = o.ackWaitMs ?? 30_000;
+  const stats = { handled: 0, failed: 0, malformed: 0 };
+  const running = new Set<Promise<void>>();
+  let stopped = false;
+  let iter: { stop(): void } | null = null;
+
+  const one = async (m: JsMsg): Promise<void> => {
+    let msg: MessageOf<D>;
+    try {
+      msg = decodeMessage(m.data.length > 0 ? m.data : await o.bus.payload(m), o.registry);
+    } catch (e) {
+      if (e instanceof OozeError && e.code === "TRANSPORT") return void m.nak(1_000);
+      stats.malformed++;
+      o.log(`malformed message on ${m.subject} dead-lettered to ${o.names.deadLetter(o.actor)}: ${(e as Error).message}`);
+      await deadLetter(o.bus, o.names, o.actor, m.data, e, m.subject);
+      return void m.term();
+    }
+    const beat = setInterval(() => m.working(), Math.max(100, ackWaitMs / 3));
+    try {
+      await o.handle(msg, { deliveryCount: m.info.deliveryCount });
+      m.ack();
+      stats.handled++;
+    } catch (e) {
+      stats.failed++;
+      if (stopped) return; // redelivered after ack_wait to whoever consumes next
+      const n = m.info.deliveryCount;
+      o.log(`handling ${msg.kind} ${msg.id} failed (delivery ${n}; retrying): ${toOozeError(e).message}`);
+      m.nak(Math.min(5_000, 200 * 2 ** Math.max(0, n - 1)));
+    } finally {
+      clearInterval(beat);
+    }
+  };
+
+  const loop = (async () => {
+    while (!stopped) {
+      try {
+        const consumer = await o.bus.ensureConsumer(o.stream, o.durable, {
+          filter_subject: o.subject,
+          ack_wait: ackWaitMs * 1_000_000,
+          max_ack_pending: concurrency,
+          max_deliver: -1,
+        } as never);
+        const msgs = await consumer.consume({ max_messages: concurrency });
+        iter = msgs;
+        for await (const m of msgs) {
+          if (stopped) break;
+          const p: Promise<void> = one(m).finally(() => running.delete(p));
+          running.add(p);
+          while (running.size >= concurrency) await Promise.race(running);
+        }
+      } catch (e) {
+        if (!stopped) o.log(`consumer ${o.durable} on ${o.stream}: ${(e as Error).message}; reconnecting`);
+      }
+      iter = null;
+      if (!stopped) await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
+
+  return {
+    stats,
+    async stop(graceMs = 10_000) {
+      if (stopped) return;
+      stopped = true;
+      iter?.stop();
+      let timer: NodeJS.Timeout | undefined;
+      const grace = new Promise<void>((r) => (timer = setTimeout(r, graceMs)));
+      await Promise.race([Promise.allSettled([loop, ...running]), grace]);
+      clearTimeout(timer);
+    },
+  };
+}
+
+const LATEST = "latest";
+const text = new TextEncoder();
+const untext = new TextDecoder();
+
+/** The job's versions KV bucket: the latest synced weight version and step, only moving forward. */
+export class VersionsKv {
+  private constructor(private readonly kv: KV) {}
+
+  /** Opens (creating if needed) `names.kvVersions`. */
+  static async open(bus: Bus, names: JobNames): Promise<VersionsKv> {
+    return new VersionsKv(await bus.kv(names.kvVersions, { history: 8 }));
+  }
+
+  /** The latest record, or null before the first sync. */
+  async get(): Promise<VersionRecord | null> {
+    return (await this.entry())?.record ?? null;
+  }
+
+  private async entry(): Promise<{ record: VersionRecord; revision: number } | null> {
+    const e = await this.kv.get(LATEST);
+    if (!e || e.operation !== "PUT" || e.value.length === 0) return null;
+    return { record: versionRecord.parse(JSON.parse(untext.decode(e.value))), revision: e.revision };
+  }
+
+  /**
+   * Records `r` unless the stored record is ahead of it (compare-and-set, so two writers cannot move
+   * it back). Throws CONFIG_INVALID when `r`'s version is below the stored one.
+   */
+  async advance(r: VersionRecord): Promise<void> {
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const cur = await this.entry();
+      if (cur && r.version < cur.record.version)
+        throw new OozeError("CONFIG_INVALID", `versions KV: version ${r.version} is below the recorded ${cur.record.version}; versions only increase`);
+      if (cur && r.version === cur.record.version && r.step <= cur.record.step) return;
+      const data = text.encode(JSON.stringify(r));
+      try {
+        if (cur) await this.kv.update(LATEST, data, cur.revision);
+        else await this.kv.create(LATEST, data);
+        return;
+      } catch {
+        // another writer got there first: read again
+      }
+    }
+    throw new OozeError("TRANSPORT", "versions KV: could not record the version after 10 compare-and-set attempts", { retryable: true });
+  }
+
+  /** Calls `on` with the current record and every later one; returns the stop function. */
+  async watch(on: (r: VersionRecord) => void): Promise<() => void> {
+    const it = await this.kv.watch({ key: LATEST });
+    void (async () => {
+      for await (const e of it) {
+        if (e.operation !== "PUT" || e.value.length === 0) continue;
+        try {
+          on(versionRecord.parse(JSON.parse(untext.decode(e.value))));
+        } catch {
+          // not a version record
+        }
+      }
+    })();
+    return () => it.stop();
+  }
+
+  /** Resolves with the first record whose step is at least `step`. */
+  async waitForStep(step: number): Promise<VersionRecord> {
+    let done = false;
+    let resolveFn!: (r: VersionRecord) => void;
+    const p = new Promise<VersionRecord>((r) => (resolveFn = r));
+    const stop = await this.watch((r) => {
+      if (!done && r.step >= step) {
+        done = true;
+        resolveFn(r);
+      }
+    });
+    try {
+      return await p;
+    } finally {
+      stop();
+    }
+  }
+}

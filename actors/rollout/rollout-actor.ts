@@ -1,0 +1,102 @@
+// The rollout actor (kind `train.rollout`): consumes prompt groups from the PROMPTS work queue (a
+// durable consumer shared by every rollout instance, `concurrency` groups in flight each), runs the
+// group's episodes on the job's engines (the ones the fleet actor registered in the engines KV
+// bucket) with rolloutRange, publishes each sample (msgID = sample index) and then the group's close,
+// and only then acks the prompt. A rollout killed mid-group leaves its prompt unacked: it comes back
+// after ackWaitMs and is generated again with the same sample indices, and the stream's duplicate
+// window keeps the samples already published from being stored twice.
+import { z } from "zod";
+import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
+import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
+import { OozeError } from "../../src/errors.ts";
+import type { Sample } from "../../src/sample.ts";
+import type { Topology } from "../../src/topology/schema.ts";
+import { actorConfig, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
+import { groupClosed, promptRegistry, sampleMsg } from "../loop-actors/messages.ts";
+import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../loop-actors/streams.ts";
+import { FleetGenerator } from "../loop/engines.ts";
+import { loadTask } from "../loop/task-loader.ts";
+import { rolloutRange } from "./rollout.ts";
+
+/** The rollout actor's `config`. */
+export const rolloutActorConfig = z.object({
+  /** Prompt groups generated at once by this instance. */
+  concurrency: z.number().int().min(1).default(16),
+  /** A group's prompt comes back to another consumer after this long without a heartbeat. */
+  ackWaitMs: z.number().int().min(500).default(30_000),
+  /** How long to wait for the fleet to register its first engine. */
+  engineWaitMs: z.number().int().min(0).default(120_000),
+  /**
+   * Fault injection for tests: on its first delivery, group `holdGroup` publishes half its samples
+   * and then never finishes (the process is meant to be killed there).
+   */
+  holdGroup: z.number().int().min(0).optional(),
+});
+
+interface RolloutState {
+  consumer: StreamConsumer;
+  gen: FleetGenerator;
+}
+
+/** Engine URLs from the job's engines KV bucket, waiting up to `waitMs` for the first one. */
+async function engineUrls(registry: FleetRegistry, waitMs: number): Promise<string[]> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const urls = (await registry.entries()).map((e) => e.url);
+    if (urls.length > 0) return urls;
+    if (Date.now() >= deadline)
+      throw new OozeError("ENGINE_UNAVAILABLE", `rollout: no engine in KV bucket '${registry.bucket}' after ${waitMs} ms; run a 'fleet' actor in the job (it registers its engines there)`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+/** The rollout actor definition for a node's system and topology. */
+export function rolloutActor(system: ActorSystem, topology: Topology) {
+  return defineActor<RolloutState, LoopControl>({
+    name: "train-rollout",
+    messages: loopControl,
+    async init(ctx) {
+      const env = loopEnv(system, topology, ctx as never);
+      const cfg = actorConfig(rolloutActorConfig, ctx as never);
+      const { bus, names, train } = env;
+      const task = await loadTask(train.task, train.taskConfig, env.baseDir);
+      const registry = await FleetRegistry.open(bus, env.job);
+      const gen = await FleetGenerator.create(await engineUrls(registry, cfg.engineWaitMs), (l) => ctx.log.info(l));
+      await ensureTrainStreams(bus, names);
+      const send = (s: Sample) => {
+        const p = publish(bus, names.trainSamples, sampleMsg, { sample: s }, `sample-${s.index}`, ctx.path);
+        p.catch(() => undefined); // awaited with the group; a failure fails the group (nak, redelivery)
+        return p;
+      };
+      const consumer = consumeStream({
+        bus, names, stream: names.streamPrompts, subject: names.trainPrompts, durable: names.consumer("train_rollout"),
+        registry: promptRegistry, actor: ctx.path, concurrency: cfg.concurrency, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
+        async handle(msg, info) {
+          const p = msg.body;
+          const hold = cfg.holdGroup === p.groupIndex && info.deliveryCount === 1;
+          const sent: Promise<unknown>[] = [];
+          const r = await rolloutRange(task, gen, { firstPrompt: p.groupIndex, prompts: 1, samplesPerPrompt: p.samples, firstSample: p.firstSample }, {
+            seed: train.seed, temperature: train.temperature, onSample: (s) => void (hold || sent.push(send(s))),
+          });
+          if (hold) {
+            await Promise.all(r.samples.slice(0, Math.floor(r.samples.length / 2)).map(send));
+            ctx.log.warn(`rollout: holding group ${p.groupIndex} after publishing half its samples (holdGroup fault injection)`);
+            await new Promise(() => undefined);
+          }
+          await Promise.all(sent);
+          const cache = gen.takeCacheStats();
+          await publish(bus, names.trainSamples, groupClosed, { groupIndex: p.groupIndex, count: r.samples.length, ...cache }, `close-${p.groupIndex}`, ctx.path);
+        },
+      });
+      ctx.log.info(`rollout: consuming ${names.streamPrompts} with ${cfg.concurrency} groups in flight on ${gen.fleet.list().length} engine(s)`);
+      return { consumer, gen };
+    },
+    handle(_state, msg) {
+      throw new OozeError("INTERNAL", `rollout: ${msg.error}`);
+    },
+    async onStop(state) {
+      await state.consumer.stop();
+      await state.gen.close();
+    },
+  });
+}

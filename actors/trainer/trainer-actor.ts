@@ -1,0 +1,172 @@
+// The trainer actor (kind `train.trainer`, one per job): supervises the native trainer worker
+// (PolicyTrainer), announces its starting weights as version 0 on WEIGHTS, consumes BATCHES in order
+// (a batch is acked after its step is trained, saved, announced and synced; a redelivered batch of a
+// step already trained is skipped), writes OUT/metrics.jsonl, OUT/batches.jsonl (which sample indices
+// each step trained and dropped) and OUT/reward.svg like `ooze train`, checkpoints every K steps and
+// at the end, and then (stopWhenDone) tells every node of the job to drain and stop.
+import { existsSync, mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { z } from "zod";
+import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
+import { OozeError } from "../../src/errors.ts";
+import { nodeDown } from "../../src/topology/node.ts";
+import type { Topology } from "../../src/topology/schema.ts";
+import { actorConfig, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
+import { batchMsg, batchRegistry, weightsMsg } from "../loop-actors/messages.ts";
+import { consumeStream, ensureTrainStreams, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
+import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "../loop/metrics.ts";
+import { checkpointDir, commitCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
+import { PolicyTrainer } from "./policy-trainer.ts";
+
+/** The trainer actor's `config`. */
+export const trainerActorConfig = z.object({
+  /** Run directory (relative to the topology file; `{job}` becomes the job id): metrics.jsonl, batches.jsonl, reward.svg, weights/, checkpoints/. */
+  out: z.string().min(1),
+  /** After the last step: tell every node of the job to drain and stop (`ooze up` then exits 0). */
+  stopWhenDone: z.boolean().default(true),
+  /** A batch comes back after this long without a heartbeat (a killed trainer's). */
+  ackWaitMs: z.number().int().min(500).default(60_000),
+});
+
+type Batch = z.output<typeof batchMsg.schema>;
+
+interface TrainerState {
+  trainer: PolicyTrainer;
+  consumer: StreamConsumer;
+}
+
+/** The trainer actor definition for a node's system and topology. */
+export function trainerActor(system: ActorSystem, topology: Topology) {
+  return defineActor<TrainerState, LoopControl>({
+    name: "train-trainer",
+    messages: loopControl,
+    async init(ctx) {
+      const env = loopEnv(system, topology, ctx as never);
+      const cfg = actorConfig(trainerActorConfig, ctx as never);
+      const t = env.train;
+      const out = resolve(env.baseDir, cfg.out.replaceAll("{job}", env.job));
+      const paths = { metrics: join(out, "metrics.jsonl"), batches: join(out, "batches.jsonl"), svg: join(out, "reward.svg") };
+      mkdirSync(out, { recursive: true });
+      if (readJsonl(paths.metrics).length > 0)
+        throw new OozeError("CONFIG_INVALID", `trainer: ${paths.metrics} already has steps; give the trainer another 'out' (resuming a run of actors is not supported yet)`);
+      let startDir: string;
+      if (t.model) startDir = resolve(env.baseDir, t.model);
+      else {
+        const { initModelDir } = await import("../../native/model-dir.ts");
+        startDir = join(out, "weights", "v0");
+        if (!existsSync(join(startDir, "model.safetensors"))) await initModelDir(t.preset, startDir, t.seed);
+      }
+      const trainer = await PolicyTrainer.start({
+        modelDir: startDir,
+        version: 0,
+        weightsRoot: join(out, "weights"),
+        config: {
+          lr: t.lr, weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
+          entropyCoef: t.entropyCoef, temperature: t.temperature, microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep,
+        },
+        onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
+      });
+      try {
+        await ensureTrainStreams(env.bus, env.names);
+        const versions = await VersionsKv.open(env.bus, env.names);
+        const announce = (step: number) =>
+          publish(env.bus, env.names.trainWeights, weightsMsg, { version: trainer.version, modelDir: trainer.modelDir, step }, `weights-${step}`, ctx.path);
+        await announce(0);
+        const run = new Run(env, cfg, out, paths, trainer, versions, announce, (l) => ctx.log.info(l));
+        const consumer = consumeStream({
+          bus: env.bus, names: env.names, stream: env.names.streamBatches, subject: env.names.trainBatches, durable: env.names.consumer("train_trainer"),
+          registry: batchRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
+          handle: (msg) => run.onBatch(msg.body),
+        });
+        ctx.log.info(`trainer: ${t.steps} steps of ${t.promptsPerStep}×${t.samplesPerPrompt} samples (${t.mode}), run directory ${out}`);
+        return { trainer, consumer };
+      } catch (e) {
+        await trainer.close();
+        throw e;
+      }
+    },
+    handle(_state, msg) {
+      throw new OozeError("INTERNAL", `trainer: ${msg.error}`);
+    },
+    async onStop(state) {
+      await state.consumer.stop();
+      await state.trainer.close();
+    },
+  });
+}
+
+/** One run's progress: steps trained, metrics, checkpoints. */
+class Run {
+  private step = 0;
+  private checkpointStep = 0;
+  private readonly t0 = performance.now();
+  private lastStepEnd = performance.now();
+  private readonly metrics: StepMetrics[] = [];
+
+  constructor(
+    private readonly env: LoopEnv,
+    private readonly cfg: z.output<typeof trainerActorConfig>,
+    private readonly out: string,
+    private readonly paths: { metrics: string; batches: string; svg: string },
+    private readonly trainer: PolicyTrainer,
+    private readonly versions: VersionsKv,
+    private readonly announce: (step: number) => Promise<unknown>,
+    private readonly log: (l: string) => void,
+  ) {}
+
+  async onBatch(b: Batch): Promise<void> {
+    if (b.step <= this.step) return; // redelivered: trained already
+    if (b.step !== this.step + 1) throw new OozeError("INTERNAL", `trainer: batch of step ${b.step} arrived after step ${this.step}`);
+    const t = this.env.train;
+    const tTrain = performance.now();
+    const restartsBefore = this.trainer.restarts;
+    const trained = b.samples.length > 0 ? await this.trainer.step(b.samples) : null;
+    const trainSeconds = (performance.now() - tTrain) / 1000;
+    const tSync = performance.now();
+    await this.announce(b.step);
+    await this.versions.waitForStep(b.step);
+    const syncSeconds = (performance.now() - tSync) / 1000;
+    this.step = b.step;
+    const now = performance.now();
+    const stepSeconds = (now - this.lastStepEnd) / 1000;
+    this.lastStepEnd = now;
+    const tm = trained?.metrics ?? null;
+    const s = b.stats;
+    const m: StepMetrics = {
+      step: b.step, reward_mean: s.rewardMean, reward_max_frac: s.rewardMaxFrac, samples: b.samples.length,
+      tokens: b.samples.reduce((n, x) => n + x.tokens.length, 0), seconds: (now - this.t0) / 1000, step_seconds: stepSeconds,
+      rollout_seconds: s.rolloutSeconds, train_seconds: trainSeconds, sync_seconds: syncSeconds, samples_per_s: b.samples.length / Math.max(1e-9, stepSeconds),
+      weight_version: this.trainer.version, staleness_max: b.stalenessMax, cache_hit_rate: s.promptTokens > 0 ? s.cachedTokens / s.promptTokens : 0,
+      loss: tm?.loss ?? 0, kl: tm?.ppoKl ?? 0, entropy: tm?.entropy ?? 0, clipfrac: tm?.clipfrac ?? 0, grad_norm: tm?.gradNorm ?? 0,
+      response_length_mean: s.responseLengthMean, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: this.trainer.restarts - restartsBefore,
+    };
+    this.metrics.push(m);
+    appendJsonl(this.paths.metrics, m);
+    appendJsonl(this.paths.batches, { step: b.step, trained: b.samples.map((x) => x.index), dropped: b.dropped });
+    writeRewardSvg(this.paths.svg, this.metrics, `ooze up: ${t.task} (${t.mode}, actors)`);
+    this.log(`trainer: step ${b.step}/${t.steps} reward ${m.reward_mean.toFixed(3)} version ${m.weight_version}`);
+    const state: RunState = { step: b.step, nextPrompt: b.nextPrompt, nextSample: b.nextSample, weightVersion: this.trainer.version, seconds: m.seconds };
+    const last = b.step >= t.steps;
+    if (b.step % t.checkpointEvery === 0 || last) await this.checkpoint(state);
+    if (last) {
+      this.log(`trainer: done: ${b.step} steps, reward ${this.metrics[0]?.reward_mean.toFixed(3)} → ${m.reward_mean.toFixed(3)}, weight version ${this.trainer.version}, ${this.out}`);
+      if (this.cfg.stopWhenDone) setImmediate(() => void this.stopJob());
+    }
+  }
+
+  private async checkpoint(state: RunState): Promise<void> {
+    if (state.step === this.checkpointStep) return;
+    const dir = checkpointDir(this.out, state.step);
+    await this.trainer.saveTo(dir);
+    commitCheckpoint(this.out, dir, state);
+    pruneCheckpoints(this.out, this.env.train.keepCheckpoints);
+    this.checkpointStep = state.step;
+  }
+
+  /** Tells every node of the job (this one last) to drain and stop. */
+  private async stopJob(): Promise<void> {
+    const others = this.env.hosts.filter((h) => h !== this.env.host);
+    await Promise.all(others.map((h) => nodeDown(this.env.bus, this.env.job, h).catch((e) => this.log(`trainer: could not stop node ${h}: ${(e as Error).message}`))));
+    await nodeDown(this.env.bus, this.env.job, this.env.host).catch((e) => this.log(`trainer: could not stop node ${this.env.host}: ${(e as Error).message}`));
+  }
+}

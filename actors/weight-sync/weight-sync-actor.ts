@@ -1,0 +1,79 @@
+// The weight-sync actor (kind `train.weight-sync`, one per job): consumes WEIGHTS in order and, for
+// each version above the engines' one, has the fleet actor walk every engine through pause →
+// update_weights_from_disk → continue (FullWeightSync over an ask to the fleet, which checks each
+// engine's reported version), then records {version, modelDir, step} in the job's versions KV bucket
+// (compare-and-set, never backwards). The buffer feeds the next step once that record is there.
+import { z } from "zod";
+import { defineActor, remoteRef, type ActorSystem } from "../../src/actor/index.ts";
+import { OozeError } from "../../src/errors.ts";
+import type { Topology } from "../../src/topology/schema.ts";
+import { askFleet, type FleetMsg } from "../fleet/messages.ts";
+import { actorConfig, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
+import { weightsRegistry } from "../loop-actors/messages.ts";
+import { consumeStream, ensureTrainStreams, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
+import type { Generator } from "../loop/engines.ts";
+import { FullWeightSync } from "./full.ts";
+
+/** The weight-sync actor's `config`. */
+export const weightSyncActorConfig = z.object({
+  /** Path of the fleet actor that owns the engines. */
+  fleet: z.string().min(1).default("fleet"),
+  /** Deadline of one fleet update (all engines). */
+  updateTimeoutMs: z.number().int().min(1000).default(120_000),
+  ackWaitMs: z.number().int().min(500).default(60_000),
+});
+
+interface WeightSyncState {
+  consumer: StreamConsumer;
+}
+
+/** A Generator whose only ability is updating weights, through the fleet actor. */
+function fleetUpdater(ask: (msg: FleetMsg) => Promise<unknown>): Generator {
+  const no = (): never => {
+    throw new OozeError("INTERNAL", "weight-sync: only updates weights");
+  };
+  return {
+    generate: no,
+    replace: no,
+    takeCacheStats: () => ({ promptTokens: 0, cachedTokens: 0 }),
+    async updateWeights(modelDir, version) {
+      await ask({ op: "updateWeights", modelDir, version });
+    },
+  };
+}
+
+/** The weight-sync actor definition for a node's system and topology. */
+export function weightSyncActor(system: ActorSystem, topology: Topology) {
+  return defineActor<WeightSyncState, LoopControl>({
+    name: "train-weight-sync",
+    messages: loopControl,
+    async init(ctx) {
+      const env = loopEnv(system, topology, ctx as never);
+      const cfg = actorConfig(weightSyncActorConfig, ctx as never);
+      await ensureTrainStreams(env.bus, env.names);
+      const versions = await VersionsKv.open(env.bus, env.names);
+      const fleet = remoteRef<FleetMsg>(system, cfg.fleet);
+      const start = (await versions.get())?.version ?? -1;
+      const sync = new FullWeightSync(fleetUpdater((m) => askFleet(fleet, m, cfg.updateTimeoutMs)), start, (l) => ctx.log.warn(l));
+      const consumer = consumeStream({
+        bus: env.bus, names: env.names, stream: env.names.streamWeights, subject: env.names.trainWeights, durable: env.names.consumer("train_weight_sync"),
+        registry: weightsRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
+        async handle(msg) {
+          const w = msg.body;
+          if (w.version > sync.version) {
+            await sync.push(w.modelDir, w.version);
+            ctx.log.info(`weight-sync: engines serve version ${w.version} (step ${w.step})`);
+          }
+          if (w.version >= sync.version) await versions.advance({ version: w.version, modelDir: w.modelDir, step: w.step, at: Date.now() });
+        },
+      });
+      return { consumer };
+    },
+    handle(_state, msg) {
+      throw new OozeError("INTERNAL", `weight-sync: ${msg.error}`);
+    },
+    async onStop(state) {
+      await state.consumer.stop();
+    },
+  });
+}

@@ -1,9 +1,12 @@
-// Lossless weight deltas: the difference between two versions of a model's fp32 parameters,
-// per tensor either XOR-encoded (bit patterns XOR the base, byte planes shuffled so the unchanged
-// sign/exponent bytes compress to almost nothing) or as an overwrite list (indices and new values of
-// the elements that changed), whichever is smaller, deflate-compressed, with a CRC32 of each tensor
-// before and after. Applying checks the base version and checksums, so a delta applies only to the
-// exact weights it was made from, and re-applying an already applied delta is a no-op.
+// Lossless weight deltas: the difference between two versions of a model's parameters, per tensor
+// the smallest of: "sub" (the integer difference of the bit patterns, zigzag-coded), "xor" (bit
+// patterns XOR the base) — both as byte planes, so the mostly-zero high bytes of a small update
+// compress to almost nothing — or "overwrite" (gaps and new values of the elements that changed,
+// for sparse updates), deflate-compressed, with a CRC32 of each tensor before and after. The wire
+// is fp32 (exact trainer weights) or bf16 (both versions rounded to bf16, held as fp32 containers
+// whose low 16 bits are zero: only the high halves travel). Applying checks the base version and
+// checksums, so a delta applies only to the exact weights it was made from, and re-applying an
+// already applied delta is a no-op.
 import { constants, crc32, deflateRawSync, inflateRawSync } from "node:zlib";
 import { Packr } from "msgpackr";
 import { OozeError } from "../../src/errors.ts";
@@ -16,12 +19,19 @@ export interface TensorSlot {
   numel: number;
 }
 
-export type DeltaEncoding = "same" | "xor" | "overwrite";
+/** How one tensor's change is coded. */
+export type DeltaEncoding = "same" | "sub" | "xor" | "overwrite";
 
-interface DeltaTensor {
+/** The element format on the wire: fp32 bit patterns, or bf16 (the high 16 bits of fp32). */
+export type DeltaWire = "fp32" | "bf16";
+
+/** One tensor of a delta file. */
+export interface DeltaTensor {
   name: string;
   encoding: DeltaEncoding;
   numel: number;
+  /** Bytes per coded element: 4 (fp32) or 2 (bf16 high halves; low halves are zero). */
+  width: 4 | 2;
   baseCrc: number;
   crc: number;
   data: Uint8Array;
@@ -30,65 +40,147 @@ interface DeltaTensor {
 /** A decoded delta file. */
 export interface WeightDelta {
   format: "ooze-delta";
-  v: 1;
+  v: 2;
+  wire: DeltaWire;
   baseVersion: string;
   version: string;
   tensors: DeltaTensor[];
 }
 
+/** Options of encodeDelta. */
+export interface EncodeOptions {
+  /** Default "fp32". With "bf16", base and next must already be bf16-exact (see roundToBf16). */
+  wire?: DeltaWire;
+  /** Deflate level 1..9 (default 6). */
+  level?: number;
+  /** Encodings to choose from (default all three); for measurements. */
+  encodings?: readonly Exclude<DeltaEncoding, "same">[];
+}
+
 const packr = new Packr({ useRecords: false });
+const ALL: readonly Exclude<DeltaEncoding, "same">[] = ["sub", "xor", "overwrite"];
 
 function bytesOf(a: Float32Array, slot: TensorSlot): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset + slot.offset * 4, slot.numel * 4);
 }
 
-function deflate(b: Uint8Array): Uint8Array {
-  return deflateRawSync(b, { level: 1, strategy: constants.Z_DEFAULT_STRATEGY });
+function wordsOf(a: Float32Array, slot: TensorSlot): Uint32Array {
+  return new Uint32Array(a.buffer, a.byteOffset + slot.offset * 4, slot.numel);
 }
 
-/** XOR of the bit patterns, bytes regrouped into 4 planes (all byte 0s, then byte 1s, …). */
-function xorShuffle(base: Uint8Array, next: Uint8Array): Uint8Array {
-  const n = base.length / 4;
-  const out = new Uint8Array(base.length);
-  for (let i = 0; i < n; i++) {
-    const j = i * 4;
-    out[i] = base[j]! ^ next[j]!;
-    out[n + i] = base[j + 1]! ^ next[j + 1]!;
-    out[2 * n + i] = base[j + 2]! ^ next[j + 2]!;
-    out[3 * n + i] = base[j + 3]! ^ next[j + 3]!;
+/** Rounds fp32 values to bf16 (round to nearest even; NaN stays a quiet NaN), as fp32 containers. */
+export function roundToBf16(a: Float32Array): Float32Array {
+  const out = new Float32Array(a.length);
+  const src = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const dst = new Uint32Array(out.buffer);
+  for (let i = 0; i < src.length; i++) {
+    const x = src[i]!;
+    if ((x & 0x7f800000) === 0x7f800000 && (x & 0x7fffff) !== 0) dst[i] = (x | 0x400000) & 0xffff0000;
+    else dst[i] = ((x + 0x7fff + ((x >>> 16) & 1)) & 0xffff0000) >>> 0;
   }
   return out;
 }
 
-function unXorShuffle(base: Uint8Array, planes: Uint8Array, out: Uint8Array): void {
-  const n = base.length / 4;
-  for (let i = 0; i < n; i++) {
-    const j = i * 4;
-    out[j] = base[j]! ^ planes[i]!;
-    out[j + 1] = base[j + 1]! ^ planes[n + i]!;
-    out[j + 2] = base[j + 2]! ^ planes[2 * n + i]!;
-    out[j + 3] = base[j + 3]! ^ planes[3 * n + i]!;
-  }
+/** True when every value of `a` is bf16-exact (low 16 bits zero). */
+export function isBf16Exact(a: Float32Array): boolean {
+  const u = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  for (let i = 0; i < u.length; i++) if ((u[i]! & 0xffff) !== 0) return false;
+  return true;
 }
 
-/** Changed positions as gaps (Uint32) followed by the new bit patterns (Uint32). */
-function overwriteList(base: Uint32Array, next: Uint32Array): Uint8Array | null {
-  const gaps: number[] = [];
-  const vals: number[] = [];
-  let last = -1;
+/** The coded units of a tensor: whole words (width 4) or their high halves (width 2). */
+function unitsOf(w: Uint32Array, width: 4 | 2): Uint32Array {
+  if (width === 4) return w;
+  const u = new Uint32Array(w.length);
+  for (let i = 0; i < w.length; i++) u[i] = w[i]! >>> 16;
+  return u;
+}
+
+/** Byte planes of `width`-byte values: all low bytes, then all next bytes, … */
+function toPlanes(v: Uint32Array, width: number): Uint8Array {
+  const n = v.length;
+  const out = new Uint8Array(n * width);
+  for (let p = 0; p < width; p++) {
+    const shift = 8 * p, o = p * n;
+    for (let i = 0; i < n; i++) out[o + i] = (v[i]! >>> shift) & 0xff;
+  }
+  return out;
+}
+
+function fromPlanes(b: Uint8Array, n: number, width: number, what: string): Uint32Array {
+  if (b.length !== n * width) throw new OozeError("CHECKPOINT_INVALID", `weight delta: ${what} has ${b.length} bytes, expected ${n * width}`);
+  const v = new Uint32Array(n);
+  for (let p = 0; p < width; p++) {
+    const shift = 8 * p, o = p * n;
+    for (let i = 0; i < n; i++) v[i] = (v[i]! | (b[o + i]! << shift)) >>> 0;
+  }
+  return v;
+}
+
+/** Zigzag of (next − base) modulo 2^(8·width): small changes either way become small numbers. */
+function subCode(base: Uint32Array, next: Uint32Array, width: 4 | 2): Uint32Array {
+  const out = new Uint32Array(base.length);
+  const sh = 32 - 8 * width; // sign-extend a width-byte difference
+  for (let i = 0; i < base.length; i++) {
+    const d = (((next[i]! - base[i]!) << sh) >> sh) | 0;
+    out[i] = ((d << 1) ^ (d >> 31)) >>> 0;
+  }
+  return out;
+}
+
+function subDecode(base: Uint32Array, code: Uint32Array, width: 4 | 2): Uint32Array {
+  const out = new Uint32Array(base.length);
+  const mask = width === 4 ? 0xffffffff : 0xffff;
+  for (let i = 0; i < base.length; i++) {
+    const z = code[i]!;
+    const d = (z >>> 1) ^ -(z & 1);
+    out[i] = ((base[i]! + d) & mask) >>> 0;
+  }
+  return out;
+}
+
+/** Changed positions as gaps, then the new values: [count, gaps…] as 4 planes, values as `width` planes. */
+function overwriteCode(base: Uint32Array, next: Uint32Array, width: 4 | 2): Uint8Array | null {
+  let k = 0;
+  for (let i = 0; i < base.length; i++) if (base[i] !== next[i]) k++;
+  if (k * (4 + width) >= base.length * width) return null; // not smaller than a dense coding before compression
+  const gaps = new Uint32Array(k + 1), vals = new Uint32Array(k);
+  gaps[0] = k;
+  let last = -1, j = 0;
   for (let i = 0; i < base.length; i++) {
     if (base[i] !== next[i]) {
-      gaps.push(i - last);
-      vals.push(next[i]!);
+      gaps[1 + j] = i - last;
+      vals[j++] = next[i]!;
       last = i;
-      if (gaps.length > base.length / 4) return null; // denser than XOR could be
     }
   }
-  const out = new Uint32Array(1 + gaps.length * 2);
-  out[0] = gaps.length;
-  out.set(gaps, 1);
-  out.set(vals, 1 + gaps.length);
-  return new Uint8Array(out.buffer);
+  const g = toPlanes(gaps, 4), v = toPlanes(vals, width);
+  const out = new Uint8Array(g.length + v.length);
+  out.set(g);
+  out.set(v, g.length);
+  return out;
+}
+
+function overwriteDecode(base: Uint32Array, raw: Uint8Array, width: 4 | 2, name: string): Uint32Array {
+  const n = countOf(raw, width);
+  const gaps = fromPlanes(raw.subarray(0, 4 * (n + 1)), n + 1, 4, `overwrite gaps of ${name}`);
+  if (gaps[0] !== n) throw new OozeError("CHECKPOINT_INVALID", `weight delta: overwrite list of ${name} says ${gaps[0]} elements, its size ${n}`);
+  const vals = fromPlanes(raw.subarray(4 * (n + 1)), n, width, `overwrite values of ${name}`);
+  const out = base.slice();
+  let pos = -1;
+  for (let j = 0; j < n; j++) {
+    pos += gaps[1 + j]!;
+    if (pos >= out.length) throw new OozeError("CHECKPOINT_INVALID", `weight delta: overwrite position ${pos} is outside ${name} (${out.length} elements)`);
+    out[pos] = vals[j]!;
+  }
+  return out;
+}
+
+/** The element count of an overwrite list: total = 4(k+1) + width·k bytes. */
+function countOf(raw: Uint8Array, width: number): number {
+  const k = (raw.length - 4) / (4 + width);
+  if (!Number.isInteger(k) || k < 0) throw new OozeError("CHECKPOINT_INVALID", `weight delta: overwrite list of ${raw.length} bytes is malformed`);
+  return k;
 }
 
 /** Encodes the delta from `base` (version baseVersion) to `next` (version). */
@@ -98,26 +190,42 @@ export function encodeDelta(
   next: Float32Array,
   baseVersion: string,
   version: string,
+  opts: EncodeOptions = {},
 ): Uint8Array {
   if (base.length !== next.length) throw new RangeError(`delta: base has ${base.length} floats, next ${next.length}`);
+  const wire = opts.wire ?? "fp32";
+  const width: 4 | 2 = wire === "bf16" ? 2 : 4;
+  if (wire === "bf16" && !(isBf16Exact(base) && isBf16Exact(next)))
+    throw new RangeError("delta: the bf16 wire needs bf16-exact base and next weights (round them with roundToBf16 first)");
+  const level = opts.level ?? 6;
+  const allowed = opts.encodings ?? ALL;
+  const deflate = (b: Uint8Array) => deflateRawSync(b, { level, strategy: constants.Z_DEFAULT_STRATEGY });
   const tensors: DeltaTensor[] = layout.map((slot) => {
     const b = bytesOf(base, slot);
     const n = bytesOf(next, slot);
     const baseCrc = crc32(b);
     const crc = crc32(n);
-    const common = { name: slot.name, numel: slot.numel, baseCrc, crc };
+    const common = { name: slot.name, numel: slot.numel, width, baseCrc, crc };
     if (baseCrc === crc && Buffer.compare(b, n) === 0) return { ...common, encoding: "same", data: new Uint8Array(0) };
-    const bu = new Uint32Array(base.buffer, base.byteOffset + slot.offset * 4, slot.numel);
-    const nu = new Uint32Array(next.buffer, next.byteOffset + slot.offset * 4, slot.numel);
-    const list = overwriteList(bu, nu);
-    const xor = deflate(xorShuffle(b, n));
-    if (list) {
-      const ow = deflate(list);
-      if (ow.length < xor.length) return { ...common, encoding: "overwrite", data: ow };
+    const bu = unitsOf(wordsOf(base, slot), width);
+    const nu = unitsOf(wordsOf(next, slot), width);
+    let best: DeltaTensor | null = null;
+    for (const enc of allowed) {
+      let raw: Uint8Array | null;
+      if (enc === "sub") raw = toPlanes(subCode(bu, nu, width), width);
+      else if (enc === "xor") {
+        const x = new Uint32Array(bu.length);
+        for (let i = 0; i < x.length; i++) x[i] = (bu[i]! ^ nu[i]!) >>> 0;
+        raw = toPlanes(x, width);
+      } else raw = overwriteCode(bu, nu, width);
+      if (!raw) continue;
+      const data = deflate(raw);
+      if (!best || data.length < best.data.length) best = { ...common, encoding: enc, data };
     }
-    return { ...common, encoding: "xor", data: xor };
+    if (!best) throw new RangeError("delta: no encoding allowed for a changed tensor (opts.encodings is empty)");
+    return best;
   });
-  const delta: WeightDelta = { format: "ooze-delta", v: 1, baseVersion, version, tensors };
+  const delta: WeightDelta = { format: "ooze-delta", v: 2, wire, baseVersion, version, tensors };
   return packr.pack(delta);
 }
 
@@ -129,15 +237,47 @@ export function decodeDelta(bytes: Uint8Array): WeightDelta {
   } catch (e) {
     throw new OozeError("CHECKPOINT_INVALID", `weight delta: not a msgpack document (${(e as Error).message})`, { cause: e });
   }
-  if (d?.format !== "ooze-delta" || d.v !== 1 || !Array.isArray(d.tensors))
-    throw new OozeError("CHECKPOINT_INVALID", "weight delta: not an ooze-delta v1 file");
+  if (d?.format !== "ooze-delta" || !Array.isArray(d.tensors))
+    throw new OozeError("CHECKPOINT_INVALID", "weight delta: not an ooze-delta file");
+  if (d.v !== 2) throw new OozeError("CHECKPOINT_INVALID", `weight delta: version ${String(d.v)} of the format is not supported (this build reads v2); re-encode it`);
+  for (const t of d.tensors) {
+    const ok = typeof t?.name === "string" && Number.isInteger(t.numel) && (t.width === 4 || t.width === 2) &&
+      ["same", "sub", "xor", "overwrite"].includes(t.encoding) && t.data instanceof Uint8Array;
+    if (!ok) throw new OozeError("CHECKPOINT_INVALID", `weight delta: malformed tensor entry ${JSON.stringify(t?.name ?? null)}`);
+  }
   return d;
+}
+
+function inflate(t: DeltaTensor): Uint8Array {
+  try {
+    return inflateRawSync(t.data);
+  } catch (e) {
+    throw new OozeError("CHECKPOINT_INVALID", `weight delta: data of ${t.name} does not inflate (${(e as Error).message}); the file is corrupt`, { cause: e });
+  }
+}
+
+/** The new words of one tensor from its base words and coded change. */
+function decodeTensor(t: DeltaTensor, base: Uint32Array): Uint32Array {
+  if (t.encoding === "same") return base.slice();
+  const w = t.width;
+  const bu = unitsOf(base, w);
+  const raw = inflate(t);
+  let nu: Uint32Array;
+  if (t.encoding === "sub") nu = subDecode(bu, fromPlanes(raw, bu.length, w, `data of ${t.name}`), w);
+  else if (t.encoding === "xor") {
+    const x = fromPlanes(raw, bu.length, w, `data of ${t.name}`);
+    nu = new Uint32Array(bu.length);
+    for (let i = 0; i < nu.length; i++) nu[i] = (bu[i]! ^ x[i]!) >>> 0;
+  } else nu = overwriteDecode(bu, raw, w, t.name);
+  if (w === 4) return nu;
+  for (let i = 0; i < nu.length; i++) nu[i] = (nu[i]! << 16) >>> 0;
+  return nu;
 }
 
 /**
  * Applies a delta in place to `params` (the weights of `currentVersion`). Returns "applied", or
  * "already-applied" when `currentVersion` is already the delta's version and every tensor's checksum
- * matches. Throws when the base does not match: nothing is changed in that case.
+ * matches. Throws when the base does not match or the file is corrupt: nothing is changed then.
  */
 export function applyDelta(
   layout: readonly TensorSlot[],
@@ -164,25 +304,11 @@ export function applyDelta(
   // Decode everything before writing anything, so a corrupt tensor leaves params untouched.
   const decoded = delta.tensors.map((t) => {
     const slot = bySlot.get(t.name)!;
-    const base = bytesOf(params, slot);
-    const out = new Uint8Array(base.length);
-    if (t.encoding === "same") out.set(base);
-    else if (t.encoding === "xor") unXorShuffle(base, inflateRawSync(t.data), out);
-    else {
-      out.set(base);
-      const raw = inflateRawSync(t.data);
-      const u = new Uint32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4);
-      const n = u[0]!;
-      const o = new Uint32Array(out.buffer);
-      let pos = -1;
-      for (let k = 0; k < n; k++) {
-        pos += u[1 + k]!;
-        o[pos] = u[1 + n + k]!;
-      }
-    }
-    if (crc32(out) !== t.crc) throw new OozeError("CHECKPOINT_INVALID", `weight delta: checksum of ${t.name} after applying does not match`);
+    const out = decodeTensor(t, wordsOf(params, slot));
+    if (crc32(new Uint8Array(out.buffer, out.byteOffset, out.byteLength)) !== t.crc)
+      throw new OozeError("CHECKPOINT_INVALID", `weight delta: checksum of ${t.name} after applying does not match; the delta file is corrupt`);
     return { slot, out };
   });
-  for (const { slot, out } of decoded) bytesOf(params, slot).set(out);
+  for (const { slot, out } of decoded) wordsOf(params, slot).set(out);
   return "applied";
 }

@@ -1,0 +1,129 @@
+// The training loop as actors over JetStream, run as a user runs it: `ooze up` with two real node
+// processes (rollout | fleet + buffer + trainer + weight-sync) on a real nats-server, the tiny preset.
+// The rollout node is SIGKILLed in the middle of a prompt group (after publishing half its samples):
+// `ooze up` restarts it, the unacked group is redelivered and regenerated with the same sample
+// indices, the stream stores each sample once, and every sample index ends trained or dropped
+// exactly once. Malformed messages on the streams are dead-lettered with an error naming the field.
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { promptGroup, sampleMsg } from "../../actors/loop-actors/messages.ts";
+import { VersionsKv } from "../../actors/loop-actors/streams.ts";
+import { readJsonl, type StepMetrics } from "../../actors/loop/metrics.ts";
+import { decode, type DeadLetter } from "../../src/codec/index.ts";
+import { jobNames } from "../../src/transport/names.ts";
+import { useNats, waitUntil } from "../harness/index.ts";
+
+const nats = useNats();
+const dirs: string[] = [];
+const children: ChildProcess[] = [];
+const tmp = () => {
+  const d = mkdtempSync(join(tmpdir(), "ooze-train-actors-"));
+  dirs.push(d);
+  return d;
+};
+afterAll(() => {
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  dirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
+});
+
+const PROMPTS = 3, N = 4, STEPS = 4;
+
+function topology(dir: string, out: string): string {
+  const file = join(dir, "t.yaml");
+  writeFileSync(
+    file,
+    `name: train-actors
+hosts: [{ name: rollout }, { name: learner }]
+actors:
+  - { name: rollout, kind: train.rollout, placement: rollout, config: { concurrency: 4, ackWaitMs: 1500, holdGroup: 4 } }
+  - { name: fleet, kind: fleet, placement: learner, config: { embedded: { count: 1, preset: tiny, maxRunning: 32, cacheTokens: 4096 } } }
+  - { name: buffer, kind: train.buffer, placement: learner }
+  - { name: trainer, kind: train.trainer, placement: learner, config: { out: ${JSON.stringify(out)} } }
+  - { name: weight-sync, kind: train.weight-sync, placement: learner }
+train: { task: addition, taskConfig: { digits: 1 }, preset: tiny, steps: ${STEPS}, promptsPerStep: ${PROMPTS}, samplesPerPrompt: ${N}, checkpointEvery: 2 }
+`,
+  );
+  return file;
+}
+
+describe("ooze up: the loop as actors on JetStream", () => {
+  it("trains N steps across two node processes; a SIGKILLed rollout node loses and duplicates no sample; malformed messages are dead-lettered", async () => {
+    const dir = tmp();
+    const out = join(dir, "run");
+    const job = "train-actors-kill";
+    const names = jobNames(job);
+    const bus = await nats.connect();
+    const letters: DeadLetter[] = [];
+    bus.subscribe(names.deadLetterAll, { handler: (m) => void letters.push(decode(m.data) as DeadLetter) });
+    await bus.flush();
+
+    const { server } = nats;
+    const natsUrl = server.url.replace("nats://", `nats://${server.token}@`);
+    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", topology(dir, out), "--job", job, "--nats", natsUrl, "--quiet"], {
+      env: { ...process.env, OOZE_HOME: dir },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    children.push(up);
+    let log = "";
+    up.stdout!.on("data", (d) => (log += d));
+    up.stderr!.on("data", (d) => (log += d));
+    const exited = new Promise<number | null>((r) => up.on("exit", (code) => r(code)));
+    const diagnostics = () => log.slice(-6000);
+
+    // Malformed frames on the prompts and samples streams, once the rollout consumes them.
+    await waitUntil(() => log.includes("rollout: consuming"), { timeoutMs: 60_000, what: "the rollout consuming prompts", diagnostics });
+    await bus.jsPublish(names.trainPrompts, promptGroup.encode({ groupIndex: "seven", firstSample: 0, samples: N, step: 1 } as never));
+    await bus.jsPublish(names.trainSamples, new Uint8Array([0xc1, 0x01, 0x02]));
+    const bad = { index: 999, groupIndex: 999, rolloutId: "r999", prompt: "x", tokens: new Int32Array([1, 2, 3]), responseLength: 2, lossMask: new Uint8Array(1),
+      rolloutLogprobs: new Float32Array(2), reward: 0, status: "completed", weightVersions: [], metadata: {} };
+    await bus.jsPublish(names.trainSamples, sampleMsg.encode({ sample: bad } as never));
+    await waitUntil(() => letters.length >= 3, { timeoutMs: 30_000, what: "three dead letters", diagnostics });
+    const errors = letters.map((l) => `${l.actor}: ${l.error.code}: ${l.error.message}`);
+    expect(errors.filter((e) => /^buffer: MALFORMED_MESSAGE: message 'train.sample' v1 .*lossMask has 1 entries, not 2/.test(e))).toHaveLength(1);
+    expect(errors.filter((e) => /^buffer: MALFORMED_MESSAGE: frame /.test(e))).toHaveLength(1);
+    expect(errors.filter((e) => /^rollout: MALFORMED_MESSAGE: message 'train.prompt-group' v1 .*field 'body.groupIndex'/.test(e))).toHaveLength(1);
+
+    // Kill the rollout node while it holds group 4 half published.
+    await waitUntil(() => log.includes("holding group 4"), { timeoutMs: 60_000, what: "the rollout holding group 4", diagnostics });
+    const pid = Number(/\[rollout\] running rollout \(pid (\d+)\)/.exec(log)?.[1]);
+    expect(pid).toBeGreaterThan(0);
+    process.kill(pid, "SIGKILL");
+
+    // The trainer stops the job after the last step; `ooze up` exits 0.
+    expect(await exited, diagnostics()).toBe(0);
+    expect(log).toContain("node rollout killed by SIGKILL; restarting");
+
+    const batches = readJsonl<{ step: number; trained: number[]; dropped: number[] }>(join(out, "batches.jsonl"));
+    expect(batches.map((b) => b.step)).toEqual([1, 2, 3, 4]);
+    const seen = batches.flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b);
+    expect(seen).toEqual(Array.from({ length: STEPS * PROMPTS * N }, (_, i) => i));
+    const metrics = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+    expect(metrics.map((m) => m.weight_version)).toEqual([1, 2, 3, 4]);
+    expect(metrics.every((m) => m.staleness_max === 0 && typeof m.reward_mean === "number")).toBe(true);
+    expect(readFileSync(join(out, "reward.svg"), "utf8")).toMatch(/^<svg/);
+    expect(JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8"))).toMatchObject({ step: 4, weightVersion: 4 });
+
+    // The samples stream holds each sample once (the held group's first half was regenerated and
+    // deduplicated), one close per group, and the two malformed frames.
+    const info = await (await bus.jsm()).streams.info(names.streamSamples);
+    expect(info.state.messages).toBe(STEPS * PROMPTS * (N + 1) + 2);
+    const versions = await (await VersionsKv.open(bus, names)).get();
+    expect(versions).toMatchObject({ version: 4, step: 4 });
+  }, 120_000);
+
+  it("the versions record only moves forward", async () => {
+    const bus = await nats.connect();
+    const kv = await VersionsKv.open(bus, jobNames("versions-cas"));
+    expect(await kv.get()).toBeNull();
+    await kv.advance({ version: 2, modelDir: "/w/v2", step: 2, at: 1 });
+    await kv.advance({ version: 2, modelDir: "/w/v2", step: 1, at: 2 }); // an older step: ignored
+    expect(await kv.get()).toMatchObject({ version: 2, step: 2 });
+    await expect(kv.advance({ version: 1, modelDir: "/w/v1", step: 3, at: 3 })).rejects.toThrow(/versions only increase/);
+    const waited = kv.waitForStep(3);
+    await kv.advance({ version: 3, modelDir: "/w/v3", step: 3, at: 4 });
+    expect(await waited).toMatchObject({ version: 3, step: 3 });
+  });
+});

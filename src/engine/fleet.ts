@@ -34,6 +34,22 @@ import {
 
 const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
+/** Options of Fleet.updateWeights. */
+export interface WeightUpdateOptions {
+  /** pause_generation mode (default "abort"). */
+  mode?: "abort" | "in_place";
+  /** load_format sent with model_path, e.g. "ooze-delta" (model_path is then a delta file). Default: none (a model directory). */
+  loadFormat?: string;
+  /** The same version as a model directory: loaded by engines that refuse the loadFormat update, and by engines that join later. Required with a loadFormat other than auto/safetensors. */
+  fullModelDir?: string;
+}
+
+/** What Fleet.updateWeights did: engines that refused a loadFormat update and loaded fullModelDir instead, with the engine's reason. */
+export interface WeightUpdateReport {
+  version: string;
+  fullFallbacks: { engine: string; reason: string }[];
+}
+
 /** Thrown inside a dispatch to leave it with its outcome set (shares the stream path's cleanup). */
 const DONE = Symbol("done");
 
@@ -353,11 +369,17 @@ export class Fleet {
    * (model_path, weight_version) → continue_generation, then checks /get_weight_version. New requests
    * and re-dispatches wait until it is done. A version not above the current one is refused
    * (CONFIG_INVALID). Engines that fail leave routing and are updated when they rejoin; when no
-   * engine took the update, it throws and the version is not recorded.
+   * engine took the update, it throws and the version is not recorded. With opts.loadFormat (e.g. a
+   * delta file), an engine that refuses it loads opts.fullModelDir instead (reported in fullFallbacks).
    */
-  async updateWeights(modelDir: string, version: string, opts: { mode?: "abort" | "in_place" } = {}): Promise<void> {
+  async updateWeights(modelDir: string, version: string, opts: WeightUpdateOptions = {}): Promise<WeightUpdateReport> {
     this.assertOpen();
     const mode = opts.mode ?? "abort";
+    const plain = opts.loadFormat === undefined || opts.loadFormat === "auto" || opts.loadFormat === "safetensors";
+    if (!plain && opts.fullModelDir === undefined)
+      throw new OozeError("CONFIG_INVALID", `fleet: a '${opts.loadFormat}' weight update needs fullModelDir (the same version as a model directory) for engines that refuse it or join later`);
+    const load = opts.loadFormat === undefined ? null : { format: opts.loadFormat, fullModelDir: opts.fullModelDir ?? modelDir };
+    const report: WeightUpdateReport = { version, fullFallbacks: [] };
     await this.locked(async () => {
       if (this.current && compareVersions(version, this.current.version) <= 0) {
         throw new OozeError("CONFIG_INVALID", `fleet: weight version '${version}' is not above the current '${this.current.version}'; versions only increase`);
@@ -366,7 +388,7 @@ export class Fleet {
       this.updating = new Promise<void>((r) => (open = r));
       try {
         const targets = [...this.engines.values()].filter((e) => e.healthy);
-        const results = await Promise.allSettled(targets.map((e) => this.updateOne(e, modelDir, version, mode)));
+        const results = await Promise.allSettled(targets.map((e) => this.updateOne(e, modelDir, version, mode, load, report.fullFallbacks)));
         const failed = targets.map((e, i) => ({ e, r: results[i]! })).filter((x) => x.r.status === "rejected");
         const why = failed.map((x) => `${x.e.id}: ${errText((x.r as PromiseRejectedResult).reason)}`);
         if (targets.length > 0 && failed.length === targets.length) {
@@ -381,7 +403,7 @@ export class Fleet {
           x.e.lastError = `weight update to '${version}' failed: ${errText((x.r as PromiseRejectedResult).reason)}`;
           this.leave(x.e, "weight update failed; it rejoins with the new weights when healthy", true);
         }
-        this.current = { version, modelDir };
+        this.current = { version, modelDir: load ? load.fullModelDir : modelDir };
         if (this.registry) await (await this.registry).putVersion(this.current);
         this.log(`fleet: weight version ${version} on ${targets.length - failed.length}/${targets.length} engines${why.length ? ` (failed: ${why.join("; ")})` : ""}`);
       } finally {
@@ -390,6 +412,7 @@ export class Fleet {
         this.notify();
       }
     });
+    return report;
   }
 
   /** Stops health checks; running requests fail with ACTOR_STOPPED. The registry is kept for recovery. */
@@ -570,11 +593,21 @@ export class Fleet {
     this.leave(e, `failed a request: ${err.message}`);
   }
 
-  private async updateOne(e: Engine, modelDir: string, version: string, mode: "abort" | "in_place"): Promise<void> {
+  private async updateOne(
+    e: Engine, modelDir: string, version: string, mode: "abort" | "in_place",
+    load: { format: string; fullModelDir: string } | null = null, fallbacks: WeightUpdateReport["fullFallbacks"] = [],
+  ): Promise<void> {
     await e.ctl.pauseGeneration(mode);
     let updated = false;
     try {
-      const r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version });
+      let r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version, ...(load ? { loadFormat: load.format } : {}) });
+      if (!r.success && load && load.fullModelDir !== modelDir) {
+        // Recorded and logged: the engine's base differs (restarted) or the file was refused (corrupt).
+        this.log(`fleet: ${e.id} refused the ${load.format} update to '${version}' (${r.message}); loading the full checkpoint ${load.fullModelDir}`);
+        fallbacks.push({ engine: e.id, reason: r.message });
+        modelDir = load.fullModelDir;
+        r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version });
+      }
       if (!r.success) throw new OozeError("ENGINE_REJECTED", `${e.id}: update_weights_from_disk refused ${modelDir}: ${r.message}`);
       updated = true;
     } finally {

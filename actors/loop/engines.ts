@@ -24,8 +24,11 @@ export interface GenOutput {
 export interface Generator {
   /** One generation, token-in/token-out, with logprobs; `sessionId` keeps an episode on one engine. */
   generate(req: { inputIds: Int32Array; sampling: WireSamplingParams; sessionId: string }): Promise<GenOutput>;
-  /** Loads `modelDir` as weight version `version` on every engine; resolves when all report it. */
-  updateWeights(modelDir: string, version: string): Promise<void>;
+  /**
+   * Loads `modelDir` as weight version `version` on every engine; resolves when all report it.
+   * `opts.loadFormat` (e.g. "ooze-delta": modelDir is then a delta file) is sent as load_format.
+   */
+  updateWeights(modelDir: string, version: string, opts?: { loadFormat?: string }): Promise<void>;
   /** Replaces a dead engine by a new one (at the current weights). */
   replace(oldUrl: string, newUrl: string): Promise<void>;
   /** Prefix-cache hits / prompt tokens since the last call (0 when nothing was generated). */

@@ -26,9 +26,10 @@ export interface Generator {
   generate(req: { inputIds: Int32Array; sampling: WireSamplingParams; sessionId: string }): Promise<GenOutput>;
   /**
    * Loads `modelDir` as weight version `version` on every engine; resolves when all report it.
-   * `opts.loadFormat` (e.g. "ooze-delta": modelDir is then a delta file) is sent as load_format.
+   * `opts.loadFormat` (e.g. "ooze-delta": modelDir is then a delta file) is sent as load_format;
+   * `opts.fullModelDir` is the same version as a model directory, for engines that refuse it or join later.
    */
-  updateWeights(modelDir: string, version: string, opts?: { loadFormat?: string }): Promise<void>;
+  updateWeights(modelDir: string, version: string, opts?: { loadFormat?: string; fullModelDir?: string }): Promise<void>;
   /** Replaces a dead engine by a new one (at the current weights). */
   replace(oldUrl: string, newUrl: string): Promise<void>;
   /** Prefix-cache hits / prompt tokens since the last call (0 when nothing was generated). */

@@ -9,7 +9,7 @@ import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { actorConfig, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
+import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
 import { batchMsg, groupClosed, promptGroup, sampleMsg, sampleRegistry, type VersionRecord } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { GroupBuffer } from "./groups.ts";
@@ -150,6 +150,7 @@ class Feeder {
 
 /** The buffer actor definition for a node's system and topology. */
 export function bufferActor(system: ActorSystem, topology: Topology) {
+  trainOf(topology); // a bad train: section fails the node at start, not at every restart
   return defineActor<BufferState, LoopControl>({
     name: "train-buffer",
     messages: loopControl,
@@ -170,7 +171,7 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
       return { consumer, stopWatch };
     },
     handle(_state, msg) {
-      throw new OozeError("INTERNAL", `buffer: ${msg.error}`);
+      throw new OozeError("ACTOR_CRASHED", `buffer: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
       state.stopWatch();

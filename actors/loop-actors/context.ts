@@ -32,18 +32,25 @@ export type LoopControl = z.infer<typeof loopControl>;
 /** Builds the LoopEnv of an actor from its system, the topology and ctx.config (host, job). */
 export function loopEnv(system: ActorSystem, topology: Topology, ctx: ActorContext<unknown>): LoopEnv {
   const { bus, names } = remoteLayer(system);
-  const where = topology.file ?? "topology";
-  const t = trainSchema.safeParse(topology.train ?? {});
-  if (!t.success) throw new OozeError("TOPOLOGY_INVALID", `${where}: train: ${t.error.issues.map((i) => `${i.path.join(".") || "(section)"}: ${i.message}`).join("; ")}`);
   return {
     bus,
     names,
     job: typeof ctx.config.job === "string" ? ctx.config.job : system.name,
-    train: t.data,
+    train: trainOf(topology),
     baseDir: topology.file ? dirname(topology.file) : process.cwd(),
     hosts: topology.hosts.map((h) => h.name),
     host: typeof ctx.config.host === "string" ? ctx.config.host : topology.hosts[0]!.name,
   };
+}
+
+/** The topology's `train:` section, validated (TOPOLOGY_INVALID naming the field). */
+export function trainOf(topology: Topology): TrainConfig {
+  const t = trainSchema.safeParse(topology.train ?? {});
+  if (!t.success)
+    throw new OozeError("TOPOLOGY_INVALID", `${topology.file ?? "topology"}: train: ${t.error.issues.map((i) => `${i.path.join(".") || "(section)"}: ${i.message}`).join("; ")}`);
+  if (t.data.mode !== "sync" && t.data.mode !== "async")
+    throw new OozeError("TOPOLOGY_INVALID", `${topology.file ?? "topology"}: train.mode '${t.data.mode}' is not supported by the actor loop (train.* kinds) yet; use sync or async, or run it with ooze train`);
+  return t.data;
 }
 
 /** Validates an actor's own `config` (host and job, added by the node, are allowed). */

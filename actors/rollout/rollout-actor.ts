@@ -11,7 +11,7 @@ import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { actorConfig, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
+import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
 import { groupClosed, promptRegistry, sampleMsg } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../loop-actors/streams.ts";
 import { FleetGenerator } from "../loop/engines.ts";
@@ -45,13 +45,14 @@ async function engineUrls(registry: FleetRegistry, waitMs: number): Promise<stri
     const urls = (await registry.entries()).map((e) => e.url);
     if (urls.length > 0) return urls;
     if (Date.now() >= deadline)
-      throw new OozeError("ENGINE_UNAVAILABLE", `rollout: no engine in KV bucket '${registry.bucket}' after ${waitMs} ms; run a 'fleet' actor in the job (it registers its engines there)`);
+      throw new OozeError("ENGINE_UNAVAILABLE", `rollout: no engine in KV bucket '${registry.bucket}' after ${waitMs} ms; run a 'fleet' actor in the job (it registers its engines there)`, { retryable: true });
     await new Promise((r) => setTimeout(r, 250));
   }
 }
 
 /** The rollout actor definition for a node's system and topology. */
 export function rolloutActor(system: ActorSystem, topology: Topology) {
+  trainOf(topology); // a bad train: section fails the node at start, not at every restart
   return defineActor<RolloutState, LoopControl>({
     name: "train-rollout",
     messages: loopControl,
@@ -92,7 +93,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       return { consumer, gen };
     },
     handle(_state, msg) {
-      throw new OozeError("INTERNAL", `rollout: ${msg.error}`);
+      throw new OozeError("ACTOR_CRASHED", `rollout: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
       await state.consumer.stop();

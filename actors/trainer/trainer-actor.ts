@@ -11,7 +11,7 @@ import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import { nodeDown } from "../../src/topology/node.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { actorConfig, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
+import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
 import { batchMsg, batchRegistry, weightsMsg } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "../loop/metrics.ts";
@@ -37,6 +37,7 @@ interface TrainerState {
 
 /** The trainer actor definition for a node's system and topology. */
 export function trainerActor(system: ActorSystem, topology: Topology) {
+  trainOf(topology); // a bad train: section fails the node at start, not at every restart
   return defineActor<TrainerState, LoopControl>({
     name: "train-trainer",
     messages: loopControl,
@@ -86,7 +87,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       }
     },
     handle(_state, msg) {
-      throw new OozeError("INTERNAL", `trainer: ${msg.error}`);
+      throw new OozeError("ACTOR_CRASHED", `trainer: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
       await state.consumer.stop();
@@ -136,7 +137,8 @@ class Run {
       step: b.step, reward_mean: s.rewardMean, reward_max_frac: s.rewardMaxFrac, samples: b.samples.length,
       tokens: b.samples.reduce((n, x) => n + x.tokens.length, 0), seconds: (now - this.t0) / 1000, step_seconds: stepSeconds,
       rollout_seconds: s.rolloutSeconds, train_seconds: trainSeconds, sync_seconds: syncSeconds, samples_per_s: b.samples.length / Math.max(1e-9, stepSeconds),
-      weight_version: this.trainer.version, staleness_max: b.stalenessMax, cache_hit_rate: s.promptTokens > 0 ? s.cachedTokens / s.promptTokens : 0,
+      weight_version: this.trainer.version, staleness_max: b.stalenessMax,
+      partial_samples: b.samples.filter((x) => new Set(x.weightVersions.map((w) => w.version)).size > 1).length, cache_hit_rate: s.promptTokens > 0 ? s.cachedTokens / s.promptTokens : 0,
       loss: tm?.loss ?? 0, kl: tm?.ppoKl ?? 0, entropy: tm?.entropy ?? 0, clipfrac: tm?.clipfrac ?? 0, grad_norm: tm?.gradNorm ?? 0,
       response_length_mean: s.responseLengthMean, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: this.trainer.restarts - restartsBefore,
     };

@@ -8,7 +8,7 @@ import { defineActor, remoteRef, type ActorSystem } from "../../src/actor/index.
 import { OozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { askFleet, type FleetMsg } from "../fleet/messages.ts";
-import { actorConfig, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
+import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
 import { weightsRegistry } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import type { Generator } from "../loop/engines.ts";
@@ -44,6 +44,7 @@ function fleetUpdater(ask: (msg: FleetMsg) => Promise<unknown>): Generator {
 
 /** The weight-sync actor definition for a node's system and topology. */
 export function weightSyncActor(system: ActorSystem, topology: Topology) {
+  trainOf(topology); // a bad train: section fails the node at start, not at every restart
   return defineActor<WeightSyncState, LoopControl>({
     name: "train-weight-sync",
     messages: loopControl,
@@ -70,7 +71,7 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
       return { consumer };
     },
     handle(_state, msg) {
-      throw new OozeError("INTERNAL", `weight-sync: ${msg.error}`);
+      throw new OozeError("ACTOR_CRASHED", `weight-sync: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
       await state.consumer.stop();

@@ -1,0 +1,184 @@
+// Delta weight sync: for each new version N the trainer saved as a model directory, a lossless delta
+// against version N−1 (actors/weight-sync/delta.ts) is written to a directory and every engine is
+// walked through pause → update_weights_from_disk (load_format "ooze-delta") → continue by the
+// target (a Fleet, or the loop's Generator). An engine whose weights are not N−1 (restarted, or the
+// file arrived corrupt) refuses the delta without changing anything and loads the full checkpoint
+// instead: the fleet reports it per engine; when the whole delta update fails, the sync falls back to
+// a full update of every engine. Every fallback is logged and recorded in `history`. With the bf16
+// wire, the engines hold the trainer's weights rounded to bf16 (fp32 containers whose low 16 bits are
+// zero): each version is also written as such a model directory, the full fallback.
+import { mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { loadNative } from "../../native/load.ts";
+import { OozeError } from "../../src/errors.ts";
+import { encodeDelta, isBf16Exact, roundToBf16, type DeltaWire, type TensorSlot } from "./delta.ts";
+import { DELTA_LOAD_FORMAT } from "./engine-loader.ts";
+
+/** What the sync drives: a Fleet, or the loop's Generator (whose implementations forward opts). */
+export interface WeightTarget {
+  updateWeights(path: string, version: string, opts?: { loadFormat?: string; fullModelDir?: string }): Promise<unknown>;
+}
+
+/** Options of DeltaWeightSync. */
+export interface DeltaSyncOptions {
+  /** Directory for the delta files (and, with the bf16 wire, the bf16 model directories). */
+  dir: string;
+  /** The model directory the engines serve at the initial version (the first delta's base); without it the first push is full. */
+  baseModelDir?: string;
+  /** "fp32" (default): engines get the trainer's weights bit for bit; "bf16": rounded to bf16. */
+  wire?: DeltaWire;
+  /** Deflate level (default 6). */
+  level?: number;
+  /** Versions whose files are kept (default 2, at least 1). */
+  keep?: number;
+  log?: (line: string) => void;
+}
+
+/** One push, as recorded in `history`. */
+export interface PushRecord {
+  version: number;
+  /** "delta": the delta update went through (engines in `fallbacks` loaded the full checkpoint); "full": every engine loaded it. */
+  kind: "delta" | "full";
+  /** Size of the delta file (null: none was made). */
+  deltaBytes: number | null;
+  /** Size of the full checkpoint's weights file. */
+  fullBytes: number;
+  /** Engines that did not take the delta, with why ("*": the whole delta update failed). */
+  fallbacks: { engine: string; reason: string }[];
+  /** Time to load, round and encode, ms. */
+  encodeMs: number;
+}
+
+interface Base {
+  version: number;
+  params: Float32Array;
+  layout: TensorSlot[];
+}
+
+const layoutOf = (tensors: { name: string; offset: number; shape: number[] }[]): TensorSlot[] =>
+  tensors.map((t) => ({ name: t.name, offset: t.offset, numel: t.shape.reduce((a, b) => a * b, 1) }));
+
+const sameLayout = (a: TensorSlot[], b: TensorSlot[]) =>
+  a.length === b.length && a.every((s, i) => s.name === b[i]!.name && s.offset === b[i]!.offset && s.numel === b[i]!.numel);
+
+/** Pushes each new version to the engines as a delta against the previous one, falling back to full loads. */
+export class DeltaWeightSync {
+  private last: number;
+  private base: Base | null = null;
+  private readonly wire: DeltaWire;
+  private readonly keep: number;
+  private readonly log: (line: string) => void;
+  /** Every push, oldest first (the newest 1000). */
+  readonly history: PushRecord[] = [];
+
+  constructor(private readonly target: WeightTarget, initialVersion: number, private readonly opts: DeltaSyncOptions) {
+    this.last = initialVersion;
+    this.wire = opts.wire ?? "fp32";
+    this.keep = Math.max(1, opts.keep ?? 2);
+    this.log = opts.log ?? (() => undefined);
+    mkdirSync(opts.dir, { recursive: true });
+    if (opts.baseModelDir !== undefined) {
+      const m = loadNative().loadModelDir(opts.baseModelDir);
+      // With the bf16 wire, engines that hold unrounded weights take a full (rounded) checkpoint first.
+      if (this.wire === "fp32" || isBf16Exact(m.params)) this.base = { version: initialVersion, params: m.params, layout: layoutOf(m.tensors) };
+    }
+  }
+
+  /** The version the engines serve. */
+  get version(): number {
+    return this.last;
+  }
+
+  /** Totals over `history`. */
+  get stats(): { deltas: number; fulls: number; engineFallbacks: number; deltaBytes: number; fullBytes: number } {
+    const s = { deltas: 0, fulls: 0, engineFallbacks: 0, deltaBytes: 0, fullBytes: 0 };
+    for (const r of this.history) {
+      if (r.kind === "delta") s.deltas++;
+      else s.fulls++;
+      s.engineFallbacks += r.fallbacks.length;
+      s.deltaBytes += r.deltaBytes ?? 0;
+      s.fullBytes += r.fullBytes;
+    }
+    return s;
+  }
+
+  /** Loads `modelDir` (the trainer's checkpoint of `version`) on every engine; full updates are retried up to `attempts` times. */
+  async push(modelDir: string, version: number, attempts = 20): Promise<PushRecord> {
+    if (!(version > this.last)) throw new OozeError("CONFIG_INVALID", `weight sync: version ${version} is not above the engines' ${this.last}; versions only increase`);
+    const t0 = performance.now();
+    const native = loadNative();
+    const m = native.loadModelDir(modelDir);
+    const layout = layoutOf(m.tensors);
+    let params = m.params;
+    let fullDir = modelDir;
+    if (this.wire === "bf16") {
+      params = roundToBf16(m.params);
+      fullDir = join(this.opts.dir, `v${version}-bf16`);
+      native.saveModelDir(fullDir, m.config, params, String(version));
+    }
+    const fullBytes = statSync(join(fullDir, "model.safetensors")).size;
+    const base = this.base && sameLayout(this.base.layout, layout) ? this.base : null;
+    let file: string | null = null;
+    let deltaBytes: number | null = null;
+    if (base) {
+      const bytes = encodeDelta(layout, base.params, params, String(base.version), String(version), { wire: this.wire, level: this.opts.level ?? 6 });
+      file = join(this.opts.dir, `v${base.version}-v${version}.ooze-delta`);
+      writeFileSync(`${file}.tmp`, bytes);
+      renameSync(`${file}.tmp`, file);
+      deltaBytes = bytes.length;
+    }
+    const rec: PushRecord = { version, kind: "full", deltaBytes, fullBytes, fallbacks: [], encodeMs: performance.now() - t0 };
+    let done = false;
+    if (file) {
+      try {
+        const r = await this.target.updateWeights(file, String(version), { loadFormat: DELTA_LOAD_FORMAT, fullModelDir: fullDir });
+        rec.kind = "delta";
+        rec.fallbacks = fullFallbacksOf(r);
+        for (const f of rec.fallbacks) this.log(`weight sync: ${f.engine} loaded version ${version} in full (delta refused: ${f.reason})`);
+        done = true;
+      } catch (e) {
+        const reason = (e as Error).message;
+        rec.fallbacks = [{ engine: "*", reason }];
+        this.log(`weight sync: delta update to version ${version} failed (${reason}); loading the full checkpoint ${fullDir} on every engine`);
+      }
+    } else if (this.base) rec.fallbacks = [{ engine: "*", reason: "the model's tensor layout changed" }];
+    if (!done) await this.full(fullDir, version, attempts);
+    this.base = { version, params, layout };
+    this.last = version;
+    this.history.push(rec);
+    if (this.history.length > 1000) this.history.shift();
+    this.prune();
+    return rec;
+  }
+
+  private async full(dir: string, version: number, attempts: number): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.target.updateWeights(dir, String(version));
+        return;
+      } catch (e) {
+        if (attempt >= attempts) throw e;
+        this.log(`weight sync to version ${version} failed (${(e as Error).message}); retrying`);
+        await new Promise((r) => setTimeout(r, Math.min(2000, 200 * attempt)));
+      }
+    }
+  }
+
+  /** Removes the files of versions older than the newest `keep`. */
+  private prune(): void {
+    const floor = this.last - this.keep + 1;
+    for (const name of readdirSync(this.opts.dir)) {
+      const m = /^v(\d+)-(?:v(\d+)\.ooze-delta|bf16)$/.exec(name);
+      if (!m) continue;
+      const v = Number(m[2] ?? m[1]);
+      if (v < floor) rmSync(join(this.opts.dir, name), { recursive: true, force: true });
+    }
+  }
+}
+
+/** The per-engine fallbacks of a Fleet's WeightUpdateReport (none for targets that return nothing). */
+function fullFallbacksOf(r: unknown): { engine: string; reason: string }[] {
+  const f = (r as { fullFallbacks?: unknown } | null | undefined)?.fullFallbacks;
+  if (!Array.isArray(f)) return [];
+  return f.filter((x): x is { engine: string; reason: string } => typeof x?.engine === "string" && typeof x?.reason === "string");
+}

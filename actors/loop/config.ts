@@ -9,8 +9,28 @@ const estimators = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_bas
 /** Schema of `train:`. */
 export const trainSchema = z
   .object({
-    /** sync: generate, train, sync, repeat. async: generation of step n+1 overlaps training of step n. */
-    mode: z.enum(["sync", "async"]).default("sync"),
+    /**
+     * sync: generate, train, sync, repeat. async: generation of step n+1 overlaps training of step n.
+     * fully_async: generation never stops (actors/loop/fully-async.ts); weight updates interrupt it
+     * (partial rollout) and the staleness bound keeps batches near the trainer's version.
+     */
+    mode: z.enum(["sync", "async", "fully_async"]).default("sync"),
+    /**
+     * fully_async: a weight update aborts in-flight generations, which keep their tokens and resume
+     * on the new weights (each span recorded under its version). false: an interrupted turn is
+     * generated again from its start on the new weights (its old tokens are discarded).
+     */
+    partialRollout: z.boolean().default(true),
+    /**
+     * fully_async: most weight versions a trained sample's oldest token may lag the trainer's version
+     * (older groups are regenerated from their prompt, never trained). null = 2 in fully_async, off otherwise.
+     */
+    maxStaleness: z.number().int().min(0).nullable().default(null),
+    /**
+     * fully_async: prompt groups generating or waiting for the trainer at once (bounded look-ahead);
+     * null = promptsPerStep × max(1, maxStaleness).
+     */
+    maxInflightGroups: z.number().int().min(1).nullable().default(null),
     /** A built-in task name (addition, guess-number) or a module path relative to the topology. */
     task: z.string().default("addition"),
     taskConfig: z.record(z.string(), z.unknown()).default({}),
@@ -38,6 +58,13 @@ export const trainSchema = z
     epsClip: z.number().positive().default(0.2),
     epsClipHigh: z.number().positive().optional(),
     entropyCoef: z.number().default(0),
+    /**
+     * Adaptive entropy control (as in Skywork-OR1): after each step the entropy coefficient rises by
+     * entropyCoefStep while the mean token entropy is below this target and falls (not below 0)
+     * above it; null = the coefficient stays entropyCoef.
+     */
+    entropyTarget: z.number().positive().nullable().default(null),
+    entropyCoefStep: z.number().positive().default(0.005),
     /** Checkpoint every K steps (and at exit). */
     checkpointEvery: z.number().int().min(1).default(20),
     /** Checkpoint directories kept (the newest ones). */
@@ -72,7 +99,15 @@ export function trainConfigOf(topo: Pick<Topology, "train" | "engines" | "file">
   if (!e.success) throw new OozeError("CONFIG_INVALID", `${where}: engines: ${issues(e.error)}`);
   if (e.data.count === 0 && e.data.urls.length === 0)
     throw new OozeError("CONFIG_INVALID", `${where}: engines: count is 0 and no urls are given; the loop needs at least one engine`);
+  if (t.data.mode === "fully_async" && e.data.client !== "fleet")
+    throw new OozeError("CONFIG_INVALID", `${where}: train.mode fully_async needs engines.client: fleet (partial rollout and per-span weight versions); got '${e.data.client}'`);
   return { train: t.data, engines: e.data };
+}
+
+/** The staleness bound and look-ahead fully_async runs with (defaults filled in). */
+export function fullyAsyncLimits(cfg: TrainConfig): { maxStaleness: number; maxInflightGroups: number } {
+  const maxStaleness = cfg.maxStaleness ?? 2;
+  return { maxStaleness, maxInflightGroups: cfg.maxInflightGroups ?? cfg.promptsPerStep * Math.max(1, maxStaleness) };
 }
 
 function issues(err: z.ZodError): string {

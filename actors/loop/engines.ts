@@ -20,10 +20,21 @@ export interface GenOutput {
   weightVersions: { start: number; end: number; version: string }[];
 }
 
+/** One generation request of the rollout side. */
+export interface GenRequest {
+  inputIds: Int32Array;
+  sampling: WireSamplingParams;
+  sessionId: string;
+  signal?: AbortSignal;
+}
+
 /** What the rollout side needs of the engines. */
 export interface Generator {
-  /** One generation, token-in/token-out, with logprobs; `sessionId` keeps an episode on one engine. */
-  generate(req: { inputIds: Int32Array; sampling: WireSamplingParams; sessionId: string }): Promise<GenOutput>;
+  /**
+   * One generation, token-in/token-out, with logprobs; `sessionId` keeps an episode on one engine.
+   * An aborted `signal` ends it early with status "aborted" (or rejects), never re-dispatched.
+   */
+  generate(req: GenRequest): Promise<GenOutput>;
   /**
    * Loads `modelDir` as weight version `version` on every engine; resolves when all report it.
    * `opts.loadFormat` (e.g. "ooze-delta": modelDir is then a delta file) is sent as load_format;
@@ -103,13 +114,15 @@ export class EnginePool implements Generator {
     return this.clients.map((c) => c.url);
   }
 
-  async generate(req: { inputIds: Int32Array; sampling: WireSamplingParams; sessionId: string }): Promise<GenOutput> {
+  async generate(req: GenRequest): Promise<GenOutput> {
     let i = this.affinity.get(req.sessionId);
     if (i === undefined) {
       i = this.next++ % this.clients.length;
       this.affinity.set(req.sessionId, i);
     }
-    const res = await this.clients[i]!.generate({ inputIds: req.inputIds, sampling: req.sampling, returnLogprob: true, routingKey: req.sessionId });
+    const res = await this.clients[i]!.generate({
+      inputIds: req.inputIds, sampling: req.sampling, returnLogprob: true, routingKey: req.sessionId, ...(req.signal ? { signal: req.signal } : {}),
+    });
     this.promptTokens += res.meta.promptTokens;
     this.cachedTokens += res.meta.cachedTokens;
     const n = res.outputIds.length;
@@ -172,8 +185,8 @@ export class FleetGenerator implements Generator {
     return new FleetGenerator(fleet);
   }
 
-  async generate(req: { inputIds: Int32Array; sampling: WireSamplingParams; sessionId: string }): Promise<GenOutput> {
-    const r = await this.fleet.generate({ inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId });
+  async generate(req: GenRequest): Promise<GenOutput> {
+    const r = await this.fleet.generate({ inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, ...(req.signal ? { signal: req.signal } : {}) });
     this.promptTokens += req.inputIds.length;
     this.cachedTokens += Math.min(r.cachedTokens, req.inputIds.length);
     return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };

@@ -19,7 +19,10 @@ export interface StepMetrics {
   sync_seconds: number;
   samples_per_s: number;
   weight_version: number;
+  /** Versions between the trainer and the oldest token of any trained sample. */
   staleness_max: number;
+  /** Trained samples whose tokens were sampled under more than one weight version (partial rollout). */
+  partial_samples: number;
   cache_hit_rate: number;
   loss: number;
   kl: number;

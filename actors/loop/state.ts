@@ -1,5 +1,5 @@
 // A run's resumable position: which step it reached, the next prompt and sample index of the data
-// stream, the weight version, and wall time used. Saved with every checkpoint (state.json beside the
+// stream (and, in fully_async mode, the prompt groups in flight), the weight version, and wall time used. Saved with every checkpoint (state.json beside the
 // weights and optimizer) and pointed to by DIR/checkpoints/latest.json, written last and atomically.
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -17,6 +17,19 @@ export interface RunState {
   weightVersion: number;
   /** Wall seconds used by the run so far. */
   seconds: number;
+  /**
+   * fully_async: prompt groups launched before the checkpoint and not yet trained or dropped (in
+   * flight, or complete and waiting). A resumed run generates them again first, from their prompt
+   * index, with the same sample indices (the run after the checkpoint never happened).
+   */
+  pending?: PendingGroup[];
+}
+
+/** A prompt group of the data stream: its prompt index and its sample indices [firstSample, firstSample + count). */
+export interface PendingGroup {
+  prompt: number;
+  firstSample: number;
+  count: number;
 }
 
 /** Directory of the checkpoint after `step`. */

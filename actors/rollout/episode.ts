@@ -2,8 +2,10 @@
 // logprobs are appended exactly as returned (EOS included, so the model learns to stop), the task
 // sees the turn's ids without EOS, and its observation is appended with loss mask 0. A turn the
 // engine aborts (weight update, engine lost) keeps what was sampled and resumes with the remaining
-// budget, each span recorded under the weight version that produced it.
+// budget, each span recorded under the weight version that produced it. Without partial rollout, a
+// turn that a weight update interrupted is generated again from its start on the new weights.
 import type { Generator } from "../loop/engines.ts";
+import { OozeError } from "../../src/errors.ts";
 import { EOS_ID } from "../../src/engine/tokenizer.ts";
 import { SampleBuilder, type Sample } from "../../src/sample.ts";
 import type { Task } from "../environment/task.ts";
@@ -21,6 +23,13 @@ export interface EpisodeSpec {
   samplingSeed: number;
   /** Resumes allowed after aborted generations within one turn. */
   maxResumes?: number;
+  /**
+   * Keep the tokens of a turn interrupted by a weight update and resume it on the new weights
+   * (default true). false: the turn's tokens are discarded and it is generated again.
+   */
+  partialRollout?: boolean;
+  /** Abandons the episode: its generation is aborted and runEpisode rejects with ACTOR_STOPPED. */
+  signal?: AbortSignal;
 }
 
 /** Runs one episode of `task` on `gen`; never throws for a model's bad answer, only for engine failures. */
@@ -36,13 +45,20 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     const turnStart = b.responseLength;
     let budget = task.maxTurnTokens;
     let resumes = 0;
+    let restarts = 0;
     let finished = false;
     while (budget > 0 && !finished) {
       const res = await gen.generate({
         inputIds: b.tokens.slice(),
-        sampling: { max_new_tokens: budget, temperature: spec.temperature, top_p: 1, top_k: -1, sampling_seed: spec.samplingSeed + turn * 1009 + resumes },
+        sampling: { max_new_tokens: budget, temperature: spec.temperature, top_p: 1, top_k: -1, sampling_seed: spec.samplingSeed + turn * 1009 + resumes + restarts * 31 },
         sessionId: rolloutId,
+        ...(spec.signal ? { signal: spec.signal } : {}),
       });
+      if (spec.signal?.aborted) throw new OozeError("ACTOR_STOPPED", `episode ${spec.index} (prompt ${spec.groupIndex}) was abandoned`);
+      if (spec.partialRollout === false && b.responseLength === turnStart && new Set(res.weightVersions.map((sp) => sp.version)).size > 1 && restarts < 8) {
+        restarts++; // interrupted by a weight update: start the turn again on the new weights
+        continue;
+      }
       const covered = res.weightVersions.reduce((n, sp) => n + sp.end - sp.start, 0);
       if (covered === res.outputIds.length)
         for (const sp of res.weightVersions) b.appendModel(res.outputIds.subarray(sp.start, sp.end), res.logprobs.subarray(sp.start, sp.end), sp.version);

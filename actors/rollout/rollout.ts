@@ -33,6 +33,10 @@ export interface RolloutOptions {
   attempts?: number;
   /** Called with each finished sample (for streaming to a buffer). */
   onSample?: (s: Sample) => void;
+  /** Partial rollout on weight updates (default true; see EpisodeSpec.partialRollout). */
+  partialRollout?: boolean;
+  /** Abandons the rollout: episodes stop at once and end as `failed` samples, not retried. */
+  signal?: AbortSignal;
 }
 
 /** Runs `prompts × samplesPerPrompt` episodes; sample indices are firstSample + p·n + k. */
@@ -54,11 +58,14 @@ export async function rolloutRange(task: Task, gen: Generator, range: RolloutRan
               const s = await runEpisode(task, gen, {
                 index, groupIndex, seed: opts.seed, temperature: opts.temperature,
                 samplingSeed: (opts.seed * 1_000_003 + index * 7919 + a * 104729) >>> 0,
+                ...(opts.partialRollout !== undefined ? { partialRollout: opts.partialRollout } : {}),
+                ...(opts.signal ? { signal: opts.signal } : {}),
               });
               opts.onSample?.(s);
               return s;
             } catch (e) {
               lastErr = e;
+              if (opts.signal?.aborted) break;
             }
           }
           failures++;

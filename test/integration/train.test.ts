@@ -1,7 +1,9 @@
 // ooze train end to end on the tiny preset: the CLI writes metrics.jsonl with every field, the reward
 // chart and checkpoints, with increasing weight versions; a SIGKILLed trainer worker is restarted and
 // the run finishes with every sample index trained or dropped exactly once; --resume continues at the
-// same data position; async mode trains one step off-policy.
+// same data position; async mode trains one step off-policy; fully_async mode keeps generating through
+// weight updates (partial rollout), never trains beyond the staleness bound, survives a killed
+// trainer worker and engine, and resumes after a crash by generating its in-flight groups again.
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,6 +13,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { trainSchema, enginesSchema } from "../../actors/loop/config.ts";
 import { runTraining, type BatchRecord } from "../../actors/loop/loop.ts";
 import { readJsonl, type StepMetrics } from "../../actors/loop/metrics.ts";
+import type { RunState } from "../../actors/loop/state.ts";
+import type { TrainSample } from "../../actors/buffer/groups.ts";
 
 const run = promisify(execFile);
 const dirs: string[] = [];
@@ -28,6 +32,41 @@ const engines = enginesSchema.parse({ count: 1, maxRunning: 32, cacheTokens: 409
 function checkAccounting(records: BatchRecord[], n: number) {
   const seen = records.flatMap((r) => [...r.trained, ...r.dropped]).sort((a, b) => a - b);
   expect(seen).toEqual(Array.from({ length: n }, (_, i) => i));
+}
+
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+const byNumber = (a: number, b: number) => a - b;
+
+/**
+ * fully_async: every sample index below the stream's position is trained, dropped, requeued, or
+ * pending in the latest checkpoint, exactly once; and (no filter, no failures here) every prompt
+ * index is trained exactly once or pending.
+ */
+function checkFullyAsyncAccounting(out: string) {
+  const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
+  const latest = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as RunState;
+  const pending = latest.pending ?? [];
+  const seen = [...records.flatMap((r) => [...r.trained, ...r.dropped, ...(r.requeued ?? [])]), ...pending.flatMap((g) => range(g.firstSample, g.count))];
+  expect(seen.sort(byNumber)).toEqual(range(0, latest.nextSample));
+  const prompts = [...records.flatMap((r) => r.trainedPrompts ?? []), ...pending.map((g) => g.prompt)];
+  expect(prompts.sort(byNumber)).toEqual(range(0, latest.nextPrompt));
+  return { records, latest };
+}
+
+/** Each trained sample's spans are in order, cover its model tokens, and lie within the staleness bound. */
+function checkSpans(batch: readonly TrainSample[], trainerVersion: number, bound: number): number {
+  let partial = 0;
+  for (const s of batch) {
+    const vs = s.weightVersions.map((sp) => Number(sp.version));
+    expect(vs.length).toBeGreaterThan(0);
+    for (let i = 1; i < vs.length; i++) expect(vs[i]!).toBeGreaterThanOrEqual(vs[i - 1]!);
+    expect(Math.min(...vs)).toBeGreaterThanOrEqual(trainerVersion - bound);
+    expect(Math.max(...vs)).toBeLessThanOrEqual(trainerVersion);
+    const modelTokens = s.lossMask.reduce((n, m) => n + m, 0);
+    expect(s.weightVersions.reduce((n, sp) => n + sp.end - sp.start, 0)).toBe(modelTokens);
+    if (new Set(vs).size > 1) partial++;
+  }
+  return partial;
 }
 
 describe("ooze train", () => {
@@ -124,5 +163,68 @@ describe("ooze train", () => {
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(ms.map((m) => m.staleness_max)).toEqual([0, 1, 1]);
     checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
+  }, 60_000);
+
+  it("fully_async: generation goes on through weight updates; a SIGKILLed trainer worker and engine lose and duplicate nothing; staleness bounded", async () => {
+    const out = join(tmp(), "run");
+    let enginePid: number | null = null;
+    let trainerKilled = false;
+    const restarts: string[] = [];
+    let partial = 0;
+    const s = await runTraining({
+      out, train: trainSchema.parse({ ...tiny, steps: 4, mode: "fully_async" }), engines, baseDir: process.cwd(),
+      hooks: {
+        onStart: (info) => (enginePid = info.enginePids[0] ?? null),
+        beforeTrain: (step, trainer, batch) => {
+          partial += checkSpans(batch, trainer.version, 2);
+          if (step === 1 && enginePid !== null) process.kill(enginePid, "SIGKILL");
+          if (step === 2 && trainer.pid !== null) {
+            trainerKilled = true;
+            process.kill(trainer.pid, "SIGKILL");
+          }
+        },
+        onEngineRestart: (from, to) => restarts.push(`${from} -> ${to}`),
+      },
+    });
+    expect(s.steps).toBe(4);
+    expect(trainerKilled).toBe(true);
+    expect(s.trainerRestarts).toBeGreaterThanOrEqual(1);
+    expect(restarts).toHaveLength(1);
+    const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+    expect(ms.map((m) => m.weight_version)).toEqual([1, 2, 3, 4]);
+    expect(ms.map((m) => m.failed)).toEqual([0, 0, 0, 0]);
+    for (const m of ms) expect(m.staleness_max).toBeLessThanOrEqual(2);
+    expect(ms.reduce((n, m) => n + m.partial_samples, 0)).toBe(partial);
+    const { records, latest } = checkFullyAsyncAccounting(out);
+    expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4]);
+    expect(records.every((r) => r.trained.length === 12)).toBe(true);
+    expect(latest.pending!.length).toBeGreaterThan(0); // the look-ahead was in flight at the end
+  }, 60_000);
+
+  it("fully_async: a run that crashes after a checkpoint resumes there, generating the groups then in flight again", async () => {
+    const out = join(tmp(), "run");
+    const train = trainSchema.parse({ ...tiny, steps: 4, mode: "fully_async" });
+    const crash = runTraining({
+      out, train, engines, baseDir: process.cwd(),
+      hooks: {
+        onStep: (m) => {
+          if (m.step === 3) throw new Error("crash after step 3");
+        },
+      },
+    });
+    await expect(crash).rejects.toThrow(/crash after step 3/);
+    const before = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as RunState;
+    expect(before.step).toBe(2);
+    expect(before.pending!.length).toBeGreaterThan(0);
+    expect(readJsonl<BatchRecord>(join(out, "batches.jsonl")).map((r) => r.step)).toEqual([1, 2, 3]);
+
+    const s = await runTraining({ out, train: { ...train, steps: 5 }, engines, baseDir: process.cwd(), resume: true });
+    expect(s.steps).toBe(5);
+    const { records } = checkFullyAsyncAccounting(out);
+    expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4, 5]);
+    // The groups in flight at the checkpoint were trained after the resume, under their sample indices.
+    const trainedAfter = new Set(records.filter((r) => r.step > 2).flatMap((r) => r.trainedPrompts ?? []));
+    expect(before.pending!.some((g) => trainedAfter.has(g.prompt))).toBe(true);
+    expect(readJsonl<StepMetrics>(join(out, "metrics.jsonl")).map((m) => m.weight_version)).toEqual([1, 2, 3, 4, 5]);
   }, 60_000);
 });

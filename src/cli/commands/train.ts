@@ -1,7 +1,8 @@
 // `ooze train FILE`: runs the RL loop a topology's `train:` section describes (embedded engines as
 // child processes, the native trainer worker, rollouts, buffer, weight sync), with a progress bar,
 // DIR/metrics.jsonl, DIR/reward.svg, checkpoints, and a summary at the end. `--resume DIR` continues
-// from DIR's last checkpoint at the same data position.
+// from DIR's last checkpoint at the same data position. `--mode` picks sync, async (one step
+// off-policy) or fully_async (continuous generation, partial rollout, staleness bound).
 import { dirname } from "node:path";
 import type { Command } from "commander";
 import { SingleBar } from "cli-progress";
@@ -34,7 +35,7 @@ export function register(program: Command) {
     .option("--resume <dir>", "continue the run in DIR from its last checkpoint")
     .option("--steps <n>", "override train.steps")
     .option("--max-seconds <s>", "override train.maxSeconds (stop after this much wall time)")
-    .option("--mode <mode>", "override train.mode (sync | async)")
+    .option("--mode <mode>", "override train.mode (sync | async | fully_async)")
     .option("--quiet", "no progress bar or per-step lines")
     .action(async (file: string, opts: TrainOptions) => {
       const topo = loadTopology(file);
@@ -42,7 +43,10 @@ export function register(program: Command) {
       if (opts.steps !== undefined) train.steps = num("steps", opts.steps, 1);
       if (opts.maxSeconds !== undefined) train.maxSeconds = num("max-seconds", opts.maxSeconds, 0);
       if (opts.mode !== undefined) {
-        if (opts.mode !== "sync" && opts.mode !== "async") throw new OozeError("CONFIG_INVALID", `--mode must be sync or async (got '${opts.mode}')`);
+        if (opts.mode !== "sync" && opts.mode !== "async" && opts.mode !== "fully_async")
+          throw new OozeError("CONFIG_INVALID", `--mode must be sync, async or fully_async (got '${opts.mode}')`);
+        if (opts.mode === "fully_async" && engines.client !== "fleet")
+          throw new OozeError("CONFIG_INVALID", `--mode fully_async needs engines.client: fleet (partial rollout); ${file} sets '${engines.client}'`);
         train.mode = opts.mode;
       }
       if (opts.resume && opts.out && opts.resume !== opts.out) throw new OozeError("CONFIG_INVALID", "give either --out or --resume (the run directory), not both");

@@ -1,41 +1,128 @@
-// Weight-sync figures for `npm run bench -- loop`: the size of one step's lossless delta
-// (actors/weight-sync/delta.ts) against the full checkpoint, its apply time, and whether the applied
-// weights equal the trainer's byte for byte, from two consecutive version directories of a run.
-import { readdirSync, statSync } from "node:fs";
-import { join } from "node:path";
+// Weight-sync figures for `npm run bench -- loop`: the size of one trainer step's lossless delta
+// (actors/weight-sync/delta.ts) against the full fp32 checkpoint that a full sync ships, its apply
+// time, and whether the applied weights equal the trainer's byte for byte — measured on the bf16
+// wire (what the engines hold with DeltaWeightSync wire "bf16": the trainer's weights rounded to
+// bf16; bit_exact compares with that export) and on the fp32 wire (the trainer's exact weights).
+// The main step is the run's own last step (two newest version directories); a second, fine-tuning
+// sized step (default lr 1e-5, one AdamW step from the run's last checkpoint, its optimizer moments
+// restored, on a synthetic policy-gradient batch) shows how the ratio depends on the update's size.
+import { existsSync, readdirSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { Trainer } from "../../native/trainer.ts";
-import { applyDelta, decodeDelta, encodeDelta, type TensorSlot } from "../../actors/weight-sync/delta.ts";
+import { applyDelta, decodeDelta, encodeDelta, roundToBf16, type DeltaWire, type TensorSlot } from "../../actors/weight-sync/delta.ts";
+import { latestCheckpoint } from "../../actors/loop/state.ts";
+import { mulberry32 } from "../../src/random.ts";
 
-/** The bench's weight-sync fields. */
-export interface WeightSyncFigures {
+/** One delta measured on one wire. */
+export interface DeltaFigure {
   delta_bytes: number;
-  full_bytes: number;
+  /** delta_bytes / the fp32 checkpoint's model.safetensors. */
   delta_vs_full: number;
   apply_ms: number;
   bit_exact: boolean;
+  /** Share of the wire's elements that changed. */
+  changed: number;
 }
 
-/** Measures the delta between the two newest `vN` directories under `weightsDir`. */
-export async function weightSyncFigures(weightsDir: string): Promise<WeightSyncFigures> {
+/** The bench's weight-sync fields (main figures: the bf16 wire on the run's last step). */
+export interface WeightSyncFigures {
+  delta_wire: DeltaWire;
+  delta_workload: string;
+  delta_bytes: number;
+  full_bytes: number;
+  delta_vs_full: number;
+  /** The same delta against a bf16 full checkpoint (2 bytes per parameter). */
+  delta_vs_full_bf16: number;
+  apply_ms: number;
+  bit_exact: boolean;
+  /** The same step on the fp32 wire (lossless against the trainer's fp32 weights). */
+  delta_fp32: DeltaFigure;
+  /** A fine-tuning-sized step (null when the run has no checkpoint and no version directory to start from). */
+  delta_finetune: { workload: string; bf16: DeltaFigure; fp32: DeltaFigure } | null;
+}
+
+/** Options of weightSyncFigures. */
+export interface WeightSyncFigureOptions {
+  /** lr of the fine-tuning-sized step (default 1e-5; 0 skips it). */
+  fineTuneLr?: number;
+  /** The run's description for delta_workload (default: the directory's versions). */
+  runWorkload?: string;
+}
+
+const layoutOf = (t: Trainer): TensorSlot[] => t.info().tensors.map((x) => ({ name: x.name, offset: x.offset, numel: x.shape.reduce((a, b) => a * b, 1) }));
+
+/** Encodes, decodes and applies one delta on `wire`; sizes against `fullBytes`. */
+function measure(layout: TensorSlot[], base: Float32Array, next: Float32Array, wire: DeltaWire, fullBytes: number): DeltaFigure {
+  const b = wire === "bf16" ? roundToBf16(base) : base;
+  const n = wire === "bf16" ? roundToBf16(next) : next;
+  const bytes = encodeDelta(layout, b, n, "1", "2", { wire });
+  const target = b.slice();
+  const t0 = performance.now();
+  applyDelta(layout, target, "1", decodeDelta(bytes));
+  const applyMs = performance.now() - t0;
+  const bu = new Uint32Array(b.buffer), nu = new Uint32Array(n.buffer);
+  let changed = 0;
+  for (let i = 0; i < bu.length; i++) if (bu[i] !== nu[i]) changed++;
+  return {
+    delta_bytes: bytes.length,
+    delta_vs_full: Number((bytes.length / fullBytes).toFixed(4)),
+    apply_ms: Number(applyMs.toFixed(2)),
+    bit_exact: Buffer.compare(Buffer.from(target.buffer), Buffer.from(n.buffer)) === 0,
+    changed: Number((changed / bu.length).toFixed(4)),
+  };
+}
+
+/** A synthetic policy-gradient batch: 16 random byte sequences of 48 tokens, advantages ±1, on-policy old logprobs. */
+async function syntheticStep(t: Trainer, lr: number): Promise<void> {
+  const rand = mulberry32(12345);
+  const seqs = 16, len = 48;
+  const tokens = new Int32Array(seqs * len).map(() => 32 + Math.floor(rand() * 95));
+  const cuSeqlens = new Int32Array(seqs + 1).map((_, i) => i * len);
+  const lossMask = new Uint8Array(seqs * len).map((_, i) => (i % len >= 8 ? 1 : 0));
+  const advantages = new Float32Array(seqs * len).map((_, i) => (Math.floor(i / len) % 2 === 0 ? 1 : -1));
+  const { logprobs } = await t.logprobs({ tokens, cuSeqlens });
+  await t.trainStep({ tokens, cuSeqlens, lossMask, advantages, oldLogprobs: logprobs, rolloutLogprobs: null, refLogprobs: null }, {}, { lr });
+}
+
+/** Measures the delta between the two newest `vN` directories under `weightsDir` (a run's `out/weights`), and a fine-tuning-sized step. */
+export async function weightSyncFigures(weightsDir: string, opts: WeightSyncFigureOptions = {}): Promise<WeightSyncFigures> {
   const versions = readdirSync(weightsDir).filter((d) => /^v\d+$/.test(d)).map((d) => Number(d.slice(1))).sort((a, b) => a - b).slice(-2);
   if (versions.length < 2) throw new Error(`${weightsDir}: need two version directories, found ${versions.length}`);
   const [a, b] = versions as [number, number];
   const ta = await Trainer.create({ modelDir: join(weightsDir, `v${a}`) });
   const tb = await Trainer.create({ modelDir: join(weightsDir, `v${b}`) });
   const base = await ta.getParams(), next = await tb.getParams();
-  const layout: TensorSlot[] = ta.info().tensors.map((t) => ({ name: t.name, offset: t.offset, numel: t.shape.reduce((x, y) => x * y, 1) }));
-  const bytes = encodeDelta(layout, base, next, String(a), String(b));
-  const target = base.slice();
-  const t0 = performance.now();
-  applyDelta(layout, target, String(a), decodeDelta(bytes));
-  const applyMs = performance.now() - t0;
-  const bitExact = Buffer.compare(Buffer.from(target.buffer), Buffer.from(next.buffer)) === 0;
+  const layout = layoutOf(ta);
   const fullBytes = statSync(join(weightsDir, `v${b}`, "model.safetensors")).size;
+  const bf16 = measure(layout, base, next, "bf16", fullBytes);
+  const fp32 = measure(layout, base, next, "fp32", fullBytes);
+
+  let finetune: WeightSyncFigures["delta_finetune"] = null;
+  const lr = opts.fineTuneLr ?? 1e-5;
+  if (lr > 0) {
+    const ckpt = latestCheckpoint(dirname(weightsDir));
+    const from = ckpt && existsSync(join(ckpt.dir, "optimizer.bin")) ? ckpt.dir : join(weightsDir, `v${b}`);
+    const t = await Trainer.create({ modelDir: from });
+    const start = await t.getParams();
+    await syntheticStep(t, lr);
+    const after = await t.getParams();
+    const moments = from === join(weightsDir, `v${b}`) ? "fresh AdamW moments" : "its AdamW moments restored";
+    finetune = {
+      workload: `one AdamW step at lr ${lr} from the run's last checkpoint (${moments}) on a synthetic policy-gradient batch (16 random byte sequences x 48 tokens, advantages +-1, PPO clip loss)`,
+      bf16: measure(layoutOf(t), start, after, "bf16", fullBytes),
+      fp32: measure(layoutOf(t), start, after, "fp32", fullBytes),
+    };
+  }
   return {
-    delta_bytes: bytes.length,
+    delta_wire: "bf16",
+    delta_workload: `one trainer step of the bench's own sync run: v${a} -> v${b}${opts.runWorkload ? ` (${opts.runWorkload})` : ""}; engines hold bf16-rounded weights and bit_exact compares them with the trainer's bf16 export; delta_fp32 is the same step on the lossless fp32 wire`,
+    delta_bytes: bf16.delta_bytes,
     full_bytes: fullBytes,
-    delta_vs_full: Number((bytes.length / fullBytes).toFixed(4)),
-    apply_ms: Number(applyMs.toFixed(2)),
-    bit_exact: bitExact,
+    delta_vs_full: bf16.delta_vs_full,
+    delta_vs_full_bf16: Number((bf16.delta_bytes / (base.length * 2)).toFixed(4)),
+    apply_ms: bf16.apply_ms,
+    bit_exact: bf16.bit_exact,
+    delta_fp32: fp32,
+    delta_finetune: finetune,
   };
 }

@@ -5,6 +5,7 @@
 // versions KV record that only moves forward.
 import type { JsMsg } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
+import { subjectOf } from "../../src/actor/index.ts";
 import { deadLetter, decodeMessage, type AnyMessageDef, type BodyOf, type MessageOf, type MessageRegistry } from "../../src/codec/index.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import type { Bus } from "../../src/transport/bus.ts";
@@ -71,8 +72,8 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     } catch (e) {
       if (e instanceof OozeError && e.code === "TRANSPORT") return void m.nak(1_000);
       stats.malformed++;
-      o.log(`malformed message on ${m.subject} dead-lettered to ${o.names.deadLetter(o.actor)}: ${(e as Error).message}`);
-      await deadLetter(o.bus, o.names, o.actor, m.data, e, m.subject);
+      o.log(`malformed message on ${m.subject} dead-lettered to ${o.names.deadLetter(subjectOf(o.actor))}: ${(e as Error).message}`);
+      await deadLetter(o.bus, o.names, subjectOf(o.actor), m.data, e, m.subject);
       return void m.term();
     }
     const beat = setInterval(() => m.working(), Math.max(100, ackWaitMs / 3));

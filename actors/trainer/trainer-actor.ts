@@ -33,6 +33,7 @@ type Batch = z.output<typeof batchMsg.schema>;
 interface TrainerState {
   trainer: PolicyTrainer;
   consumer: StreamConsumer;
+  run: Run;
 }
 
 /** The trainer actor definition for a node's system and topology. */
@@ -80,7 +81,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
           handle: (msg) => run.onBatch(msg.body),
         });
         ctx.log.info(`trainer: ${t.steps} steps of ${t.promptsPerStep}×${t.samplesPerPrompt} samples (${t.mode}), run directory ${out}`);
-        return { trainer, consumer };
+        return { trainer, consumer, run };
       } catch (e) {
         await trainer.close();
         throw e;
@@ -89,8 +90,10 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
     handle(_state, msg) {
       throw new OozeError("ACTOR_CRASHED", `trainer: ${msg.error}`, { retryable: true });
     },
-    async onStop(state) {
+    async onStop(state, ctx) {
       await state.consumer.stop();
+      // Stopped between checkpoints (Ctrl-C, `ooze down`, a crash): keep what was trained.
+      await state.run.checkpointLast().catch((e) => ctx.log.error(`trainer: final checkpoint failed: ${(e as Error).message}`));
       await state.trainer.close();
     },
   });
@@ -103,6 +106,7 @@ class Run {
   private readonly t0 = performance.now();
   private lastStepEnd = performance.now();
   private readonly metrics: StepMetrics[] = [];
+  private last: RunState | null = null;
 
   constructor(
     private readonly env: LoopEnv,
@@ -148,12 +152,18 @@ class Run {
     writeRewardSvg(this.paths.svg, this.metrics, `ooze up: ${t.task} (${t.mode}, actors)`);
     this.log(`trainer: step ${b.step}/${t.steps} reward ${m.reward_mean.toFixed(3)} version ${m.weight_version}`);
     const state: RunState = { step: b.step, nextPrompt: b.nextPrompt, nextSample: b.nextSample, weightVersion: this.trainer.version, seconds: m.seconds };
+    this.last = state;
     const last = b.step >= t.steps;
     if (b.step % t.checkpointEvery === 0 || last) await this.checkpoint(state);
     if (last) {
       this.log(`trainer: done: ${b.step} steps, reward ${this.metrics[0]?.reward_mean.toFixed(3)} → ${m.reward_mean.toFixed(3)}, weight version ${this.trainer.version}, ${this.out}`);
       if (this.cfg.stopWhenDone) setImmediate(() => void this.stopJob());
     }
+  }
+
+  /** Checkpoints the last trained step unless it is checkpointed already. */
+  async checkpointLast(): Promise<void> {
+    if (this.last) await this.checkpoint(this.last);
   }
 
   private async checkpoint(state: RunState): Promise<void> {

@@ -31,19 +31,27 @@ afterAll(() => {
 
 const PROMPTS = 3, N = 4, STEPS = 4;
 
-function topology(dir: string, out: string): string {
+/** Every sample index from 0 to n-1 appears exactly once over trained ∪ dropped. */
+function accounted(out: string): number[] {
+  const batches = readJsonl<{ step: number; trained: number[]; dropped: number[] }>(join(out, "batches.jsonl"));
+  expect(batches.map((b) => b.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
+  return batches.flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b);
+}
+const allIndices = Array.from({ length: STEPS * PROMPTS * N }, (_, i) => i);
+
+function topology(dir: string, out: string, o: { mode?: string; rollouts?: number; rolloutConfig?: string } = {}): string {
   const file = join(dir, "t.yaml");
   writeFileSync(
     file,
     `name: train-actors
 hosts: [{ name: rollout }, { name: learner }]
 actors:
-  - { name: rollout, kind: train.rollout, placement: rollout, config: { concurrency: 4, ackWaitMs: 1500, holdGroup: 4 } }
+  - { name: rollout, kind: train.rollout, count: ${o.rollouts ?? 1}, placement: rollout, config: ${o.rolloutConfig ?? "{}"} }
   - { name: fleet, kind: fleet, placement: learner, config: { embedded: { count: 1, preset: tiny, maxRunning: 32, cacheTokens: 4096 } } }
   - { name: buffer, kind: train.buffer, placement: learner }
   - { name: trainer, kind: train.trainer, placement: learner, config: { out: ${JSON.stringify(out)} } }
   - { name: weight-sync, kind: train.weight-sync, placement: learner }
-train: { task: addition, taskConfig: { digits: 1 }, preset: tiny, steps: ${STEPS}, promptsPerStep: ${PROMPTS}, samplesPerPrompt: ${N}, checkpointEvery: 2 }
+train: { mode: ${o.mode ?? "sync"}, task: addition, taskConfig: { digits: 1 }, preset: tiny, steps: ${STEPS}, promptsPerStep: ${PROMPTS}, samplesPerPrompt: ${N}, checkpointEvery: 2 }
 `,
   );
   return file;
@@ -62,7 +70,7 @@ describe("ooze up: the loop as actors on JetStream", () => {
 
     const { server } = nats;
     const natsUrl = server.url.replace("nats://", `nats://${server.token}@`);
-    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", topology(dir, out), "--job", job, "--nats", natsUrl, "--quiet"], {
+    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", topology(dir, out, { rolloutConfig: "{ concurrency: 4, ackWaitMs: 1500, holdGroup: 4 }" }), "--job", job, "--nats", natsUrl, "--quiet"], {
       env: { ...process.env, OOZE_HOME: dir },
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -96,10 +104,7 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(await exited, diagnostics()).toBe(0);
     expect(log).toContain("node rollout killed by SIGKILL; restarting");
 
-    const batches = readJsonl<{ step: number; trained: number[]; dropped: number[] }>(join(out, "batches.jsonl"));
-    expect(batches.map((b) => b.step)).toEqual([1, 2, 3, 4]);
-    const seen = batches.flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b);
-    expect(seen).toEqual(Array.from({ length: STEPS * PROMPTS * N }, (_, i) => i));
+    expect(accounted(out)).toEqual(allIndices);
     const metrics = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(metrics.map((m) => m.weight_version)).toEqual([1, 2, 3, 4]);
     expect(metrics.every((m) => m.staleness_max === 0 && typeof m.reward_mean === "number")).toBe(true);
@@ -112,6 +117,27 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(info.state.messages).toBe(STEPS * PROMPTS * (N + 1) + 2);
     const versions = await (await VersionsKv.open(bus, names)).get();
     expect(versions).toMatchObject({ version: 4, step: 4 });
+  }, 120_000);
+
+  it("async mode with two rollout instances on one prompts work queue: every sample once, at most one version stale", async () => {
+    const dir = tmp();
+    const out = join(dir, "run");
+    const { server } = nats;
+    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", topology(dir, out, { mode: "async", rollouts: 2 }), "--job", "train-actors-async", "--nats", server.url.replace("nats://", `nats://${server.token}@`), "--quiet"], {
+      env: { ...process.env, OOZE_HOME: dir },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    children.push(up);
+    let log = "";
+    up.stdout!.on("data", (d) => (log += d));
+    up.stderr!.on("data", (d) => (log += d));
+    const code = await new Promise<number | null>((r) => up.on("exit", (c) => r(c)));
+    expect(code, log.slice(-6000)).toBe(0);
+    expect(log).toContain("running rollout/0, rollout/1");
+    expect(accounted(out)).toEqual(allIndices);
+    const metrics = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+    expect(metrics.map((m) => m.weight_version)).toEqual([1, 2, 3, 4]);
+    expect(Math.max(...metrics.map((m) => m.staleness_max))).toBeLessThanOrEqual(1);
   }, 120_000);
 
   it("the versions record only moves forward", async () => {

@@ -1,8 +1,9 @@
 // Lossless weight deltas: the difference between two versions of a model's parameters, per tensor
-// the smallest of: "sub" (the integer difference of the bit patterns, zigzag-coded), "xor" (bit
-// patterns XOR the base) — both as byte planes, so the mostly-zero high bytes of a small update
-// compress to almost nothing — or "overwrite" (gaps and new values of the elements that changed,
-// for sparse updates), deflate-compressed, with a CRC32 of each tensor before and after. The wire
+// the smallest of: "sub" (the integer difference of the bit patterns, zigzag-coded), "sub-exp" (the
+// same, ordered by the base element's exponent, so elements whose changes have similar sizes in
+// ulps sit together), "xor" (bit patterns XOR the base) — all as byte planes, so the mostly-zero
+// high bytes of a small update compress to almost nothing — or "overwrite" (gaps and new values of
+// the elements that changed, for sparse updates), deflate-compressed, with a CRC32 of each tensor before and after. The wire
 // is fp32 (exact trainer weights) or bf16 (both versions rounded to bf16, held as fp32 containers
 // whose low 16 bits are zero: only the high halves travel). Applying checks the base version and
 // checksums, so a delta applies only to the exact weights it was made from, and re-applying an
@@ -20,7 +21,7 @@ export interface TensorSlot {
 }
 
 /** How one tensor's change is coded. */
-export type DeltaEncoding = "same" | "sub" | "xor" | "overwrite";
+export type DeltaEncoding = "same" | "sub" | "sub-exp" | "xor" | "overwrite";
 
 /** The element format on the wire: fp32 bit patterns, or bf16 (the high 16 bits of fp32). */
 export type DeltaWire = "fp32" | "bf16";
@@ -53,12 +54,12 @@ export interface EncodeOptions {
   wire?: DeltaWire;
   /** Deflate level 1..9 (default 6). */
   level?: number;
-  /** Encodings to choose from (default all three); for measurements. */
+  /** Encodings to choose from (default all); for measurements. */
   encodings?: readonly Exclude<DeltaEncoding, "same">[];
 }
 
 const packr = new Packr({ useRecords: false });
-const ALL: readonly Exclude<DeltaEncoding, "same">[] = ["sub", "xor", "overwrite"];
+const ALL: readonly Exclude<DeltaEncoding, "same">[] = ["sub", "sub-exp", "xor", "overwrite"];
 
 function bytesOf(a: Float32Array, slot: TensorSlot): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset + slot.offset * 4, slot.numel * 4);
@@ -139,6 +140,17 @@ function subDecode(base: Uint32Array, code: Uint32Array, width: 4 | 2): Uint32Ar
   return out;
 }
 
+/** Element order by the exponent of the base unit (stable counting sort), known to encoder and decoder. */
+function exponentOrder(base: Uint32Array, width: 4 | 2): Uint32Array {
+  const shift = width === 4 ? 23 : 7;
+  const counts = new Uint32Array(257);
+  for (let i = 0; i < base.length; i++) counts[((base[i]! >>> shift) & 0xff) + 1]!++;
+  for (let k = 1; k < 257; k++) counts[k]! += counts[k - 1]!;
+  const order = new Uint32Array(base.length);
+  for (let i = 0; i < base.length; i++) order[counts[(base[i]! >>> shift) & 0xff]!++] = i;
+  return order;
+}
+
 /** Changed positions as gaps, then the new values: [count, gaps…] as 4 planes, values as `width` planes. */
 function overwriteCode(base: Uint32Array, next: Uint32Array, width: 4 | 2): Uint8Array | null {
   let k = 0;
@@ -213,6 +225,12 @@ export function encodeDelta(
     for (const enc of allowed) {
       let raw: Uint8Array | null;
       if (enc === "sub") raw = toPlanes(subCode(bu, nu, width), width);
+      else if (enc === "sub-exp") {
+        const z = subCode(bu, nu, width), order = exponentOrder(bu, width);
+        const g = new Uint32Array(z.length);
+        for (let k = 0; k < g.length; k++) g[k] = z[order[k]!]!;
+        raw = toPlanes(g, width);
+      }
       else if (enc === "xor") {
         const x = new Uint32Array(bu.length);
         for (let i = 0; i < x.length; i++) x[i] = (bu[i]! ^ nu[i]!) >>> 0;
@@ -242,7 +260,7 @@ export function decodeDelta(bytes: Uint8Array): WeightDelta {
   if (d.v !== 2) throw new OozeError("CHECKPOINT_INVALID", `weight delta: version ${String(d.v)} of the format is not supported (this build reads v2); re-encode it`);
   for (const t of d.tensors) {
     const ok = typeof t?.name === "string" && Number.isInteger(t.numel) && (t.width === 4 || t.width === 2) &&
-      ["same", "sub", "xor", "overwrite"].includes(t.encoding) && t.data instanceof Uint8Array;
+      ["same", "sub", "sub-exp", "xor", "overwrite"].includes(t.encoding) && t.data instanceof Uint8Array;
     if (!ok) throw new OozeError("CHECKPOINT_INVALID", `weight delta: malformed tensor entry ${JSON.stringify(t?.name ?? null)}`);
   }
   return d;
@@ -264,6 +282,12 @@ function decodeTensor(t: DeltaTensor, base: Uint32Array): Uint32Array {
   const raw = inflate(t);
   let nu: Uint32Array;
   if (t.encoding === "sub") nu = subDecode(bu, fromPlanes(raw, bu.length, w, `data of ${t.name}`), w);
+  else if (t.encoding === "sub-exp") {
+    const g = fromPlanes(raw, bu.length, w, `data of ${t.name}`), order = exponentOrder(bu, w);
+    const z = new Uint32Array(g.length);
+    for (let k = 0; k < g.length; k++) z[order[k]!] = g[k]!;
+    nu = subDecode(bu, z, w);
+  }
   else if (t.encoding === "xor") {
     const x = fromPlanes(raw, bu.length, w, `data of ${t.name}`);
     nu = new Uint32Array(bu.length);

@@ -102,7 +102,7 @@ const slots = (sizes: number[]): TensorSlot[] => {
   return sizes.map((numel, i) => ({ name: `t${i}`, offset: (off += numel) - numel, numel }));
 };
 const same = (a: Float32Array, b: Float32Array) => Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
-const ENCODINGS: Exclude<DeltaEncoding, "same">[][] = [["sub"], ["xor"], ["overwrite", "sub"], ["sub", "xor", "overwrite"]];
+const ENCODINGS: Exclude<DeltaEncoding, "same">[][] = [["sub"], ["sub-exp"], ["xor"], ["overwrite", "sub"], ["sub", "sub-exp", "xor", "overwrite"]];
 
 describe("weight delta properties", () => {
   it("random buffers round-trip bit-exactly with every encoding and both wires", () => {

@@ -3,7 +3,8 @@
 // same, ordered by the base element's exponent, so elements whose changes have similar sizes in
 // ulps sit together), "xor" (bit patterns XOR the base) — all as byte planes, so the mostly-zero
 // high bytes of a small update compress to almost nothing — or "overwrite" (gaps and new values of
-// the elements that changed, for sparse updates), deflate-compressed, with a CRC32 of each tensor before and after. The wire
+// the elements that changed, for sparse updates), deflate-compressed; or "sub-ac": the differences
+// range-coded with the base element's exponent as context (range-coder.ts), with a CRC32 of each tensor before and after. The wire
 // is fp32 (exact trainer weights) or bf16 (both versions rounded to bf16, held as fp32 containers
 // whose low 16 bits are zero: only the high halves travel). Applying checks the base version and
 // checksums, so a delta applies only to the exact weights it was made from, and re-applying an
@@ -11,6 +12,7 @@
 import { constants, crc32, deflateRawSync, inflateRawSync } from "node:zlib";
 import { Packr } from "msgpackr";
 import { OozeError } from "../../src/errors.ts";
+import { decodeValues, encodeValues } from "./range-coder.ts";
 
 /** Where one tensor lives in a flat parameter buffer. */
 export interface TensorSlot {
@@ -21,7 +23,7 @@ export interface TensorSlot {
 }
 
 /** How one tensor's change is coded. */
-export type DeltaEncoding = "same" | "sub" | "sub-exp" | "xor" | "overwrite";
+export type DeltaEncoding = "same" | "sub" | "sub-exp" | "sub-ac" | "xor" | "overwrite";
 
 /** The element format on the wire: fp32 bit patterns, or bf16 (the high 16 bits of fp32). */
 export type DeltaWire = "fp32" | "bf16";
@@ -59,7 +61,7 @@ export interface EncodeOptions {
 }
 
 const packr = new Packr({ useRecords: false });
-const ALL: readonly Exclude<DeltaEncoding, "same">[] = ["sub", "sub-exp", "xor", "overwrite"];
+const ALL: readonly Exclude<DeltaEncoding, "same">[] = ["sub", "sub-exp", "sub-ac", "xor", "overwrite"];
 
 function bytesOf(a: Float32Array, slot: TensorSlot): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset + slot.offset * 4, slot.numel * 4);
@@ -138,6 +140,14 @@ function subDecode(base: Uint32Array, code: Uint32Array, width: 4 | 2): Uint32Ar
     out[i] = ((base[i]! + d) & mask) >>> 0;
   }
   return out;
+}
+
+/** The exponent byte of each base unit: the range coder's context. */
+function exponentContext(base: Uint32Array, width: 4 | 2): Uint8Array {
+  const shift = width === 4 ? 23 : 7;
+  const c = new Uint8Array(base.length);
+  for (let i = 0; i < base.length; i++) c[i] = (base[i]! >>> shift) & 0xff;
+  return c;
 }
 
 /** Element order by the exponent of the base unit (stable counting sort), known to encoder and decoder. */
@@ -223,6 +233,11 @@ export function encodeDelta(
     const nu = unitsOf(wordsOf(next, slot), width);
     let best: DeltaTensor | null = null;
     for (const enc of allowed) {
+      if (enc === "sub-ac") {
+        const data = encodeValues(subCode(bu, nu, width), exponentContext(bu, width));
+        if (!best || data.length < best.data.length) best = { ...common, encoding: enc, data };
+        continue;
+      }
       let raw: Uint8Array | null;
       if (enc === "sub") raw = toPlanes(subCode(bu, nu, width), width);
       else if (enc === "sub-exp") {
@@ -260,7 +275,7 @@ export function decodeDelta(bytes: Uint8Array): WeightDelta {
   if (d.v !== 2) throw new OozeError("CHECKPOINT_INVALID", `weight delta: version ${String(d.v)} of the format is not supported (this build reads v2); re-encode it`);
   for (const t of d.tensors) {
     const ok = typeof t?.name === "string" && Number.isInteger(t.numel) && (t.width === 4 || t.width === 2) &&
-      ["same", "sub", "sub-exp", "xor", "overwrite"].includes(t.encoding) && t.data instanceof Uint8Array;
+      ["same", "sub", "sub-exp", "sub-ac", "xor", "overwrite"].includes(t.encoding) && t.data instanceof Uint8Array;
     if (!ok) throw new OozeError("CHECKPOINT_INVALID", `weight delta: malformed tensor entry ${JSON.stringify(t?.name ?? null)}`);
   }
   return d;
@@ -279,9 +294,10 @@ function decodeTensor(t: DeltaTensor, base: Uint32Array): Uint32Array {
   if (t.encoding === "same") return base.slice();
   const w = t.width;
   const bu = unitsOf(base, w);
-  const raw = inflate(t);
   let nu: Uint32Array;
-  if (t.encoding === "sub") nu = subDecode(bu, fromPlanes(raw, bu.length, w, `data of ${t.name}`), w);
+  const raw = t.encoding === "sub-ac" ? t.data : inflate(t);
+  if (t.encoding === "sub-ac") nu = subDecode(bu, decodeValues(raw, bu.length, exponentContext(bu, w), 8 * w, `data of ${t.name}`), w);
+  else if (t.encoding === "sub") nu = subDecode(bu, fromPlanes(raw, bu.length, w, `data of ${t.name}`), w);
   else if (t.encoding === "sub-exp") {
     const g = fromPlanes(raw, bu.length, w, `data of ${t.name}`), order = exponentOrder(bu, w);
     const z = new Uint32Array(g.length);

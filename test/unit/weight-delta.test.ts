@@ -33,7 +33,7 @@ describe("weight deltas", () => {
     // c unchanged
     const bytes = encodeDelta(layout, base, next, "3", "4");
     const d = decodeDelta(bytes);
-    expect(d.tensors.map((t) => t.encoding)).toEqual(["sub", "overwrite", "same"]);
+    expect(d.tensors.map((t) => t.encoding)).toEqual(["sub-ac", "overwrite", "same"]);
     const target = base.slice();
     expect(applyDelta(layout, target, "3", d)).toBe("applied");
     expect(Buffer.compare(Buffer.from(target.buffer), Buffer.from(next.buffer))).toBe(0);
@@ -102,7 +102,7 @@ const slots = (sizes: number[]): TensorSlot[] => {
   return sizes.map((numel, i) => ({ name: `t${i}`, offset: (off += numel) - numel, numel }));
 };
 const same = (a: Float32Array, b: Float32Array) => Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
-const ENCODINGS: Exclude<DeltaEncoding, "same">[][] = [["sub"], ["sub-exp"], ["xor"], ["overwrite", "sub"], ["sub", "sub-exp", "xor", "overwrite"]];
+const ENCODINGS: Exclude<DeltaEncoding, "same">[][] = [["sub"], ["sub-exp"], ["sub-ac"], ["xor"], ["overwrite", "sub"], ["sub", "sub-exp", "sub-ac", "xor", "overwrite"]];
 
 describe("weight delta properties", () => {
   it("random buffers round-trip bit-exactly with every encoding and both wires", () => {

@@ -1,0 +1,196 @@
+// An adaptive binary range coder (the LZMA scheme: 11-bit probabilities, carry propagation through a
+// cached byte) and, on top of it, a coder for the zigzag differences of a weight delta: each value is
+// coded as its bit length (a 6-bit tree, adaptive per context) then its bits below the leading one
+// (the two highest adaptive per context and length, the rest at even odds). The context is the base
+// element's exponent, which decoder and encoder both know: a step of similar size changes small
+// weights by more ulps than large ones, so per-exponent statistics code it in fewer bits.
+import { OozeError } from "../../src/errors.ts";
+
+const TOP = 2 ** 24;
+const PROB_BITS = 11;
+const PROB_INIT = 1 << (PROB_BITS - 1);
+const MOVE = 5;
+
+class Encoder {
+  private low = 0; // up to 2^32 + carry: kept in a double
+  private range = 0xffffffff;
+  private cache = 0;
+  private cacheSize = 1;
+  private out: Uint8Array;
+  private n = 0;
+
+  constructor(sizeHint: number) {
+    this.out = new Uint8Array(Math.max(64, sizeHint));
+  }
+
+  private byte(b: number): void {
+    if (this.n === this.out.length) {
+      const grown = new Uint8Array(this.out.length * 2);
+      grown.set(this.out);
+      this.out = grown;
+    }
+    this.out[this.n++] = b & 0xff;
+  }
+
+  private shiftLow(): void {
+    if (this.low < 0xff000000 || this.low >= 0x100000000) {
+      const carry = this.low >= 0x100000000 ? 1 : 0;
+      let temp = this.cache;
+      do {
+        this.byte(temp + carry);
+        temp = 0xff;
+      } while (--this.cacheSize !== 0);
+      this.cache = Math.floor(this.low / TOP) & 0xff;
+    }
+    this.cacheSize++;
+    this.low = (this.low % TOP) * 256;
+  }
+
+  bit(probs: Uint16Array, i: number, bit: number): void {
+    const p = probs[i]!;
+    const bound = (this.range >>> PROB_BITS) * p;
+    if (bit === 0) {
+      this.range = bound;
+      probs[i] = p + ((2048 - p) >> MOVE);
+    } else {
+      this.low += bound;
+      this.range -= bound;
+      probs[i] = p - (p >> MOVE);
+    }
+    while (this.range < TOP) {
+      this.range = this.range * 256;
+      this.shiftLow();
+    }
+  }
+
+  direct(bit: number): void {
+    this.range = Math.floor(this.range / 2);
+    if (bit) this.low += this.range;
+    while (this.range < TOP) {
+      this.range = this.range * 256;
+      this.shiftLow();
+    }
+  }
+
+  finish(): Uint8Array {
+    for (let i = 0; i < 5; i++) this.shiftLow();
+    return this.out.slice(0, this.n);
+  }
+}
+
+class Decoder {
+  private range = 0xffffffff;
+  private code = 0;
+  private pos = 0;
+
+  constructor(private readonly buf: Uint8Array) {
+    for (let i = 0; i < 5; i++) this.code = (this.code * 256 + this.next()) % 0x100000000;
+  }
+
+  private next(): number {
+    return this.pos < this.buf.length ? this.buf[this.pos++]! : (this.pos++, 0);
+  }
+
+  /** True when the decoder read past the data (a corrupt or truncated stream). */
+  get overrun(): boolean {
+    return this.pos > this.buf.length + 4;
+  }
+
+  bit(probs: Uint16Array, i: number): number {
+    const p = probs[i]!;
+    const bound = (this.range >>> PROB_BITS) * p;
+    let bit: number;
+    if (this.code < bound) {
+      this.range = bound;
+      probs[i] = p + ((2048 - p) >> MOVE);
+      bit = 0;
+    } else {
+      this.code -= bound;
+      this.range -= bound;
+      probs[i] = p - (p >> MOVE);
+      bit = 1;
+    }
+    while (this.range < TOP) {
+      this.range = this.range * 256;
+      this.code = (this.code * 256 + this.next()) % 0x100000000;
+    }
+    return bit;
+  }
+
+  direct(): number {
+    this.range = Math.floor(this.range / 2);
+    let bit = 0;
+    if (this.code >= this.range) {
+      this.code -= this.range;
+      bit = 1;
+    }
+    while (this.range < TOP) {
+      this.range = this.range * 256;
+      this.code = (this.code * 256 + this.next()) % 0x100000000;
+    }
+    return bit;
+  }
+}
+
+/** Per-context models: a 64-leaf tree for the bit length, 4 nodes per length for the two bits below the leading one. */
+function models(contexts: number): { len: Uint16Array; top: Uint16Array } {
+  return { len: new Uint16Array(contexts * 64).fill(PROB_INIT), top: new Uint16Array(contexts * 33 * 4).fill(PROB_INIT) };
+}
+
+const bitLength = (z: number) => (z === 0 ? 0 : 32 - Math.clz32(z));
+
+/** Codes `values` (zigzag differences, each below 2^32) with `ctx[i]` in 0..255 as context of value i. */
+export function encodeValues(values: Uint32Array, ctx: Uint8Array): Uint8Array {
+  const enc = new Encoder(values.length);
+  const m = models(256);
+  for (let i = 0; i < values.length; i++) {
+    const z = values[i]!, c = ctx[i]!;
+    const b = bitLength(z);
+    let node = 1;
+    for (let k = 5; k >= 0; k--) {
+      const bit = (b >>> k) & 1;
+      enc.bit(m.len, c * 64 + node, bit);
+      node = (node << 1) | bit;
+    }
+    if (b < 2) continue;
+    let prefix = 1;
+    for (let k = b - 2; k >= 0; k--) {
+      const bit = (z >>> k) & 1;
+      if (k >= b - 3) {
+        enc.bit(m.top, (c * 33 + b) * 4 + prefix, bit);
+        prefix = (prefix << 1) | bit;
+      } else enc.direct(bit);
+    }
+  }
+  return enc.finish();
+}
+
+/** Decodes `n` values coded by encodeValues with the same contexts. */
+export function decodeValues(data: Uint8Array, n: number, ctx: Uint8Array, maxBits: number, what: string): Uint32Array {
+  const dec = new Decoder(data);
+  const m = models(256);
+  const out = new Uint32Array(n);
+  for (let i = 0; i < n; i++) {
+    const c = ctx[i]!;
+    let node = 1;
+    for (let k = 0; k < 6; k++) node = (node << 1) | dec.bit(m.len, c * 64 + node);
+    const b = node - 64;
+    if (b > maxBits) throw new OozeError("CHECKPOINT_INVALID", `weight delta: ${what} decodes to a ${b}-bit value; the file is corrupt`);
+    if (b < 2) {
+      out[i] = b;
+      continue;
+    }
+    let z = 1, prefix = 1;
+    for (let k = b - 2; k >= 0; k--) {
+      let bit: number;
+      if (k >= b - 3) {
+        bit = dec.bit(m.top, (c * 33 + b) * 4 + prefix);
+        prefix = (prefix << 1) | bit;
+      } else bit = dec.direct();
+      z = z * 2 + bit;
+    }
+    out[i] = z >>> 0;
+  }
+  if (dec.overrun) throw new OozeError("CHECKPOINT_INVALID", `weight delta: ${what} is truncated; the file is corrupt`);
+  return out;
+}

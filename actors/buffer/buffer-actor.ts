@@ -4,13 +4,16 @@
 // when a step's groups are complete publishes one batch with advantages computed over it to BATCHES.
 // Groups the dynamic filter drops are refilled (at most 3 rounds, as `ooze train` does). Sample
 // indices are a function of the group (groupIndex · samplesPerPrompt + k), so a regenerated group
-// reproduces the same indices; samples of unknown or already complete groups are ignored.
+// reproduces the same indices. Samples and closes are acked only once their batch is published, so a
+// restarted buffer gets back every message of the round in progress; it recovers its position from
+// the last batch on BATCHES, and re-fed prompts are deduplicated by their msgID.
 import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
-import { batchMsg, groupClosed, promptGroup, sampleMsg, sampleRegistry, type VersionRecord } from "../loop-actors/messages.ts";
+import { decodeMessage } from "../../src/codec/index.ts";
+import { batchMsg, batchRegistry, groupClosed, promptGroup, sampleMsg, sampleRegistry, type VersionRecord } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { GroupBuffer } from "./groups.ts";
 import { z } from "zod";
@@ -18,11 +21,15 @@ import { z } from "zod";
 /** The buffer actor's `config`. */
 export const bufferActorConfig = z.object({
   ackWaitMs: z.number().int().min(500).default(30_000),
+  /** Sample and close messages held unacked until their batch is published, at most (≥ a step's samples and closes, refills included). */
+  maxAckPending: z.number().int().min(1).default(50_000),
 });
 
 /** The round of rollouts that becomes the next batch. */
 interface Round {
   all: Map<number, Sample>;
+  /** Acks of the round's sample and close messages (sent once its batch is published). */
+  acks: (() => void)[];
   refills: number;
   started: number;
   promptTokens: number;
@@ -34,7 +41,7 @@ interface BufferState {
   stopWatch: () => void;
 }
 
-/** The buffer's bookkeeping over the streams (one instance per job; state in memory). */
+/** The buffer's bookkeeping over the streams (one instance per job). */
 class Feeder {
   private readonly groups: GroupBuffer;
   private batches = 0;
@@ -42,6 +49,8 @@ class Feeder {
   private synced: VersionRecord | null = null;
   private readonly outstanding = new Set<number>();
   private readonly complete = new Set<number>();
+  /** Groups below this index are in batches published before this incarnation started. */
+  private floor = 0;
   private round: Round | null = null;
   private emptyRounds = 0;
   private chain: Promise<unknown> = Promise.resolve();
@@ -49,6 +58,17 @@ class Feeder {
   constructor(private readonly env: LoopEnv, private readonly path: string, private readonly log: (l: string) => void) {
     const t = env.train;
     this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, maxStaleness: null });
+  }
+
+  /** Continues after the last batch on BATCHES (a restarted buffer), if there is one. */
+  async recover(): Promise<void> {
+    const { bus, names } = this.env;
+    const last = await (await bus.jsm()).streams.getMessage(names.streamBatches, { last_by_subj: names.trainBatches }).catch(() => null);
+    if (!last) return;
+    const b = decodeMessage(await bus.payload({ data: last.data, headers: last.header }), batchRegistry).body;
+    this.batches = b.step;
+    this.nextPrompt = this.floor = b.nextPrompt;
+    this.log(`buffer: continuing after batch ${b.step} (next prompt ${b.nextPrompt})`);
   }
 
   /** Runs `fn` after every earlier call (samples and version records change the same state). */
@@ -69,8 +89,13 @@ class Feeder {
     if (this.round || this.batches >= t.steps) return;
     const lag = t.mode === "async" ? 1 : 0;
     if (this.batches - (this.synced?.step ?? -1) > lag) return;
-    this.round = { all: new Map(), refills: 0, started: performance.now(), promptTokens: 0, cachedTokens: 0 };
+    this.openRound();
     await this.feed(t.promptsPerStep);
+  }
+
+  private openRound(): Round {
+    this.round ??= { all: new Map(), acks: [], refills: 0, started: performance.now(), promptTokens: 0, cachedTokens: 0 };
+    return this.round;
   }
 
   private async feed(prompts: number): Promise<void> {
@@ -82,18 +107,35 @@ class Feeder {
     }
   }
 
-  async onSample(body: { sample: Sample }): Promise<void> {
+  /**
+   * The round a message of group `g` belongs to, or null when its group is finished. Groups at or above the floor
+   * that are not complete were fed by this or an earlier incarnation: they join the round.
+   */
+  private adopt(g: number): Round | null {
+    if (this.outstanding.has(g)) return this.round;
+    if (g < this.floor || this.complete.has(g)) return null;
+    this.outstanding.add(g);
+    this.nextPrompt = Math.max(this.nextPrompt, g + 1);
+    return this.openRound();
+  }
+
+  /** A sample: joins its group (acked with the round's batch); a copy or a sample of a finished group is acked now. */
+  async onSample(body: { sample: Sample }, defer: () => () => void): Promise<void> {
     const s = body.sample;
-    if (!this.outstanding.has(s.groupIndex) || !this.round || this.round.all.has(s.index)) return;
-    this.round.all.set(s.index, s);
+    const round = this.adopt(s.groupIndex);
+    if (!round || round.all.has(s.index)) return;
+    round.all.set(s.index, s);
+    round.acks.push(defer());
     const done = this.groups.add(s);
     if (done !== null) await this.groupDone(done);
   }
 
-  async onClose(c: { groupIndex: number; count: number; promptTokens: number; cachedTokens: number }): Promise<void> {
-    if (!this.outstanding.has(c.groupIndex) || !this.round) return;
-    this.round.promptTokens += c.promptTokens;
-    this.round.cachedTokens += c.cachedTokens;
+  async onClose(c: { groupIndex: number; count: number; promptTokens: number; cachedTokens: number }, defer: () => () => void): Promise<void> {
+    const round = this.adopt(c.groupIndex);
+    if (!round) return;
+    round.acks.push(defer());
+    round.promptTokens += c.promptTokens;
+    round.cachedTokens += c.cachedTokens;
     const done = this.groups.close(c.groupIndex, c.count);
     if (done !== null) await this.groupDone(done);
   }
@@ -143,6 +185,7 @@ class Feeder {
     }, `batch-${step}`, this.path);
     this.batches = step;
     this.round = null;
+    for (const ack of round.acks) ack();
     this.log(`buffer: batch ${step} (${batch.samples.length} samples, ${batch.groups.length} groups) published`);
     await this.maybeFeed();
   }
@@ -159,14 +202,17 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
       const cfg = actorConfig(bufferActorConfig, ctx as never);
       await ensureTrainStreams(env.bus, env.names);
       const feeder = new Feeder(env, ctx.path, (l) => ctx.log.info(l));
+      await feeder.recover();
       const fail = failer(ctx);
       const versions = await VersionsKv.open(env.bus, env.names);
       const stopWatch = await versions.watch((r) => void feeder.serial(() => feeder.onVersion(r)).catch(fail));
       const consumer = consumeStream({
         bus: env.bus, names: env.names, stream: env.names.streamSamples, subject: env.names.trainSamples, durable: env.names.consumer("train_buffer"),
-        registry: sampleRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
-        handle: (msg) =>
-          feeder.serial(() => (sampleMsg.is(msg) ? feeder.onSample(msg.body) : groupClosed.is(msg) ? feeder.onClose(msg.body) : Promise.resolve())),
+        registry: sampleRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, maxAckPending: cfg.maxAckPending, log: (l) => ctx.log.warn(l),
+        handle: (msg, info) =>
+          feeder.serial(() =>
+            sampleMsg.is(msg) ? feeder.onSample(msg.body, info.defer) : groupClosed.is(msg) ? feeder.onClose(msg.body, info.defer) : Promise.resolve(),
+          ),
       });
       return { consumer, stopWatch };
     },

@@ -1,7 +1,8 @@
 // The JetStream plumbing of the training loop's actors: the job's streams (prompts: a work queue;
 // samples, batches, weights: limits, with a long duplicate window so a regenerated message is stored
 // once), a consumer loop that decodes and validates each message once, dead-letters malformed ones
-// and acks only after the handler returned (heartbeats keep long handlers' messages theirs), and the
+// and acks only after the handler returned or, when it deferred, when it says so (heartbeats keep
+// long handlers' and deferred messages theirs), and the
 // versions KV record that only moves forward.
 import type { JsMsg } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
@@ -41,11 +42,17 @@ export interface ConsumeOptions<D extends AnyMessageDef> {
   registry: MessageRegistry<D>;
   /** Actor path that dead letters are filed under. */
   actor: string;
-  /** Messages handled at once (and the consumer's max_ack_pending). Default 1: in stream order. */
+  /** Messages handled at once. Default 1: in stream order. */
   concurrency?: number;
+  /** Messages delivered and not acked, at most (default `concurrency`; raise it when handlers defer acks). */
+  maxAckPending?: number;
   /** Redelivery after this long without ack or heartbeat (a killed consumer's messages come back). Default 30 s. */
   ackWaitMs?: number;
-  handle(msg: MessageOf<D>, info: { deliveryCount: number }): Promise<void>;
+  /**
+   * Handles one message; it is acked when this resolves, unless the handler called `defer()`: then
+   * it is acked when the returned function is called (heartbeats keep it until then).
+   */
+  handle(msg: MessageOf<D>, info: { deliveryCount: number; defer(): () => void }): Promise<void>;
   log(line: string): void;
 }
 
@@ -62,6 +69,8 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
   const ackWaitMs = o.ackWaitMs ?? 30_000;
   const stats = { handled: 0, failed: 0, malformed: 0 };
   const running = new Set<Promise<void>>();
+  const held = new Set<JsMsg>();
+  const heldBeat = setInterval(() => held.forEach((m) => m.working()), Math.max(100, ackWaitMs / 3));
   let stopped = false;
   let iter: { stop(): void } | null = null;
 
@@ -77,12 +86,21 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
       return void m.term();
     }
     const beat = setInterval(() => m.working(), Math.max(100, ackWaitMs / 3));
+    let deferred = false;
+    const defer = () => {
+      deferred = true;
+      held.add(m);
+      return () => {
+        if (held.delete(m)) m.ack();
+      };
+    };
     try {
-      await o.handle(msg, { deliveryCount: m.info.deliveryCount });
-      m.ack();
+      await o.handle(msg, { deliveryCount: m.info.deliveryCount, defer });
+      if (!deferred) m.ack();
       stats.handled++;
     } catch (e) {
       stats.failed++;
+      held.delete(m);
       if (stopped) return; // redelivered after ack_wait to whoever consumes next
       const n = m.info.deliveryCount;
       o.log(`handling ${msg.kind} ${msg.id} failed (delivery ${n}; retrying): ${toOozeError(e).message}`);
@@ -98,7 +116,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
         const consumer = await o.bus.ensureConsumer(o.stream, o.durable, {
           filter_subject: o.subject,
           ack_wait: ackWaitMs * 1_000_000,
-          max_ack_pending: concurrency,
+          max_ack_pending: o.maxAckPending ?? concurrency,
           max_deliver: -1,
         } as never);
         const msgs = await consumer.consume({ max_messages: concurrency });
@@ -122,6 +140,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     async stop(graceMs = 10_000) {
       if (stopped) return;
       stopped = true;
+      clearInterval(heldBeat);
       iter?.stop();
       let timer: NodeJS.Timeout | undefined;
       const grace = new Promise<void>((r) => (timer = setTimeout(r, graceMs)));

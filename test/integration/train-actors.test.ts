@@ -1,9 +1,10 @@
-// The training loop as actors over JetStream, run as a user runs it: `ooze up` with two real node
-// processes (rollout | fleet + buffer + trainer + weight-sync) on a real nats-server, the tiny preset.
-// The rollout node is SIGKILLed in the middle of a prompt group (after publishing half its samples):
-// `ooze up` restarts it, the unacked group is redelivered and regenerated with the same sample
-// indices, the stream stores each sample once, and every sample index ends trained or dropped
-// exactly once. Malformed messages on the streams are dead-lettered with an error naming the field.
+// The training loop as actors over JetStream, run as a user runs it: `ooze up` with three real node
+// processes (rollout | buffer | fleet + trainer + weight-sync) on a real nats-server, the tiny preset.
+// While the rollout holds a prompt group half published, the buffer node is SIGKILLed (restarted, it
+// continues after the last batch and gets its unacked samples back), then the rollout node (its
+// unacked group is redelivered and regenerated with the same sample indices): the samples stream
+// stores each sample once and every sample index ends trained or dropped exactly once. Malformed
+// messages on the streams are dead-lettered with an error naming the field.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -44,11 +45,11 @@ function topology(dir: string, out: string, o: { mode?: string; rollouts?: numbe
   writeFileSync(
     file,
     `name: train-actors
-hosts: [{ name: rollout }, { name: learner }]
+hosts: [{ name: rollout }, { name: buffer }, { name: learner }]
 actors:
   - { name: rollout, kind: train.rollout, count: ${o.rollouts ?? 1}, placement: rollout, config: ${o.rolloutConfig ?? "{}"} }
   - { name: fleet, kind: fleet, placement: learner, config: { embedded: { count: 1, preset: tiny, maxRunning: 32, cacheTokens: 4096 } } }
-  - { name: buffer, kind: train.buffer, placement: learner }
+  - { name: buffer, kind: train.buffer, placement: buffer, config: { ackWaitMs: 1500 } }
   - { name: trainer, kind: train.trainer, placement: learner, config: { out: ${JSON.stringify(out)} } }
   - { name: weight-sync, kind: train.weight-sync, placement: learner }
 train: { mode: ${o.mode ?? "sync"}, task: addition, taskConfig: { digits: 1 }, preset: tiny, steps: ${STEPS}, promptsPerStep: ${PROMPTS}, samplesPerPrompt: ${N}, checkpointEvery: 2 }
@@ -58,7 +59,7 @@ train: { mode: ${o.mode ?? "sync"}, task: addition, taskConfig: { digits: 1 }, p
 }
 
 describe("ooze up: the loop as actors on JetStream", () => {
-  it("trains N steps across two node processes; a SIGKILLed rollout node loses and duplicates no sample; malformed messages are dead-lettered", async () => {
+  it("trains N steps across three node processes; SIGKILLed buffer and rollout nodes lose and duplicate no sample; malformed messages are dead-lettered", async () => {
     const dir = tmp();
     const out = join(dir, "run");
     const job = "train-actors-kill";
@@ -94,14 +95,18 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(errors.filter((e) => /^buffer: MALFORMED_MESSAGE: frame /.test(e))).toHaveLength(1);
     expect(errors.filter((e) => /^rollout: MALFORMED_MESSAGE: message 'train.prompt-group' v1 .*field 'body.groupIndex'/.test(e))).toHaveLength(1);
 
-    // Kill the rollout node while it holds group 4 half published.
+    // While the rollout holds group 4 half published (step 2), kill the buffer: its round's samples
+    // are unacked, so the restarted buffer gets them back and continues after batch 1. Then kill the
+    // rollout node: group 4 is redelivered and generated again with the same sample indices.
     await waitUntil(() => log.includes("holding group 4"), { timeoutMs: 60_000, what: "the rollout holding group 4", diagnostics });
-    const pid = Number(/\[rollout\] running rollout \(pid (\d+)\)/.exec(log)?.[1]);
-    expect(pid).toBeGreaterThan(0);
-    process.kill(pid, "SIGKILL");
+    const pidOf = (host: string) => Number(new RegExp(`\\[${host}\\] running ${host} \\(pid (\\d+)\\)`).exec(log)?.[1]);
+    process.kill(pidOf("buffer"), "SIGKILL");
+    await waitUntil(() => log.includes("buffer: continuing after batch 1"), { timeoutMs: 60_000, what: "the restarted buffer", diagnostics });
+    process.kill(pidOf("rollout"), "SIGKILL");
 
     // The trainer stops the job after the last step; `ooze up` exits 0.
     expect(await exited, diagnostics()).toBe(0);
+    expect(log).toContain("node buffer killed by SIGKILL; restarting");
     expect(log).toContain("node rollout killed by SIGKILL; restarting");
 
     expect(accounted(out)).toEqual(allIndices);

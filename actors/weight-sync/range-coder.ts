@@ -1,7 +1,7 @@
 // An adaptive binary range coder (the LZMA scheme: 11-bit probabilities, carry propagation through a
 // cached byte) and, on top of it, a coder for the zigzag differences of a weight delta: each value is
 // coded as its bit length (a 6-bit tree, adaptive per context) then its bits below the leading one
-// (the two highest adaptive per context and length, the rest at even odds). The context is the base
+// (the three highest adaptive per context and length, the rest at even odds). The context is the base
 // element's exponent, which decoder and encoder both know: a step of similar size changes small
 // weights by more ulps than large ones, so per-exponent statistics code it in fewer bits.
 import { OozeError } from "../../src/errors.ts";
@@ -9,7 +9,7 @@ import { OozeError } from "../../src/errors.ts";
 const TOP = 2 ** 24;
 const PROB_BITS = 11;
 const PROB_INIT = 1 << (PROB_BITS - 1);
-const MOVE = 5;
+const MOVE = 4;
 
 class Encoder {
   private low = 0; // up to 2^32 + carry: kept in a double
@@ -132,9 +132,12 @@ class Decoder {
   }
 }
 
-/** Per-context models: a 64-leaf tree for the bit length, 4 nodes per length for the two bits below the leading one. */
+/** Adaptive bits below the leading one. */
+const TOP_BITS = 3;
+
+/** Per-context models: a 64-leaf tree for the bit length, a 2^TOP_BITS-node tree per length for the bits below the leading one. */
 function models(contexts: number): { len: Uint16Array; top: Uint16Array } {
-  return { len: new Uint16Array(contexts * 64).fill(PROB_INIT), top: new Uint16Array(contexts * 33 * 4).fill(PROB_INIT) };
+  return { len: new Uint16Array(contexts * 64).fill(PROB_INIT), top: new Uint16Array(contexts * 33 * (1 << TOP_BITS)).fill(PROB_INIT) };
 }
 
 const bitLength = (z: number) => (z === 0 ? 0 : 32 - Math.clz32(z));
@@ -156,8 +159,8 @@ export function encodeValues(values: Uint32Array, ctx: Uint8Array): Uint8Array {
     let prefix = 1;
     for (let k = b - 2; k >= 0; k--) {
       const bit = (z >>> k) & 1;
-      if (k >= b - 3) {
-        enc.bit(m.top, (c * 33 + b) * 4 + prefix, bit);
+      if (k >= b - 1 - TOP_BITS) {
+        enc.bit(m.top, ((c * 33 + b) << TOP_BITS) + prefix, bit);
         prefix = (prefix << 1) | bit;
       } else enc.direct(bit);
     }
@@ -183,8 +186,8 @@ export function decodeValues(data: Uint8Array, n: number, ctx: Uint8Array, maxBi
     let z = 1, prefix = 1;
     for (let k = b - 2; k >= 0; k--) {
       let bit: number;
-      if (k >= b - 3) {
-        bit = dec.bit(m.top, (c * 33 + b) * 4 + prefix);
+      if (k >= b - 1 - TOP_BITS) {
+        bit = dec.bit(m.top, ((c * 33 + b) << TOP_BITS) + prefix);
         prefix = (prefix << 1) | bit;
       } else bit = dec.direct();
       z = z * 2 + bit;

@@ -58,16 +58,16 @@ class Encoder {
       probs[i] = p - (p >> MOVE);
     }
     while (this.range < TOP) {
-      this.range = this.range * 256;
+      this.range = (this.range << 8) >>> 0;
       this.shiftLow();
     }
   }
 
   direct(bit: number): void {
-    this.range = Math.floor(this.range / 2);
+    this.range >>>= 1;
     if (bit) this.low += this.range;
     while (this.range < TOP) {
-      this.range = this.range * 256;
+      this.range = (this.range << 8) >>> 0;
       this.shiftLow();
     }
   }
@@ -111,22 +111,24 @@ class Decoder {
       bit = 1;
     }
     while (this.range < TOP) {
-      this.range = this.range * 256;
-      this.code = (this.code * 256 + this.next()) % 0x100000000;
+      // code < range < 2^24 here, so the shift cannot overflow
+      this.range = (this.range << 8) >>> 0;
+      this.code = ((this.code << 8) | this.next()) >>> 0;
     }
     return bit;
   }
 
   direct(): number {
-    this.range = Math.floor(this.range / 2);
+    this.range >>>= 1;
     let bit = 0;
     if (this.code >= this.range) {
       this.code -= this.range;
       bit = 1;
     }
     while (this.range < TOP) {
-      this.range = this.range * 256;
-      this.code = (this.code * 256 + this.next()) % 0x100000000;
+      // code < range < 2^24 here, so the shift cannot overflow
+      this.range = (this.range << 8) >>> 0;
+      this.code = ((this.code << 8) | this.next()) >>> 0;
     }
     return bit;
   }

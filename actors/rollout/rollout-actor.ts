@@ -7,6 +7,8 @@
 // window keeps the samples already published from being stored twice.
 import { z } from "zod";
 import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
+import type { Fleet } from "../../src/engine/fleet.ts";
+import { normalizeEngineUrl } from "../../src/engine/fleet-types.ts";
 import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
@@ -36,6 +38,30 @@ export const rolloutActorConfig = z.object({
 interface RolloutState {
   consumer: StreamConsumer;
   gen: FleetGenerator;
+  stopFollowing: () => void;
+}
+
+/**
+ * Keeps the rollout's fleet in step with the engines KV bucket (engines the fleet actor attaches,
+ * replaces or detaches, e.g. after its process restarted); returns the stop function.
+ */
+function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) => void, everyMs = 2_000): () => void {
+  let busy = false;
+  const timer = setInterval(async () => {
+    if (busy) return;
+    busy = true;
+    try {
+      const want = new Set((await registry.entries()).map((e) => normalizeEngineUrl(e.url)));
+      const have = new Set(fleet.list().map((e) => e.id));
+      for (const url of want) if (!have.has(url)) await fleet.attach(url, { allowUnreachable: true });
+      for (const url of have) if (!want.has(url)) await fleet.detach(url);
+    } catch (e) {
+      log(`rollout: following the engines registry: ${(e as Error).message}`);
+    } finally {
+      busy = false;
+    }
+  }, everyMs);
+  return () => clearInterval(timer);
 }
 
 /** Engine URLs from the job's engines KV bucket, waiting up to `waitMs` for the first one. */
@@ -89,13 +115,15 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
           await publish(bus, names.trainSamples, groupClosed, { groupIndex: p.groupIndex, count: r.samples.length, ...cache }, `close-${p.groupIndex}`, ctx.path);
         },
       });
+      const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l));
       ctx.log.info(`rollout: consuming ${names.streamPrompts} with ${cfg.concurrency} groups in flight on ${gen.fleet.list().length} engine(s)`);
-      return { consumer, gen };
+      return { consumer, gen, stopFollowing };
     },
     handle(_state, msg) {
       throw new OozeError("ACTOR_CRASHED", `rollout: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
+      state.stopFollowing();
       await state.consumer.stop();
       await state.gen.close();
     },

@@ -1,16 +1,46 @@
-// Loop benchmark (`npm run bench -- loop [--steps N] [--preset NAME] [--task NAME]`): trained samples/s
-// of `ooze train`'s loop in sync and async (one step off-policy) mode on a workload with uneven
-// generation lengths (guess-number: 1 to 6 turns per episode), and, for weight sync, the size of one
-// step's lossless delta (actors/weight-sync/delta.ts) against the full checkpoint, its apply time and
-// whether the applied weights equal the trainer's byte for byte. fully_async is not implemented yet
-// (null). Progress on stderr; one JSON line last on stdout.
+// Loop benchmark (`npm run bench -- loop [--steps N] [--preset NAME] [--window G]`): trained samples/s
+// of `ooze train`'s loop in sync, async (one step off-policy) and fully_async mode (partial rollout,
+// staleness bound 2) on a workload with heavy-tailed generation lengths, against the ideal overlap
+// bound measured in the same run; and, for weight sync, one step's lossless delta against the full
+// checkpoint (bench/lib/weight-sync-figures.ts). Progress on stderr; one JSON line last on stdout.
+//
+// Workload: bench/lib/long-tail-task.ts — prompt i asks for k_i turns of up to 8 tokens, k_i a
+// discrete Pareto draw (alpha 1.0, 1 to 16 turns: mean ≈ 3.4, the longest of 8 prompts ≈ 11 on
+// average), 8 prompts × 8 samples per step, tiny preset, 1 embedded engine (maxRunning 128).
+//
+// Trained samples/s: samples trained in steps 2..N over the wall time from the end of step 1 to the
+// end of step N (engine and worker start-up excluded), for every mode.
+//
+// The bound (`bound`, samples/s) is what perfect overlap of generation and training would give with
+// this machine's engine and trainer: min(generation-only rate, training-only rate), i.e. samples /
+// max(generation time alone, training time alone), each measured alone in this run:
+//   - generation only: the same engine settings and task generate (N+2)·8 groups with the engines
+//     kept full (at most `window` groups in flight, as fully_async does); rate = samples of groups
+//     9..8N over the time between the 8th and the (8N)th group's completion (start-up and the
+//     last groups' tail excluded, like the loop's figure);
+//   - training only: the trainer trains N batches of those samples (8 groups each) one after the
+//     other; rate = samples of batches 2..N over their time (train step + saving the version, as in
+//     the loop).
+// fully_async_vs_bound = fully_async / bound; fully_async_vs_sync = fully_async / sync.
+//
+// The machine has 2 cores shared by the engine, the trainer worker and this process (HTTP, episodes,
+// buffer): every native pool runs one thread (OMP_NUM_THREADS=1, unless set) so an engine and a
+// trainer working at once each keep a core, in every mode and in the bound's phases alike.
+process.env.OMP_NUM_THREADS ??= "1";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { weightSyncFigures } from "./lib/weight-sync-figures.ts";
-import { enginesSchema, trainSchema } from "../actors/loop/config.ts";
-import { runTraining } from "../actors/loop/loop.ts";
+import { GroupBuffer } from "../actors/buffer/groups.ts";
+import { enginesSchema, trainSchema, type TrainConfig } from "../actors/loop/config.ts";
+import { FleetGenerator, startEngineProcess } from "../actors/loop/engines.ts";
+import { runTraining, type BatchRecord } from "../actors/loop/loop.ts";
 import { readJsonl, type StepMetrics } from "../actors/loop/metrics.ts";
+import { loadTask } from "../actors/loop/task-loader.ts";
+import { rolloutRange } from "../actors/rollout/rollout.ts";
+import { PolicyTrainer } from "../actors/trainer/policy-trainer.ts";
+import type { Sample } from "../src/sample.ts";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -18,36 +48,131 @@ function arg(name: string, fallback: string): string {
 }
 const steps = Number(arg("steps", "12"));
 const preset = arg("preset", "tiny");
-const task = arg("task", "guess-number");
+const prompts = 8;
+const samples = 8;
+const maxRunning = 128;
+const window = Number(arg("window", String(2 * prompts)));
+const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
+const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens: 8 };
 const root = mkdtempSync(join(tmpdir(), "ooze-bench-loop-"));
 const say = (s: string) => process.stderr.write(`[bench loop] ${s}\n`);
+const engines = enginesSchema.parse({ count: 1, maxRunning, cacheTokens: 65536 });
 
-/** Trained samples per second over the steps after the first (engine and worker start-up excluded). */
-async function run(mode: "sync" | "async"): Promise<{ sps: number; out: string }> {
-  const out = join(root, mode);
-  const train = trainSchema.parse({ mode, task, preset, steps, promptsPerStep: 8, samplesPerPrompt: 8, lr: 0.003, checkpointEvery: 1000 });
-  await runTraining({ out, train, engines: enginesSchema.parse({ count: 1, maxRunning: 128 }), baseDir: process.cwd() });
-  const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
-  const rest = ms.slice(1);
+function trainConfig(mode: TrainConfig["mode"]): TrainConfig {
+  return trainSchema.parse({
+    mode, task, taskConfig, preset, steps, promptsPerStep: prompts, samplesPerPrompt: samples, lr: 0.003, checkpointEvery: 1000,
+    maxStaleness: 2, maxInflightGroups: window,
+  });
+}
+
+/** Trained samples/s over steps 2..N. */
+function rate(ms: StepMetrics[]): number {
   const seconds = ms[ms.length - 1]!.seconds - ms[0]!.seconds;
-  const sps = rest.reduce((n, m) => n + m.samples, 0) / seconds;
-  say(`${mode}: ${sps.toFixed(1)} trained samples/s over steps 2..${ms.length}`);
-  return { sps, out };
+  return ms.slice(1).reduce((n, m) => n + m.samples, 0) / seconds;
+}
+
+async function run(mode: TrainConfig["mode"]): Promise<{ sps: number; out: string; ms: StepMetrics[] }> {
+  const out = join(root, mode);
+  await runTraining({ out, train: trainConfig(mode), engines, baseDir: process.cwd() });
+  const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+  const sps = rate(ms);
+  say(`${mode}: ${sps.toFixed(1)} trained samples/s over steps 2..${ms.length} (mean step ${(ms.slice(1).reduce((n, m) => n + m.step_seconds, 0) / (ms.length - 1)).toFixed(2)} s)`);
+  return { sps, out, ms };
+}
+
+/** Generation alone: groups kept in flight up to `window`, as fully_async does, no trainer. */
+async function generationOnly(modelDir: string): Promise<{ sps: number; groups: Sample[][] }> {
+  const cfg = trainConfig("fully_async");
+  const t = await loadTask(task, taskConfig, process.cwd());
+  const proc = await startEngineProcess({ modelDir, maxRunning, cacheTokens: engines.cacheTokens, weightVersion: "0" });
+  const gen = await FleetGenerator.create([proc.url]);
+  try {
+    const total = (steps + 2) * prompts;
+    const done: { at: number; samples: Sample[] }[] = [];
+    let next = 0;
+    await new Promise<void>((resolve, reject) => {
+      const launch = () => {
+        const p = next++;
+        rolloutRange(t, gen, { firstPrompt: p, prompts: 1, samplesPerPrompt: samples, firstSample: p * samples }, { seed: cfg.seed, temperature: cfg.temperature }).then((r) => {
+          done.push({ at: performance.now(), samples: r.samples });
+          if (next < total) launch();
+          if (done.length === total) resolve();
+        }, reject);
+      };
+      for (let i = 0; i < Math.min(window, total); i++) launch();
+    });
+    const first = done[prompts - 1]!.at, last = done[steps * prompts - 1]!.at;
+    return { sps: ((steps - 1) * prompts * samples) / ((last - first) / 1000), groups: done.map((d) => d.samples) };
+  } finally {
+    await gen.close();
+    await proc.stop();
+  }
+}
+
+/** Training alone: N batches of 8 groups from the generation-only samples, one after the other. */
+async function trainingOnly(modelDir: string, groups: Sample[][]): Promise<number> {
+  const cfg = trainConfig("sync");
+  const trainer = await PolicyTrainer.start({
+    modelDir, version: 0, weightsRoot: join(root, "train-only"),
+    config: {
+      lr: cfg.lr, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, epsClip: cfg.epsClip, epsClipHigh: cfg.epsClipHigh ?? cfg.epsClip,
+      entropyCoef: cfg.entropyCoef, temperature: cfg.temperature, microBatchTokens: cfg.microBatchTokens, updatesPerStep: cfg.updatesPerStep,
+    },
+  });
+  try {
+    const buffer = new GroupBuffer({ batchGroups: prompts, estimator: cfg.estimator, dropZeroVariance: false, maxStaleness: null });
+    for (const g of groups) {
+      for (const s of g) buffer.add(s);
+      buffer.close(g[0]!.groupIndex, g.length);
+    }
+    let seconds = 0, trained = 0;
+    for (let step = 1; step <= steps; step++) {
+      const { batch } = buffer.takeBatch(trainer.version);
+      if (!batch) throw new Error(`training only: no batch for step ${step}`);
+      const t0 = performance.now();
+      await trainer.step(batch.samples);
+      if (step > 1) {
+        seconds += (performance.now() - t0) / 1000;
+        trained += batch.samples.length;
+      }
+    }
+    return trained / seconds;
+  } finally {
+    await trainer.close();
+  }
 }
 
 try {
   const sync = await run("sync");
   const async_ = await run("async");
+  const full = await run("fully_async");
+  const v0 = join(root, "bound-v0");
+  const { initModelDir } = await import("../native/model-dir.ts");
+  await initModelDir(preset, v0, 0);
+  const genOnly = await generationOnly(v0);
+  say(`generation only: ${genOnly.sps.toFixed(1)} samples/s (window ${window} groups)`);
+  const trainOnly = await trainingOnly(v0, genOnly.groups);
+  say(`training only: ${trainOnly.toFixed(1)} samples/s`);
+  const bound = Math.min(genOnly.sps, trainOnly);
+  const records = readJsonl<BatchRecord>(join(full.out, "batches.jsonl"));
   const ws = await weightSyncFigures(join(sync.out, "weights"));
+  const r = (x: number, d = 2) => Number(x.toFixed(d));
   console.log(
     JSON.stringify({
-      workload: `${task}, preset ${preset}, 8 prompts x 8 samples, ${steps} steps`,
-      sync: Number(sync.sps.toFixed(2)),
-      async: Number(async_.sps.toFixed(2)),
-      async_vs_sync: Number((async_.sps / sync.sps).toFixed(3)),
-      fully_async: null,
-      fully_async_vs_sync: null,
-      fully_async_vs_bound: null,
+      workload: `long-tail turns (Pareto alpha ${taskConfig.alpha}, 1-${taskConfig.maxTurns} turns of <=${taskConfig.turnTokens} tokens), preset ${preset}, ${prompts} prompts x ${samples} samples, ${steps} steps, 1 engine (maxRunning ${maxRunning}), OMP_NUM_THREADS=${process.env.OMP_NUM_THREADS}`,
+      sync: r(sync.sps),
+      async: r(async_.sps),
+      fully_async: r(full.sps),
+      async_vs_sync: r(async_.sps / sync.sps, 3),
+      fully_async_vs_sync: r(full.sps / sync.sps, 3),
+      bound: r(bound),
+      generation_only: r(genOnly.sps),
+      training_only: r(trainOnly),
+      fully_async_vs_bound: r(full.sps / bound, 3),
+      fully_async_window_groups: window,
+      fully_async_staleness_max: Math.max(...full.ms.map((m) => m.staleness_max)),
+      fully_async_partial_samples: full.ms.reduce((n, m) => n + m.partial_samples, 0),
+      fully_async_requeued_samples: records.reduce((n, x) => n + (x.requeued?.length ?? 0), 0),
       ...ws,
     }),
   );

@@ -160,6 +160,8 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
       if (batch && batch.samples.length > 0) trained = await trainer.step(batch.samples);
       const trainSeconds = (performance.now() - tTrain) / 1000;
       // pause → update → continue: generations in flight are cut and resume on the new weights.
+      // Awaited here, so the engines serve the trainer's version whenever it takes a batch (a push
+      // overlapped with the next step would leave them a version behind for a while: more stale groups).
       const tSync = performance.now();
       if (trained) await sync.push(trained.modelDir, trained.version);
       const syncSeconds = (performance.now() - tSync) / 1000;

@@ -53,6 +53,8 @@ export interface ConsumeOptions<D extends AnyMessageDef> {
    * it is acked when the returned function is called (heartbeats keep it until then).
    */
   handle(msg: MessageOf<D>, info: { deliveryCount: number; defer(): () => void }): Promise<void>;
+  /** Replay from this stream sequence: the durable consumer is created anew, starting there. */
+  startSeq?: number;
   log(line: string): void;
 }
 
@@ -110,7 +112,9 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     }
   };
 
+  const start = o.startSeq === undefined ? {} : { deliver_policy: "by_start_sequence", opt_start_seq: o.startSeq };
   const loop = (async () => {
+    if (o.startSeq !== undefined) await (await o.bus.jsm()).consumers.delete(o.stream, o.durable).catch(() => false);
     while (!stopped) {
       try {
         const consumer = await o.bus.ensureConsumer(o.stream, o.durable, {
@@ -118,6 +122,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
           ack_wait: ackWaitMs * 1_000_000,
           max_ack_pending: o.maxAckPending ?? concurrency,
           max_deliver: -1,
+          ...start,
         } as never);
         const msgs = await consumer.consume({ max_messages: concurrency });
         iter = msgs;
@@ -229,4 +234,27 @@ export class VersionsKv {
       stop();
     }
   }
+}
+
+/**
+ * The stream sequence of the first message on `stream` whose decoded step is above `step`, scanning
+ * back from the end (a resumed trainer replays from there); last sequence + 1 when there is none.
+ */
+export async function seqAfterStep<D extends AnyMessageDef>(bus: Bus, stream: string, registry: MessageRegistry<D>, stepOf: (m: MessageOf<D>) => number, step: number): Promise<number> {
+  const jsm = await bus.jsm();
+  const { state } = await jsm.streams.info(stream);
+  let first = state.last_seq + 1;
+  for (let seq = state.last_seq; seq >= state.first_seq && seq > 0; seq--) {
+    const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    if (!m) continue;
+    let s: number;
+    try {
+      s = stepOf(decodeMessage(await bus.payload({ data: m.data, headers: m.header }), registry));
+    } catch {
+      continue; // a malformed frame (its consumer dead-letters it)
+    }
+    if (s <= step) break;
+    first = seq;
+  }
+  return first;
 }

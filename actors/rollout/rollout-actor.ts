@@ -88,7 +88,10 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const { bus, names, train } = env;
       const task = await loadTask(train.task, train.taskConfig, env.baseDir);
       const registry = await FleetRegistry.open(bus, env.job);
-      const gen = await FleetGenerator.create(await engineUrls(registry, cfg.engineWaitMs), (l) => ctx.log.info(l));
+      // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
+      const urls = await engineUrls(registry, cfg.engineWaitMs);
+      const gen = await FleetGenerator.create([], (l) => ctx.log.info(l));
+      for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
       await ensureTrainStreams(bus, names);
       const send = (s: Sample) => {
         const p = publish(bus, names.trainSamples, sampleMsg, { sample: s }, `sample-${s.index}`, ctx.path);

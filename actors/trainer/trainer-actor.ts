@@ -3,8 +3,10 @@
 // (a batch is acked after its step is trained, saved, announced and synced; a redelivered batch of a
 // step already trained is skipped), writes OUT/metrics.jsonl, OUT/batches.jsonl (which sample indices
 // each step trained and dropped) and OUT/reward.svg like `ooze train`, checkpoints every K steps and
-// at the end, and then (stopWhenDone) tells every node of the job to drain and stop.
-import { existsSync, mkdirSync } from "node:fs";
+// at the end, and then (stopWhenDone) tells every node of the job to drain and stop. A trainer
+// restarted in the same job (its process died) continues from its latest checkpoint and trains the
+// batches after it again, replayed from BATCHES.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { z } from "zod";
 import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
@@ -13,9 +15,9 @@ import { nodeDown } from "../../src/topology/node.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
 import { batchMsg, batchRegistry, weightsMsg } from "../loop-actors/messages.ts";
-import { consumeStream, ensureTrainStreams, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
+import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "../loop/metrics.ts";
-import { checkpointDir, commitCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
+import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
 import { PolicyTrainer } from "./policy-trainer.ts";
 
 /** The trainer actor's `config`. */
@@ -49,19 +51,12 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       const out = resolve(env.baseDir, cfg.out.replaceAll("{job}", env.job));
       const paths = { metrics: join(out, "metrics.jsonl"), batches: join(out, "batches.jsonl"), svg: join(out, "reward.svg") };
       mkdirSync(out, { recursive: true });
-      if (readJsonl(paths.metrics).length > 0)
-        throw new OozeError("CONFIG_INVALID", `trainer: ${paths.metrics} already has steps; give the trainer another 'out' (resuming a run of actors is not supported yet)`);
-      let startDir: string;
-      if (t.model) startDir = resolve(env.baseDir, t.model);
-      else {
-        const { initModelDir } = await import("../../native/model-dir.ts");
-        startDir = join(out, "weights", "v0");
-        if (!existsSync(join(startDir, "model.safetensors"))) await initModelDir(t.preset, startDir, t.seed);
-      }
+      const from = await startingPoint(out, env, paths);
+      if (from.resumed) ctx.log.warn(`trainer: resuming job ${env.job} at step ${from.step} from ${from.modelDir}`);
       const trainer = await PolicyTrainer.start({
-        modelDir: startDir,
-        version: 0,
-        weightsRoot: join(out, "weights"),
+        modelDir: from.modelDir,
+        version: from.step,
+        weightsRoot: from.weightsRoot,
         config: {
           lr: t.lr, weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
           entropyCoef: t.entropyCoef, temperature: t.temperature, microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep,
@@ -73,9 +68,12 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
         const versions = await VersionsKv.open(env.bus, env.names);
         const announce = (step: number) =>
           publish(env.bus, env.names.trainWeights, weightsMsg, { version: trainer.version, modelDir: trainer.modelDir, step }, `weights-${step}`, ctx.path);
-        await announce(0);
-        const run = new Run(env, cfg, out, paths, trainer, versions, announce, (l) => ctx.log.info(l));
+        await announce(from.step);
+        const run = new Run(env, cfg, out, paths, trainer, versions, announce, from.step, (l) => ctx.log.info(l));
+        // A resumed trainer trains again the batches after its checkpoint (still on BATCHES).
+        const startSeq = from.resumed ? await seqAfterStep(env.bus, env.names.streamBatches, batchRegistry, (m) => m.body.step, from.step) : undefined;
         const consumer = consumeStream({
+          ...(startSeq !== undefined ? { startSeq } : {}),
           bus: env.bus, names: env.names, stream: env.names.streamBatches, subject: env.names.trainBatches, durable: env.names.consumer("train_trainer"),
           registry: batchRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
           handle: (msg) => run.onBatch(msg.body),
@@ -99,13 +97,57 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
   });
 }
 
+/** Where a trainer (re)starts: fresh at version 0, or at the run's latest checkpoint of this job. */
+interface StartingPoint {
+  step: number;
+  modelDir: string;
+  /** Where new versions go (a fresh directory per incarnation: engines may still read the old ones). */
+  weightsRoot: string;
+  resumed: boolean;
+}
+
+/**
+ * A fresh run directory starts at version 0 (the preset, or train.model); one this job wrote before
+ * (its trainer's process died) continues at its latest checkpoint (version 0 if none), with
+ * metrics.jsonl and batches.jsonl cut back to that step. A directory of another job is refused.
+ */
+async function startingPoint(out: string, env: LoopEnv, paths: { metrics: string; batches: string }): Promise<StartingPoint> {
+  const t = env.train;
+  const marker = join(out, "job.json");
+  const owner = existsSync(marker) ? (JSON.parse(readFileSync(marker, "utf8")) as { job: string; incarnation: number }) : null;
+  if (owner === null && readJsonl(paths.metrics).length > 0)
+    throw new OozeError("CONFIG_INVALID", `trainer: ${paths.metrics} already has steps of another run; give the trainer another 'out'`);
+  if (owner !== null && owner.job !== env.job)
+    throw new OozeError("CONFIG_INVALID", `trainer: ${out} belongs to job '${owner.job}'; give the trainer another 'out' (e.g. runs/{job})`);
+  const incarnation = (owner?.incarnation ?? -1) + 1;
+  writeFileSync(marker, JSON.stringify({ job: env.job, incarnation }));
+  const weightsRoot = join(out, "weights", incarnation === 0 ? "" : `i${incarnation}`);
+  const ckpt = owner ? latestCheckpoint(out) : null;
+  const step = ckpt?.state.step ?? 0;
+  if (owner) for (const p of [paths.metrics, paths.batches]) cutJsonl(p, step);
+  if (ckpt) return { step, modelDir: ckpt.dir, weightsRoot, resumed: true };
+  if (t.model) return { step: 0, modelDir: resolve(env.baseDir, t.model), weightsRoot, resumed: owner !== null };
+  const v0 = join(out, "weights", "v0");
+  if (!existsSync(join(v0, "model.safetensors"))) {
+    const { initModelDir } = await import("../../native/model-dir.ts");
+    await initModelDir(t.preset, v0, t.seed);
+  }
+  return { step: 0, modelDir: v0, weightsRoot, resumed: owner !== null };
+}
+
+/** Keeps the records of steps ≤ `step` in a JSONL file. */
+function cutJsonl(path: string, step: number): void {
+  if (!existsSync(path)) return;
+  writeFileSync(path, readJsonl<{ step: number }>(path).filter((r) => r.step <= step).map((r) => `${JSON.stringify(r)}\n`).join(""));
+}
+
 /** One run's progress: steps trained, metrics, checkpoints. */
 class Run {
-  private step = 0;
-  private checkpointStep = 0;
-  private readonly t0 = performance.now();
+  private step: number;
+  private checkpointStep: number;
+  private readonly t0: number;
   private lastStepEnd = performance.now();
-  private readonly metrics: StepMetrics[] = [];
+  private readonly metrics: StepMetrics[];
   private last: RunState | null = null;
 
   constructor(
@@ -116,8 +158,13 @@ class Run {
     private readonly trainer: PolicyTrainer,
     private readonly versions: VersionsKv,
     private readonly announce: (step: number) => Promise<unknown>,
+    from: number,
     private readonly log: (l: string) => void,
-  ) {}
+  ) {
+    this.step = this.checkpointStep = from;
+    this.metrics = readJsonl<StepMetrics>(paths.metrics);
+    this.t0 = performance.now() - (this.metrics.at(-1)?.seconds ?? 0) * 1000;
+  }
 
   async onBatch(b: Batch): Promise<void> {
     if (b.step <= this.step) return; // redelivered: trained already

@@ -1,10 +1,12 @@
 // The training loop as actors over JetStream, run as a user runs it: `ooze up` with three real node
 // processes (rollout | buffer | fleet + trainer + weight-sync) on a real nats-server, the tiny preset.
 // While the rollout holds a prompt group half published, the buffer node is SIGKILLed (restarted, it
-// continues after the last batch and gets its unacked samples back), then the rollout node (its
-// unacked group is redelivered and regenerated with the same sample indices): the samples stream
-// stores each sample once and every sample index ends trained or dropped exactly once. Malformed
-// messages on the streams are dead-lettered with an error naming the field.
+// continues after the last batch and gets its unacked samples back), then the learner node (the
+// trainer restarts from its checkpoint and trains the later batches again, replayed from BATCHES),
+// then the rollout node (its unacked group is redelivered and regenerated with the same sample
+// indices): the samples stream stores each sample once and every sample index ends trained or
+// dropped exactly once, in one batch record per step. Malformed messages on the streams are
+// dead-lettered with an error naming the field.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -59,7 +61,7 @@ train: { mode: ${o.mode ?? "sync"}, task: addition, taskConfig: { digits: 1 }, p
 }
 
 describe("ooze up: the loop as actors on JetStream", () => {
-  it("trains N steps across three node processes; SIGKILLed buffer and rollout nodes lose and duplicate no sample; malformed messages are dead-lettered", async () => {
+  it("trains N steps across three node processes; SIGKILLed buffer, learner and rollout nodes lose and duplicate no sample; malformed messages are dead-lettered", async () => {
     const dir = tmp();
     const out = join(dir, "run");
     const job = "train-actors-kill";
@@ -99,14 +101,20 @@ describe("ooze up: the loop as actors on JetStream", () => {
     // are unacked, so the restarted buffer gets them back and continues after batch 1. Then kill the
     // rollout node: group 4 is redelivered and generated again with the same sample indices.
     await waitUntil(() => log.includes("holding group 4"), { timeoutMs: 60_000, what: "the rollout holding group 4", diagnostics });
-    const pidOf = (host: string) => Number(new RegExp(`\\[${host}\\] running ${host} \\(pid (\\d+)\\)`).exec(log)?.[1]);
+    const pidOf = (host: string) => Number([...log.matchAll(new RegExp(`\\[${host}\\] running [^\\n]* \\(pid (\\d+)\\)`, "g"))].at(-1)?.[1]);
     process.kill(pidOf("buffer"), "SIGKILL");
     await waitUntil(() => log.includes("buffer: continuing after batch 1"), { timeoutMs: 60_000, what: "the restarted buffer", diagnostics });
+    // Kill the learner (fleet, trainer, weight-sync) after step 1, before any checkpoint: the restarted
+    // trainer starts again at version 0 and trains batch 1 again, replayed from BATCHES.
+    process.kill(pidOf("learner"), "SIGKILL");
+    await waitUntil(() => log.match(/trainer: step 1\/4/g)?.length === 2, { timeoutMs: 60_000, what: "the restarted trainer to train batch 1 again", diagnostics });
     process.kill(pidOf("rollout"), "SIGKILL");
 
     // The trainer stops the job after the last step; `ooze up` exits 0.
     expect(await exited, diagnostics()).toBe(0);
     expect(log).toContain("node buffer killed by SIGKILL; restarting");
+    expect(log).toContain("node learner killed by SIGKILL; restarting");
+    expect(log).toContain(`trainer: resuming job ${job} at step 0`);
     expect(log).toContain("node rollout killed by SIGKILL; restarting");
 
     expect(accounted(out)).toEqual(allIndices);

@@ -33,7 +33,7 @@ describe("weight deltas", () => {
     // c unchanged
     const bytes = encodeDelta(layout, base, next, "3", "4");
     const d = decodeDelta(bytes);
-    expect(d.tensors.map((t) => t.encoding)).toEqual(["sub-ac", "overwrite", "same"]);
+    expect(d.tensors.map((t) => t.encoding)).toEqual(["sub-exp", "overwrite", "same"]);
     const target = base.slice();
     expect(applyDelta(layout, target, "3", d)).toBe("applied");
     expect(Buffer.compare(Buffer.from(target.buffer), Buffer.from(next.buffer))).toBe(0);

@@ -1,6 +1,6 @@
-// The JetStream plumbing of the training loop's actors: the job's streams (prompts: a work queue;
-// samples, batches, weights: limits, with a long duplicate window so a regenerated message is stored
-// once), a consumer loop that decodes and validates each message once, dead-letters malformed ones
+// The JetStream plumbing of the training loop's actors: the job's streams (prompts and samples: work
+// queues; batches and weights: kept, so a restarted trainer can replay them; all with a long duplicate
+// window so a regenerated message is stored once), a consumer loop that decodes and validates each message once, dead-letters malformed ones
 // and acks only after the handler returned or, when it deferred, when it says so (heartbeats keep
 // long handlers' and deferred messages theirs), and the
 // versions KV record that only moves forward.
@@ -16,11 +16,12 @@ import { versionRecord, type VersionRecord } from "./messages.ts";
 /** Duplicate window of the data streams: longer than any redelivery after a killed rollout. */
 const DEDUP_NS = 15 * 60 * 1e9;
 
-/** Creates (idempotently) the loop's streams: PROMPTS (work queue), SAMPLES, BATCHES, WEIGHTS. */
+/** Creates (idempotently) the loop's streams: PROMPTS and SAMPLES (work queues), BATCHES, WEIGHTS. */
 export async function ensureTrainStreams(bus: Bus, names: JobNames): Promise<void> {
   const common = { storage: "file", duplicate_window: DEDUP_NS } as const;
   await bus.ensureStream(names.streamPrompts, [names.trainPrompts], { ...common, retention: "workqueue" } as never);
-  await bus.ensureStream(names.streamSamples, [names.trainSamples], common as never);
+  // Samples leave the stream once the buffer acks them (with their batch): storage stays one round's worth.
+  await bus.ensureStream(names.streamSamples, [names.trainSamples], { ...common, retention: "workqueue" } as never);
   await bus.ensureStream(names.streamBatches, [names.trainBatches], common as never);
   await bus.ensureStream(names.streamWeights, [names.trainWeights], common as never);
 }

@@ -124,10 +124,11 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(readFileSync(join(out, "reward.svg"), "utf8")).toMatch(/^<svg/);
     expect(JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8"))).toMatchObject({ step: 4, weightVersion: 4 });
 
-    // The samples stream holds each sample once (the held group's first half was regenerated and
-    // deduplicated), one close per group, and the two malformed frames.
+    // The samples stream stored each sample once (the held group's first half was regenerated and
+    // deduplicated), one close per group, and the two malformed frames; all acked and gone now.
     const info = await (await bus.jsm()).streams.info(names.streamSamples);
-    expect(info.state.messages).toBe(STEPS * PROMPTS * (N + 1) + 2);
+    expect(info.state.last_seq).toBe(STEPS * PROMPTS * (N + 1) + 2);
+    expect(info.state.messages).toBe(0);
     const versions = await (await VersionsKv.open(bus, names)).get();
     expect(versions).toMatchObject({ version: 4, step: 4 });
   }, 120_000);

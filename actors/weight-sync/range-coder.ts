@@ -170,15 +170,41 @@ export function encodeValues(values: Uint32Array, ctx: Uint8Array): Uint8Array {
   return enc.finish();
 }
 
-/** Decodes `n` values coded by encodeValues with the same contexts. */
+/**
+ * Decodes `n` values coded by encodeValues with the same contexts. The Decoder's steps are inlined
+ * here with the state in locals (the hot loop of applying a delta; several times faster in V8).
+ */
 export function decodeValues(data: Uint8Array, n: number, ctx: Uint8Array, maxBits: number, what: string): Uint32Array {
-  const dec = new Decoder(data);
   const m = models(256);
+  const len = m.len, top = m.top;
   const out = new Uint32Array(n);
+  const size = data.length;
+  let pos = 0, range = 0xffffffff, code = 0;
+  for (let k = 0; k < 5; k++) code = (code * 256 + (pos < size ? data[pos]! : 0)) % 0x100000000, pos++;
   for (let i = 0; i < n; i++) {
     const c = ctx[i]!;
+    const lenBase = c << 6;
     let node = 1;
-    for (let k = 0; k < 6; k++) node = (node << 1) | dec.bit(m.len, c * 64 + node);
+    for (let k = 0; k < 6; k++) {
+      const j = lenBase + node;
+      const p = len[j]!;
+      const bound = (range >>> PROB_BITS) * p;
+      if (code < bound) {
+        range = bound;
+        len[j] = p + ((2048 - p) >> MOVE);
+        node <<= 1;
+      } else {
+        code -= bound;
+        range -= bound;
+        len[j] = p - (p >> MOVE);
+        node = (node << 1) | 1;
+      }
+      if (range < TOP) {
+        range = (range << 8) >>> 0;
+        code = ((code << 8) | (pos < size ? data[pos]! : 0)) >>> 0;
+        pos++;
+      }
+    }
     const b = node - 64;
     if (b > maxBits) throw new OozeError("CHECKPOINT_INVALID", `weight delta: ${what} decodes to a ${b}-bit value; the file is corrupt`);
     if (b < 2) {
@@ -186,16 +212,40 @@ export function decodeValues(data: Uint8Array, n: number, ctx: Uint8Array, maxBi
       continue;
     }
     let z = 1, prefix = 1;
+    const topBase = (c * 33 + b) << TOP_BITS;
     for (let k = b - 2; k >= 0; k--) {
       let bit: number;
       if (k >= b - 1 - TOP_BITS) {
-        bit = dec.bit(m.top, ((c * 33 + b) << TOP_BITS) + prefix);
+        const j = topBase + prefix;
+        const p = top[j]!;
+        const bound = (range >>> PROB_BITS) * p;
+        if (code < bound) {
+          range = bound;
+          top[j] = p + ((2048 - p) >> MOVE);
+          bit = 0;
+        } else {
+          code -= bound;
+          range -= bound;
+          top[j] = p - (p >> MOVE);
+          bit = 1;
+        }
         prefix = (prefix << 1) | bit;
-      } else bit = dec.direct();
+      } else {
+        range >>>= 1;
+        if (code >= range) {
+          code -= range;
+          bit = 1;
+        } else bit = 0;
+      }
+      if (range < TOP) {
+        range = (range << 8) >>> 0;
+        code = ((code << 8) | (pos < size ? data[pos]! : 0)) >>> 0;
+        pos++;
+      }
       z = z * 2 + bit;
     }
     out[i] = z >>> 0;
   }
-  if (dec.overrun) throw new OozeError("CHECKPOINT_INVALID", `weight delta: ${what} is truncated; the file is corrupt`);
+  if (pos > size + 4) throw new OozeError("CHECKPOINT_INVALID", `weight delta: ${what} is truncated; the file is corrupt`);
   return out;
 }

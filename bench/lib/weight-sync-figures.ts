@@ -6,9 +6,15 @@
 // The main step is the run's own last step (two newest version directories); a second, fine-tuning
 // sized step (default lr 1e-5, one AdamW step from the run's last checkpoint, its optimizer moments
 // restored, on a synthetic policy-gradient batch) shows how the ratio depends on the update's size.
-import { existsSync, readdirSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { createNativeBackend } from "../../native/engine.ts";
+import { loadNative } from "../../native/load.ts";
 import { Trainer } from "../../native/trainer.ts";
+import { DELTA_LOAD_FORMAT, engineWeightLoader } from "../../actors/weight-sync/engine-loader.ts";
+import { EngineClient } from "../../src/engine/client.ts";
+import { startEngineServer } from "../../src/engine/server.ts";
 import { applyDelta, decodeDelta, encodeDelta, roundToBf16, type DeltaWire, type TensorSlot } from "../../actors/weight-sync/delta.ts";
 import { latestCheckpoint } from "../../actors/loop/state.ts";
 import { mulberry32 } from "../../src/random.ts";
@@ -36,6 +42,12 @@ export interface WeightSyncFigures {
   delta_vs_full_bf16: number;
   apply_ms: number;
   bit_exact: boolean;
+  /**
+   * The step's update through an engine server (`ooze serve`'s loader, in process): ms of
+   * /update_weights_from_disk with the bf16 delta (weights already in memory) and with the full checkpoint.
+   */
+  engine_delta_update_ms: number;
+  engine_full_update_ms: number;
   /** The same step on the fp32 wire (lossless against the trainer's fp32 weights). */
   delta_fp32: DeltaFigure;
   /** A fine-tuning-sized step (null when the run has no checkpoint and no version directory to start from). */
@@ -77,6 +89,48 @@ function measure(layout: TensorSlot[], base: Float32Array, next: Float32Array, w
   };
 }
 
+/**
+ * Times, on an engine server, the bf16 delta of the step a → b (after a warm-up delta that changes one
+ * element of a, so the engine holds its weights in memory as in steady state; the timed delta starts
+ * from that) and a full load of b.
+ */
+async function engineUpdateMs(dirA: string, dirB: string): Promise<{ delta: number; full: number }> {
+  const native = loadNative();
+  const root = mkdtempSync(join(tmpdir(), "ooze-bench-ws-"));
+  const ma = native.loadModelDir(dirA), mb = native.loadModelDir(dirB);
+  const ms = [ma, ma, mb];
+  const layout = ma.tensors.map((t) => ({ name: t.name, offset: t.offset, numel: t.shape.reduce((x, y) => x * y, 1) }));
+  const rounded = ms.map((m) => roundToBf16(m.params));
+  rounded[1] = rounded[0]!.slice();
+  new Uint32Array(rounded[1].buffer)[0]! += 0x10000; // one bf16 ulp
+  const base = join(root, "v0-bf16");
+  native.saveModelDir(base, ms[0]!.config, rounded[0]!, "0");
+  const files = [1, 2].map((k) => {
+    const f = join(root, `v${k - 1}-v${k}.ooze-delta`);
+    writeFileSync(f, encodeDelta(layout, rounded[k - 1]!, rounded[k]!, String(k - 1), String(k), { wire: "bf16" }));
+    return f;
+  });
+  const backend = createNativeBackend({ modelDir: base });
+  const server = await startEngineServer({ backend, weightVersion: "0", loadWeights: engineWeightLoader(backend, base) });
+  try {
+    const c = new EngineClient(server.url);
+    const update = async (modelPath: string, version: string, loadFormat?: string): Promise<number> => {
+      const t0 = performance.now();
+      const r = await c.updateWeightsFromDisk({ modelPath, weightVersion: version, ...(loadFormat ? { loadFormat } : {}) });
+      if (!r.success) throw new Error(`bench: engine update to ${version} failed: ${r.message}`);
+      return performance.now() - t0;
+    };
+    await update(files[0]!, "1", DELTA_LOAD_FORMAT);
+    const delta = await update(files[1]!, "2", DELTA_LOAD_FORMAT);
+    const full = await update(dirB, "3");
+    return { delta, full };
+  } finally {
+    await server.close();
+    backend.close();
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
 /** A synthetic policy-gradient batch: 16 random byte sequences of 48 tokens, advantages ±1, on-policy old logprobs. */
 async function syntheticStep(t: Trainer, lr: number): Promise<void> {
   const rand = mulberry32(12345);
@@ -91,9 +145,10 @@ async function syntheticStep(t: Trainer, lr: number): Promise<void> {
 
 /** Measures the delta between the two newest `vN` directories under `weightsDir` (a run's `out/weights`), and a fine-tuning-sized step. */
 export async function weightSyncFigures(weightsDir: string, opts: WeightSyncFigureOptions = {}): Promise<WeightSyncFigures> {
-  const versions = readdirSync(weightsDir).filter((d) => /^v\d+$/.test(d)).map((d) => Number(d.slice(1))).sort((a, b) => a - b).slice(-2);
+  const versions = readdirSync(weightsDir).filter((d) => /^v\d+$/.test(d)).map((d) => Number(d.slice(1))).sort((x, y) => x - y).slice(-2);
   if (versions.length < 2) throw new Error(`${weightsDir}: need two version directories, found ${versions.length}`);
   const [a, b] = versions as [number, number];
+  const engine = await engineUpdateMs(join(weightsDir, `v${a}`), join(weightsDir, `v${b}`));
   const ta = await Trainer.create({ modelDir: join(weightsDir, `v${a}`) });
   const tb = await Trainer.create({ modelDir: join(weightsDir, `v${b}`) });
   const base = await ta.getParams(), next = await tb.getParams();
@@ -127,6 +182,8 @@ export async function weightSyncFigures(weightsDir: string, opts: WeightSyncFigu
     delta_vs_full_bf16: Number((bf16.delta_bytes / (base.length * 2)).toFixed(4)),
     apply_ms: bf16.apply_ms,
     bit_exact: bf16.bit_exact,
+    engine_delta_update_ms: Number(engine.delta.toFixed(1)),
+    engine_full_update_ms: Number(engine.full.toFixed(1)),
     delta_fp32: fp32,
     delta_finetune: finetune,
   };

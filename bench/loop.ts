@@ -25,10 +25,12 @@
 //
 // The machine has 2 cores shared by the engine, the trainer worker and this process (HTTP, episodes,
 // buffer): every native pool runs one thread (OMP_NUM_THREADS=1, unless set) so an engine and a
-// trainer working at once each keep a core, in every mode and in the bound's phases alike.
+// trainer working at once each keep a core, in every mode and in the bound's phases alike. The
+// machine's load average before and after is printed too: other processes on the same cores make
+// every figure (and the bound, measured at another moment) noisy.
 process.env.OMP_NUM_THREADS ??= "1";
 import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { weightSyncFigures } from "./lib/weight-sync-figures.ts";
@@ -142,6 +144,7 @@ async function trainingOnly(modelDir: string, groups: Sample[][]): Promise<numbe
   }
 }
 
+const loadBefore = loadavg()[0]!;
 try {
   const sync = await run("sync");
   const async_ = await run("async");
@@ -173,6 +176,9 @@ try {
       fully_async_staleness_max: Math.max(...full.ms.map((m) => m.staleness_max)),
       fully_async_partial_samples: full.ms.reduce((n, m) => n + m.partial_samples, 0),
       fully_async_requeued_samples: records.reduce((n, x) => n + (x.requeued?.length ?? 0), 0),
+      // 1-minute load average of the machine before and after: other work competes for the 2 cores.
+      load_before: r(loadBefore),
+      load_after: r(loadavg()[0]!),
       ...ws,
     }),
   );

@@ -78,62 +78,6 @@ class Encoder {
   }
 }
 
-class Decoder {
-  private range = 0xffffffff;
-  private code = 0;
-  private pos = 0;
-
-  constructor(private readonly buf: Uint8Array) {
-    for (let i = 0; i < 5; i++) this.code = (this.code * 256 + this.next()) % 0x100000000;
-  }
-
-  private next(): number {
-    return this.pos < this.buf.length ? this.buf[this.pos++]! : (this.pos++, 0);
-  }
-
-  /** True when the decoder read past the data (a corrupt or truncated stream). */
-  get overrun(): boolean {
-    return this.pos > this.buf.length + 4;
-  }
-
-  bit(probs: Uint16Array, i: number): number {
-    const p = probs[i]!;
-    const bound = (this.range >>> PROB_BITS) * p;
-    let bit: number;
-    if (this.code < bound) {
-      this.range = bound;
-      probs[i] = p + ((2048 - p) >> MOVE);
-      bit = 0;
-    } else {
-      this.code -= bound;
-      this.range -= bound;
-      probs[i] = p - (p >> MOVE);
-      bit = 1;
-    }
-    while (this.range < TOP) {
-      // code < range < 2^24 here, so the shift cannot overflow
-      this.range = (this.range << 8) >>> 0;
-      this.code = ((this.code << 8) | this.next()) >>> 0;
-    }
-    return bit;
-  }
-
-  direct(): number {
-    this.range >>>= 1;
-    let bit = 0;
-    if (this.code >= this.range) {
-      this.code -= this.range;
-      bit = 1;
-    }
-    while (this.range < TOP) {
-      // code < range < 2^24 here, so the shift cannot overflow
-      this.range = (this.range << 8) >>> 0;
-      this.code = ((this.code << 8) | this.next()) >>> 0;
-    }
-    return bit;
-  }
-}
-
 /** Adaptive bits below the leading one. */
 const TOP_BITS = 3;
 

@@ -12,9 +12,8 @@ import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
-import { decodeMessage } from "../../src/codec/index.ts";
 import { batchMsg, batchRegistry, groupClosed, promptGroup, sampleMsg, sampleRegistry, type VersionRecord } from "../loop-actors/messages.ts";
-import { consumeStream, ensureTrainStreams, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
+import { consumeStream, ensureTrainStreams, lastMessage, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { GroupBuffer } from "./groups.ts";
 import { z } from "zod";
 
@@ -62,10 +61,9 @@ class Feeder {
 
   /** Continues after the last batch on BATCHES (a restarted buffer), if there is one. */
   async recover(): Promise<void> {
-    const { bus, names } = this.env;
-    const last = await (await bus.jsm()).streams.getMessage(names.streamBatches, { last_by_subj: names.trainBatches }).catch(() => null);
+    const last = await lastMessage(this.env.bus, this.env.names.streamBatches, batchRegistry);
     if (!last) return;
-    const b = decodeMessage(await bus.payload({ data: last.data, headers: last.header }), batchRegistry).body;
+    const b = last.body;
     this.batches = b.step;
     this.nextPrompt = this.floor = b.nextPrompt;
     this.log(`buffer: continuing after batch ${b.step} (next prompt ${b.nextPrompt})`);
@@ -200,7 +198,7 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
     async init(ctx) {
       const env = loopEnv(system, topology, ctx as never);
       const cfg = actorConfig(bufferActorConfig, ctx as never);
-      await ensureTrainStreams(env.bus, env.names);
+      await ensureTrainStreams(env.bus, env.names, env.train);
       const feeder = new Feeder(env, ctx.path, (l) => ctx.log.info(l));
       await feeder.recover();
       const fail = failer(ctx);

@@ -1,9 +1,9 @@
 // The JetStream plumbing of the training loop's actors: the job's streams (prompts and samples: work
-// queues; batches and weights: kept, so a restarted trainer can replay them; all with a long duplicate
-// window so a regenerated message is stored once), a consumer loop that decodes and validates each message once, dead-letters malformed ones
-// and acks only after the handler returned or, when it deferred, when it says so (heartbeats keep
-// long handlers' and deferred messages theirs), and the
-// versions KV record that only moves forward.
+// queues; batches and weights: kept as long as a restarted trainer may replay them; all with a long
+// duplicate window so a regenerated message is stored once), a consumer loop that decodes and
+// validates each message once, dead-letters malformed ones and acks only after the handler returned
+// or, when it deferred, when it says so (heartbeats keep long handlers' and deferred messages theirs),
+// and the versions KV record that only moves forward.
 import type { JsMsg } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { subjectOf } from "../../src/actor/index.ts";
@@ -16,14 +16,18 @@ import { versionRecord, type VersionRecord } from "./messages.ts";
 /** Duplicate window of the data streams: longer than any redelivery after a killed rollout. */
 const DEDUP_NS = 15 * 60 * 1e9;
 
-/** Creates (idempotently) the loop's streams: PROMPTS and SAMPLES (work queues), BATCHES, WEIGHTS. */
-export async function ensureTrainStreams(bus: Bus, names: JobNames): Promise<void> {
+/**
+ * Creates (idempotently) the loop's streams: PROMPTS and SAMPLES (work queues), BATCHES and WEIGHTS
+ * (the last 2·checkpointEvery + 8 messages: a resumed trainer replays at most one checkpoint interval).
+ */
+export async function ensureTrainStreams(bus: Bus, names: JobNames, train: { checkpointEvery: number }): Promise<void> {
   const common = { storage: "file", duplicate_window: DEDUP_NS } as const;
+  const kept = { ...common, max_msgs: 2 * train.checkpointEvery + 8 };
   await bus.ensureStream(names.streamPrompts, [names.trainPrompts], { ...common, retention: "workqueue" } as never);
   // Samples leave the stream once the buffer acks them (with their batch): storage stays one round's worth.
   await bus.ensureStream(names.streamSamples, [names.trainSamples], { ...common, retention: "workqueue" } as never);
-  await bus.ensureStream(names.streamBatches, [names.trainBatches], common as never);
-  await bus.ensureStream(names.streamWeights, [names.trainWeights], common as never);
+  await bus.ensureStream(names.streamBatches, [names.trainBatches], kept as never);
+  await bus.ensureStream(names.streamWeights, [names.trainWeights], kept as never);
 }
 
 /** Publishes one message with `msgID` as both the envelope id and the JetStream dedup id. */
@@ -258,4 +262,20 @@ export async function seqAfterStep<D extends AnyMessageDef>(bus: Bus, stream: st
     first = seq;
   }
   return first;
+}
+
+/** The last message on `stream` that decodes with `registry` (malformed frames skipped), or null. */
+export async function lastMessage<D extends AnyMessageDef>(bus: Bus, stream: string, registry: MessageRegistry<D>): Promise<MessageOf<D> | null> {
+  const jsm = await bus.jsm();
+  const { state } = await jsm.streams.info(stream);
+  for (let seq = state.last_seq; seq >= state.first_seq && seq > 0; seq--) {
+    const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    if (!m) continue;
+    try {
+      return decodeMessage(await bus.payload({ data: m.data, headers: m.header }), registry);
+    } catch {
+      // a malformed frame: look further back
+    }
+  }
+  return null;
 }

@@ -92,7 +92,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const urls = await engineUrls(registry, cfg.engineWaitMs);
       const gen = await FleetGenerator.create([], (l) => ctx.log.info(l));
       for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
-      await ensureTrainStreams(bus, names);
+      await ensureTrainStreams(bus, names, train);
       const send = (s: Sample) => {
         const p = publish(bus, names.trainSamples, sampleMsg, { sample: s }, `sample-${s.index}`, ctx.path);
         p.catch(() => undefined); // awaited with the group; a failure fails the group (nak, redelivery)

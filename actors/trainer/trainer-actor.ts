@@ -64,7 +64,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
         onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
       });
       try {
-        await ensureTrainStreams(env.bus, env.names);
+        await ensureTrainStreams(env.bus, env.names, env.train);
         const versions = await VersionsKv.open(env.bus, env.names);
         const announce = (step: number) =>
           publish(env.bus, env.names.trainWeights, weightsMsg, { version: trainer.version, modelDir: trainer.modelDir, step }, `weights-${step}`, ctx.path);

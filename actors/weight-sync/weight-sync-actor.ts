@@ -51,7 +51,7 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
     async init(ctx) {
       const env = loopEnv(system, topology, ctx as never);
       const cfg = actorConfig(weightSyncActorConfig, ctx as never);
-      await ensureTrainStreams(env.bus, env.names);
+      await ensureTrainStreams(env.bus, env.names, env.train);
       const versions = await VersionsKv.open(env.bus, env.names);
       const fleet = remoteRef<FleetMsg>(system, cfg.fleet);
       const start = (await versions.get())?.version ?? -1;

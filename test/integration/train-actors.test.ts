@@ -42,16 +42,17 @@ function accounted(out: string): number[] {
 }
 const allIndices = Array.from({ length: STEPS * PROMPTS * N }, (_, i) => i);
 
-function topology(dir: string, out: string, o: { mode?: string; rollouts?: number; rolloutConfig?: string } = {}): string {
+function topology(dir: string, out: string, o: { mode?: string; rollouts?: number; rolloutConfig?: string; bufferHost?: string } = {}): string {
+  const bufferHost = o.bufferHost ?? "buffer";
   const file = join(dir, "t.yaml");
   writeFileSync(
     file,
     `name: train-actors
-hosts: [{ name: rollout }, { name: buffer }, { name: learner }]
+hosts: [{ name: rollout }, { name: learner }${bufferHost === "buffer" ? ", { name: buffer }" : ""}]
 actors:
   - { name: rollout, kind: train.rollout, count: ${o.rollouts ?? 1}, placement: rollout, config: ${o.rolloutConfig ?? "{}"} }
   - { name: fleet, kind: fleet, placement: learner, config: { embedded: { count: 1, preset: tiny, maxRunning: 32, cacheTokens: 4096 } } }
-  - { name: buffer, kind: train.buffer, placement: buffer, config: { ackWaitMs: 1500 } }
+  - { name: buffer, kind: train.buffer, placement: ${bufferHost}, config: { ackWaitMs: 1500 } }
   - { name: trainer, kind: train.trainer, placement: learner, config: { out: ${JSON.stringify(out)} } }
   - { name: weight-sync, kind: train.weight-sync, placement: learner }
 train: { mode: ${o.mode ?? "sync"}, task: addition, taskConfig: { digits: 1 }, preset: tiny, steps: ${STEPS}, promptsPerStep: ${PROMPTS}, samplesPerPrompt: ${N}, checkpointEvery: 2 }
@@ -133,11 +134,11 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(versions).toMatchObject({ version: 4, step: 4 });
   }, 120_000);
 
-  it("async mode with two rollout instances on one prompts work queue: every sample once, at most one version stale", async () => {
+  it("async mode, two processes, two rollout instances on one prompts work queue: every sample once, at most one version stale", async () => {
     const dir = tmp();
     const out = join(dir, "run");
     const { server } = nats;
-    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", topology(dir, out, { mode: "async", rollouts: 2 }), "--job", "train-actors-async", "--nats", server.url.replace("nats://", `nats://${server.token}@`), "--quiet"], {
+    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", topology(dir, out, { mode: "async", rollouts: 2, bufferHost: "learner" }), "--job", "train-actors-async", "--nats", server.url.replace("nats://", `nats://${server.token}@`), "--quiet"], {
       env: { ...process.env, OOZE_HOME: dir },
       stdio: ["ignore", "pipe", "pipe"],
     });

@@ -91,8 +91,13 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
       const urls = await engineUrls(registry, cfg.engineWaitMs);
       const gen = await FleetGenerator.create([], (l) => ctx.log.info(l));
-      for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
-      await ensureTrainStreams(bus, names, train);
+      try {
+        for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
+        await ensureTrainStreams(bus, names, train);
+      } catch (e) {
+        await gen.close();
+        throw e;
+      }
       const send = (s: Sample) => {
         const p = publish(bus, names.trainSamples, sampleMsg, { sample: s }, `sample-${s.index}`, ctx.path);
         p.catch(() => undefined); // awaited with the group; a failure fails the group (nak, redelivery)

@@ -6,14 +6,17 @@
 // aborted, keep their tokens and resume on the new weights (partial rollout; every span carries the
 // version that sampled it). A group whose oldest token is more than `maxStaleness` versions behind
 // the trainer is never trained: its sample indices are recorded as requeued and its prompt is
-// generated again under new sample indices. Checkpoints record the groups in flight (RunState.pending);
-// a resumed run generates them again first, from their prompt index, with their sample indices.
+// generated again under new sample indices, as soon as that is certain (a group still generating
+// whose tokens already are too old is cut at once rather than finished for nothing). Checkpoints
+// record the groups in flight (RunState.pending); a resumed run generates them again first, from
+// their prompt index, with their sample indices.
 import { setMaxListeners } from "node:events";
 import type { Sample } from "../../src/sample.ts";
 import { GroupBuffer, type Batch } from "../buffer/groups.ts";
 import { rolloutRange } from "../rollout/rollout.ts";
 import type { TrainStepResult } from "../trainer/policy-trainer.ts";
 import { fullyAsyncLimits } from "./config.ts";
+import type { Generator } from "./engines.ts";
 import type { LoopContext } from "./loop.ts";
 import type { PendingGroup } from "./state.ts";
 
@@ -25,6 +28,12 @@ interface LiveGroup extends PendingGroup {
   done: Promise<void>;
   /** The group's samples once it finished. */
   samples: Sample[] | null;
+  /** Oldest weight version of any token its episodes got back so far (Infinity before the first). */
+  oldest: number;
+  /** Stops the group's episodes (itself, or the whole loop's abandon signal). */
+  ctl: AbortController;
+  /** Cut because its tokens are already beyond the staleness bound: requeued when it settles. */
+  doomed: boolean;
 }
 
 const indices = (g: PendingGroup) => Array.from({ length: g.count }, (_, i) => g.firstSample + i);
@@ -35,7 +44,6 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
   const { maxStaleness, maxInflightGroups } = fullyAsyncLimits(cfg);
   const buffer = new GroupBuffer({ batchGroups: cfg.promptsPerStep, estimator: cfg.estimator, dropZeroVariance: cfg.dropZeroVariance, maxStaleness });
   const abandon = new AbortController();
-  setMaxListeners(0, abandon.signal); // every episode in flight listens to it
   let nextPrompt = ctx.start.nextPrompt;
   let nextSample = ctx.start.nextSample;
   /** Launched and not yet trained, dropped or requeued, by prompt index. */
@@ -56,14 +64,60 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
     w?.();
   };
 
+  /** Requeued since the last commit: sample indices and prompts (recorded in the next step's record). */
+  let requeued: number[] = [];
+  let requeuedPrompts: number[] = [];
+  /** Dropped after too many requeues since the last commit. */
+  let tooStale: number[] = [];
+  /** Prompts dropped since the last commit (filter, or too stale too often). */
+  let droppedPrompts: number[] = [];
+  /** A stale group goes back to the queue under new sample indices (or is dropped after MAX_REQUEUES). */
+  const requeue = (g: PendingGroup) => {
+    live.delete(g.prompt);
+    const times = (requeues.get(g.prompt) ?? 0) + 1;
+    requeues.set(g.prompt, times);
+    if (times > MAX_REQUEUES) {
+      tooStale.push(...indices(g));
+      droppedPrompts.push(g.prompt);
+      ctx.log(`fully_async: prompt ${g.prompt} was too stale ${times} times (its generation outlasts the staleness bound ${maxStaleness}); dropped`);
+      return;
+    }
+    requeued.push(...indices(g));
+    requeuedPrompts.push(g.prompt);
+    queue.push({ prompt: g.prompt, firstSample: nextSample, count: g.count });
+    nextSample += g.count;
+  };
+
   const launch = (g: PendingGroup) => {
-    const rec: LiveGroup = { ...g, samples: null, done: Promise.resolve() };
+    const ctl = new AbortController();
+    setMaxListeners(0, ctl.signal);
+    const rec: LiveGroup = { ...g, samples: null, done: Promise.resolve(), oldest: Infinity, ctl, doomed: false };
     live.set(g.prompt, rec);
-    rec.done = rolloutRange(task, gen, { firstPrompt: g.prompt, prompts: 1, samplesPerPrompt: g.count, firstSample: g.firstSample }, {
-      seed: cfg.seed, temperature: cfg.temperature, partialRollout: cfg.partialRollout, signal: abandon.signal,
+    // The group's generator notes the oldest version its episodes got back, so a group can be cut
+    // as soon as it is certain to be too stale (no need to finish generating it first).
+    const tracked: Generator = {
+      generate: async (req) => {
+        const out = await gen.generate(req);
+        for (const sp of out.weightVersions) {
+          const v = Number(sp.version);
+          if (Number.isFinite(v) && v < rec.oldest) rec.oldest = v;
+        }
+        return out;
+      },
+      updateWeights: (dir, version) => gen.updateWeights(dir, version),
+      replace: (from, to) => gen.replace(from, to),
+      takeCacheStats: () => gen.takeCacheStats(),
+    };
+    rec.done = rolloutRange(task, tracked, { firstPrompt: g.prompt, prompts: 1, samplesPerPrompt: g.count, firstSample: g.firstSample }, {
+      seed: cfg.seed, temperature: cfg.temperature, partialRollout: cfg.partialRollout, signal: ctl.signal,
     }).then(
       (r) => {
         if (abandon.signal.aborted) return;
+        if (rec.doomed) {
+          requeue(rec);
+          fill();
+          return notify();
+        }
         rec.samples = r.samples;
         const before = buffer.stats.dropped;
         for (const s of r.samples) buffer.add(s);
@@ -71,6 +125,7 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
         if (buffer.stats.dropped > before) {
           live.delete(g.prompt);
           filtered.push(...r.samples);
+          droppedPrompts.push(g.prompt);
           droppedSinceStep++;
           fill();
         }
@@ -103,9 +158,6 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
     while (more) {
       const stepStart = performance.now();
       step++;
-      const requeued: number[] = [];
-      const requeuedPrompts: number[] = [];
-      const tooStale: number[] = [];
       let batch: Batch | null = null;
       // Wait for promptsPerStep fresh complete groups; stale ones go back to be generated again.
       for (;;) {
@@ -113,21 +165,7 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
         // Dynamic sampling: after many filtered groups, train on what there is (or nothing).
         const partial = droppedSinceStep >= 3 * cfg.promptsPerStep;
         const r = buffer.takeBatch(trainer.version, { partial });
-        for (const p of r.requeue) {
-          const g = live.get(p)!;
-          live.delete(p);
-          const times = (requeues.get(p) ?? 0) + 1;
-          requeues.set(p, times);
-          if (times > MAX_REQUEUES) {
-            tooStale.push(...indices(g));
-            ctx.log(`fully_async: prompt ${p} was too stale ${times} times (its generation outlasts the staleness bound ${maxStaleness}); dropped`);
-            continue;
-          }
-          requeued.push(...indices(g));
-          requeuedPrompts.push(p);
-          queue.push({ prompt: p, firstSample: nextSample, count: g.count });
-          nextSample += g.count;
-        }
+        for (const p of r.requeue) requeue(live.get(p)!);
         if (r.requeue.length > 0) fill();
         if (r.batch) {
           batch = r.batch;
@@ -141,7 +179,7 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
       const all = filtered;
       filtered = [];
       droppedSinceStep = 0;
-      const dropped = [...all.map((s) => s.index), ...tooStale];
+      const dropped = all.map((s) => s.index);
       const trainedIdx = new Set(batch?.samples.map((s) => s.index) ?? []);
       for (const p of batch?.groups ?? []) {
         const g = live.get(p)!;
@@ -159,6 +197,13 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
       let trained: TrainStepResult | null = null;
       if (batch && batch.samples.length > 0) trained = await trainer.step(batch.samples);
       const trainSeconds = (performance.now() - tTrain) / 1000;
+      // Groups still generating whose tokens are already beyond the bound can never be trained: cut them now.
+      for (const g of live.values()) {
+        if (g.samples === null && !g.doomed && trainer.version - g.oldest > maxStaleness) {
+          g.doomed = true;
+          g.ctl.abort();
+        }
+      }
       // pause → update → continue: generations in flight are cut and resume on the new weights.
       // Awaited here, so the engines serve the trainer's version whenever it takes a batch (a push
       // overlapped with the next step would leave them a version behind for a while: more stale groups).
@@ -167,11 +212,19 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
       const syncSeconds = (performance.now() - tSync) / 1000;
       more = ctx.more(step);
       if (!more) stopping = true; // the checkpoint below records exactly the groups launched
+      // Everything requeued up to now goes in this record; the snapshot of pending groups below agrees.
+      const stepRequeued = requeued, stepRequeuedPrompts = requeuedPrompts;
+      dropped.push(...tooStale);
+      const stepDroppedPrompts = droppedPrompts;
+      droppedPrompts = [];
+      requeued = [];
+      requeuedPrompts = [];
+      tooStale = [];
       await ctx.commit({
-        step, samples: batch?.samples ?? [], all, dropped, requeued, requeuedPrompts, stalenessMax: batch?.stalenessMax ?? 0, rolloutSeconds,
+        step, samples: batch?.samples ?? [], all, dropped, requeued: stepRequeued, requeuedPrompts: stepRequeuedPrompts, stalenessMax: batch?.stalenessMax ?? 0, rolloutSeconds,
         trained, stepSeconds: (performance.now() - stepStart) / 1000, trainSeconds, syncSeconds, restarts: trainer.restarts - restartsBefore,
         droppedGroups: buffer.stats.dropped,
-        trainedPrompts: batch?.groups ?? [],
+        trainedPrompts: batch?.groups ?? [], droppedPrompts: stepDroppedPrompts,
         state: { step, nextPrompt, nextSample, weightVersion: trainer.version, pending: pending() },
       });
     }
@@ -179,6 +232,7 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
     // Groups still in flight are abandoned (the last checkpoint lists them as pending).
     stopping = true;
     abandon.abort();
+    for (const g of live.values()) g.ctl.abort();
     await Promise.allSettled([...live.values()].map((g) => g.done));
   }
 }

@@ -74,8 +74,9 @@ export interface BatchRecord {
   requeued?: number[];
   /** Prompt indices of the requeued groups. */
   requeuedPrompts?: number[];
-  /** fully_async: prompt indices of the groups trained. */
+  /** fully_async: prompt indices of the groups trained, and of those dropped (filter, or too stale too often). */
   trainedPrompts?: number[];
+  droppedPrompts?: number[];
 }
 
 interface Collected {
@@ -99,6 +100,7 @@ export interface StepOutcome {
   requeued?: number[];
   requeuedPrompts?: number[];
   trainedPrompts?: number[];
+  droppedPrompts?: number[];
   stalenessMax: number;
   /** Seconds the step spent waiting for its rollouts. */
   rolloutSeconds: number;
@@ -214,7 +216,7 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
       version: state.weightVersion,
       weightsRoot: join(out, "weights"),
       config: {
-        lr: cfg.lr, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, epsClip: cfg.epsClip,
+        lr: cfg.lr, lrWarmupSteps: cfg.lrWarmupSteps, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, epsClip: cfg.epsClip,
         epsClipHigh: cfg.epsClipHigh ?? cfg.epsClip, entropyCoef: cfg.entropyCoef, entropyTarget: cfg.entropyTarget, entropyCoefStep: cfg.entropyCoefStep, temperature: cfg.temperature, microBatchTokens: cfg.microBatchTokens,
         updatesPerStep: cfg.updatesPerStep,
       },
@@ -230,7 +232,7 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
       metrics.push(m);
       appendJsonl(metricsPath, m);
       const rec: BatchRecord = { step: o.step, trained: o.samples.map((s) => s.index), dropped: o.dropped };
-      if (o.requeued) Object.assign(rec, { requeued: o.requeued, requeuedPrompts: o.requeuedPrompts ?? [], trainedPrompts: o.trainedPrompts ?? [] });
+      if (o.requeued) Object.assign(rec, { requeued: o.requeued, requeuedPrompts: o.requeuedPrompts ?? [], trainedPrompts: o.trainedPrompts ?? [], droppedPrompts: o.droppedPrompts ?? [] });
       appendJsonl(batchesPath, rec);
       writeRewardSvg(svgPath, metrics, `ooze train: ${task.name} (${cfg.mode})`);
       opts.hooks?.onStep?.(m);

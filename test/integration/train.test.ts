@@ -39,8 +39,8 @@ const byNumber = (a: number, b: number) => a - b;
 
 /**
  * fully_async: every sample index below the stream's position is trained, dropped, requeued, or
- * pending in the latest checkpoint, exactly once; and (no filter, no failures here) every prompt
- * index is trained exactly once or pending.
+ * pending in the latest checkpoint, exactly once; and every prompt index is trained, dropped or
+ * pending, exactly once (a requeued prompt is generated again, then trained once).
  */
 function checkFullyAsyncAccounting(out: string) {
   const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
@@ -48,7 +48,7 @@ function checkFullyAsyncAccounting(out: string) {
   const pending = latest.pending ?? [];
   const seen = [...records.flatMap((r) => [...r.trained, ...r.dropped, ...(r.requeued ?? [])]), ...pending.flatMap((g) => range(g.firstSample, g.count))];
   expect(seen.sort(byNumber)).toEqual(range(0, latest.nextSample));
-  const prompts = [...records.flatMap((r) => r.trainedPrompts ?? []), ...pending.map((g) => g.prompt)];
+  const prompts = [...records.flatMap((r) => [...(r.trainedPrompts ?? []), ...(r.droppedPrompts ?? [])]), ...pending.map((g) => g.prompt)];
   expect(prompts.sort(byNumber)).toEqual(range(0, latest.nextPrompt));
   return { records, latest };
 }
@@ -226,5 +226,15 @@ describe("ooze train", () => {
     const trainedAfter = new Set(records.filter((r) => r.step > 2).flatMap((r) => r.trainedPrompts ?? []));
     expect(before.pending!.some((g) => trainedAfter.has(g.prompt))).toBe(true);
     expect(readJsonl<StepMetrics>(join(out, "metrics.jsonl")).map((m) => m.weight_version)).toEqual([1, 2, 3, 4, 5]);
+  }, 60_000);
+
+  it("fully_async with staleness bound 0: no trained token is older than the trainer; stale groups are requeued, never trained or lost", async () => {
+    const out = join(tmp(), "run");
+    const s = await runTraining({ out, train: trainSchema.parse({ ...tiny, steps: 4, mode: "fully_async", maxStaleness: 0 }), engines, baseDir: process.cwd() });
+    expect(s.steps).toBe(4);
+    const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+    expect(ms.map((m) => m.staleness_max)).toEqual([0, 0, 0, 0]);
+    expect(ms.map((m) => m.partial_samples)).toEqual([0, 0, 0, 0]);
+    checkFullyAsyncAccounting(out);
   }, 60_000);
 });

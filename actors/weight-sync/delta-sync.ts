@@ -11,7 +11,7 @@ import { mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } f
 import { join } from "node:path";
 import { loadNative } from "../../native/load.ts";
 import { OozeError } from "../../src/errors.ts";
-import { encodeDelta, isBf16Exact, roundToBf16, type DeltaWire, type TensorSlot } from "./delta.ts";
+import { encodeDelta, isBf16Exact, roundToBf16, type DeltaWire, type EncodeOptions, type TensorSlot } from "./delta.ts";
 import { DELTA_LOAD_FORMAT } from "./engine-loader.ts";
 
 /** What the sync drives: a Fleet, or the loop's Generator (whose implementations forward opts). */
@@ -29,6 +29,8 @@ export interface DeltaSyncOptions {
   wire?: DeltaWire;
   /** Deflate level (default 6). */
   level?: number;
+  /** Candidate encodings (default: delta.ts's per wire); e.g. ["sub-exp", "overwrite"] for the fastest apply. */
+  encodings?: EncodeOptions["encodings"];
   /** Versions whose files are kept (default 2, at least 1). */
   keep?: number;
   log?: (line: string) => void;
@@ -121,7 +123,8 @@ export class DeltaWeightSync {
     let file: string | null = null;
     let deltaBytes: number | null = null;
     if (base) {
-      const bytes = encodeDelta(layout, base.params, params, String(base.version), String(version), { wire: this.wire, level: this.opts.level ?? 6 });
+      const enc: EncodeOptions = { wire: this.wire, level: this.opts.level ?? 6, ...(this.opts.encodings ? { encodings: this.opts.encodings } : {}) };
+      const bytes = encodeDelta(layout, base.params, params, String(base.version), String(version), enc);
       file = join(this.opts.dir, `v${base.version}-v${version}.ooze-delta`);
       writeFileSync(`${file}.tmp`, bytes);
       renameSync(`${file}.tmp`, file);

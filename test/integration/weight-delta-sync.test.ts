@@ -101,6 +101,7 @@ describe("delta weight sync through real engines", () => {
       const ref3 = await reference(dirs[3]!);
       for (const p of procs) expect(await output(p.url)).toEqual(ref3);
       expect(sync.stats).toMatchObject({ deltas: 3, fulls: 0, engineFallbacks: 1 });
+      await expect(sync.push(dirs[3]!, 3)).rejects.toThrow(/version 3 is not above the engines' 3; versions only increase/);
 
       // A delta 3→4 whose second tensor's data was corrupted in transit: refused, weights unchanged.
       const packr = new Packr({ useRecords: false });

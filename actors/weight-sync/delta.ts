@@ -1,14 +1,14 @@
 // Lossless weight deltas: the difference between two versions of a model's parameters, per tensor
-// the smallest of: "sub" (the integer difference of the bit patterns, zigzag-coded), "sub-exp" (the
-// same, ordered by the base element's exponent, so elements whose changes have similar sizes in
-// ulps sit together), "xor" (bit patterns XOR the base) — all as byte planes, so the mostly-zero
-// high bytes of a small update compress to almost nothing — or "overwrite" (gaps and new values of
-// the elements that changed, for sparse updates), deflate-compressed; or "sub-ac": the differences
-// range-coded with the base element's exponent as context (range-coder.ts), with a CRC32 of each tensor before and after. The wire
-// is fp32 (exact trainer weights) or bf16 (both versions rounded to bf16, held as fp32 containers
-// whose low 16 bits are zero: only the high halves travel). Applying checks the base version and
-// checksums, so a delta applies only to the exact weights it was made from, and re-applying an
-// already applied delta is a no-op.
+// the smallest of the candidate encodings: "sub" (the integer difference of the bit patterns,
+// zigzag-coded), "sub-exp" (the same, ordered by the base element's exponent, so elements whose
+// changes have similar sizes in ulps sit together), "xor" (bit patterns XOR the base) — all as byte
+// planes, so the mostly-zero high bytes of a small update compress to almost nothing, then deflated —
+// "overwrite" (gaps and new values of the elements that changed, for sparse updates, deflated), or
+// "sub-ac" (the differences range-coded with the base element's exponent as context,
+// range-coder.ts); with a CRC32 of each tensor before and after. The wire is fp32 (exact trainer
+// weights) or bf16 (both versions rounded to bf16, held as fp32 containers whose low 16 bits are
+// zero: only the high halves travel). Applying checks the base version and checksums, so a delta
+// applies only to the exact weights it was made from, and re-applying an applied delta is a no-op.
 import { constants, crc32, deflateRawSync, inflateRawSync } from "node:zlib";
 import { Packr } from "msgpackr";
 import { OozeError } from "../../src/errors.ts";

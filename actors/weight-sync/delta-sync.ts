@@ -27,7 +27,7 @@ export interface DeltaSyncOptions {
   baseModelDir?: string;
   /** "fp32" (default): engines get the trainer's weights bit for bit; "bf16": rounded to bf16. */
   wire?: DeltaWire;
-  /** Deflate level (default 6). */
+  /** Deflate level (default: encodeDelta's per wire). */
   level?: number;
   /** Candidate encodings (default: delta.ts's per wire); e.g. ["sub-exp", "overwrite"] for the fastest apply. */
   encodings?: EncodeOptions["encodings"];
@@ -123,7 +123,7 @@ export class DeltaWeightSync {
     let file: string | null = null;
     let deltaBytes: number | null = null;
     if (base) {
-      const enc: EncodeOptions = { wire: this.wire, level: this.opts.level ?? 6, ...(this.opts.encodings ? { encodings: this.opts.encodings } : {}) };
+      const enc: EncodeOptions = { wire: this.wire, ...(this.opts.level ? { level: this.opts.level } : {}), ...(this.opts.encodings ? { encodings: this.opts.encodings } : {}) };
       const bytes = encodeDelta(layout, base.params, params, String(base.version), String(version), enc);
       file = join(this.opts.dir, `v${base.version}-v${version}.ooze-delta`);
       writeFileSync(`${file}.tmp`, bytes);

@@ -54,7 +54,7 @@ export interface WeightDelta {
 export interface EncodeOptions {
   /** Default "fp32". With "bf16", base and next must already be bf16-exact (see roundToBf16). */
   wire?: DeltaWire;
-  /** Deflate level 1..9 (default 6). */
+  /** Deflate level 1..9 (default 6 on the fp32 wire; 1 on bf16, where deflate is only the fallback of sub-ac: same sizes measured, ~40 % less encode time). */
   level?: number;
   /** Encodings to choose from (default: DEFAULT_ENCODINGS of the wire). */
   encodings?: readonly Exclude<DeltaEncoding, "same">[];
@@ -229,7 +229,7 @@ export function encodeDelta(
   const width: 4 | 2 = wire === "bf16" ? 2 : 4;
   if (wire === "bf16" && !(isBf16Exact(base) && isBf16Exact(next)))
     throw new RangeError("delta: the bf16 wire needs bf16-exact base and next weights (round them with roundToBf16 first)");
-  const level = opts.level ?? 6;
+  const level = opts.level ?? (wire === "bf16" ? 1 : 6);
   const allowed = opts.encodings ?? DEFAULT_ENCODINGS[wire];
   const deflate = (b: Uint8Array) => deflateRawSync(b, { level, strategy: constants.Z_DEFAULT_STRATEGY });
   const tensors: DeltaTensor[] = layout.map((slot) => {

@@ -1,4 +1,4 @@
-// Loop benchmark (`npm run bench -- loop [--steps N] [--preset NAME] [--window G]`): trained samples/s
+// Loop benchmark (`npm run bench -- loop [--steps N] [--reps R] [--preset NAME] [--window G]`): trained samples/s
 // of `ooze train`'s loop in sync, async (one step off-policy) and fully_async mode (partial rollout,
 // staleness bound 2) on a workload with heavy-tailed generation lengths, against the ideal overlap
 // bound measured in the same run; and, for weight sync, one step's lossless delta against the full
@@ -21,7 +21,9 @@
 //   - training only: the trainer trains N batches of those samples (8 groups each) one after the
 //     other; rate = samples of batches 2..N over their time (train step + saving the version, as in
 //     the loop).
-// fully_async_vs_bound = fully_async / bound; fully_async_vs_sync = fully_async / sync.
+// fully_async_vs_bound = fully_async / bound; fully_async_vs_sync = fully_async / sync. Every figure is
+// the mean over R repetitions (default 2), each of which runs all modes and both bound phases back
+// to back; the per-repetition figures are printed too.
 //
 // The machine has 2 cores shared by the engine, the trainer worker and this process (HTTP, episodes,
 // buffer): every native pool runs one thread (OMP_NUM_THREADS=1, unless set) so an engine and a
@@ -48,7 +50,8 @@ function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : fallback;
 }
-const steps = Number(arg("steps", "12"));
+const steps = Number(arg("steps", "10"));
+const repetitions = Number(arg("reps", "2"));
 const preset = arg("preset", "tiny");
 const prompts = 8;
 const samples = 8;
@@ -73,8 +76,8 @@ function rate(ms: StepMetrics[]): number {
   return ms.slice(1).reduce((n, m) => n + m.samples, 0) / seconds;
 }
 
-async function run(mode: TrainConfig["mode"]): Promise<{ sps: number; out: string; ms: StepMetrics[] }> {
-  const out = join(root, mode);
+async function run(mode: TrainConfig["mode"], rep: number): Promise<{ sps: number; out: string; ms: StepMetrics[] }> {
+  const out = join(root, `${mode}-${rep}`);
   await runTraining({ out, train: trainConfig(mode), engines, baseDir: process.cwd() });
   const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
   const sps = rate(ms);
@@ -112,10 +115,10 @@ async function generationOnly(modelDir: string): Promise<{ sps: number; groups: 
 }
 
 /** Training alone: N batches of 8 groups from the generation-only samples, one after the other. */
-async function trainingOnly(modelDir: string, groups: Sample[][]): Promise<number> {
+async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): Promise<number> {
   const cfg = trainConfig("sync");
   const trainer = await PolicyTrainer.start({
-    modelDir, version: 0, weightsRoot: join(root, "train-only"),
+    modelDir, version: 0, weightsRoot: join(root, `train-only-${rep}`),
     config: {
       lr: cfg.lr, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, epsClip: cfg.epsClip, epsClipHigh: cfg.epsClipHigh ?? cfg.epsClip,
       entropyCoef: cfg.entropyCoef, temperature: cfg.temperature, microBatchTokens: cfg.microBatchTokens, updatesPerStep: cfg.updatesPerStep,
@@ -146,36 +149,50 @@ async function trainingOnly(modelDir: string, groups: Sample[][]): Promise<numbe
 
 const loadBefore = loadavg()[0]!;
 try {
-  const sync = await run("sync");
-  const async_ = await run("async");
-  const full = await run("fully_async");
   const v0 = join(root, "bound-v0");
   const { initModelDir } = await import("../native/model-dir.ts");
   await initModelDir(preset, v0, 0);
-  const genOnly = await generationOnly(v0);
-  say(`generation only: ${genOnly.sps.toFixed(1)} samples/s (window ${window} groups)`);
-  const trainOnly = await trainingOnly(v0, genOnly.groups);
-  say(`training only: ${trainOnly.toFixed(1)} samples/s`);
-  const bound = Math.min(genOnly.sps, trainOnly);
-  const records = readJsonl<BatchRecord>(join(full.out, "batches.jsonl"));
-  const ws = await weightSyncFigures(join(sync.out, "weights"));
+  // Repetitions, each measuring every mode and both halves of the bound back to back, so a change
+  // in the machine's other load hits them alike; figures are the means over repetitions.
+  const reps: { sync: number; async: number; fully_async: number; generation_only: number; training_only: number; bound: number }[] = [];
+  let lastSync = "", staleness = 0, partialSamples = 0, requeuedSamples = 0;
+  for (let rep = 1; rep <= repetitions; rep++) {
+    say(`repetition ${rep}/${repetitions}`);
+    const sync = await run("sync", rep);
+    const async_ = await run("async", rep);
+    const full = await run("fully_async", rep);
+    const genOnly = await generationOnly(v0);
+    say(`generation only: ${genOnly.sps.toFixed(1)} samples/s (window ${window} groups)`);
+    const trainOnly = await trainingOnly(v0, genOnly.groups, rep);
+    say(`training only: ${trainOnly.toFixed(1)} samples/s`);
+    reps.push({ sync: sync.sps, async: async_.sps, fully_async: full.sps, generation_only: genOnly.sps, training_only: trainOnly, bound: Math.min(genOnly.sps, trainOnly) });
+    const records = readJsonl<BatchRecord>(join(full.out, "batches.jsonl"));
+    staleness = Math.max(staleness, ...full.ms.map((m) => m.staleness_max));
+    partialSamples += full.ms.reduce((n, m) => n + m.partial_samples, 0);
+    requeuedSamples += records.reduce((n, x) => n + (x.requeued?.length ?? 0), 0);
+    lastSync = sync.out;
+  }
+  const ws = await weightSyncFigures(join(lastSync, "weights"));
   const r = (x: number, d = 2) => Number(x.toFixed(d));
+  const mean = (k: keyof (typeof reps)[number]) => reps.reduce((n, x) => n + x[k], 0) / reps.length;
+  const m = { sync: mean("sync"), async: mean("async"), full: mean("fully_async"), gen: mean("generation_only"), train: mean("training_only"), bound: mean("bound") };
   console.log(
     JSON.stringify({
-      workload: `long-tail turns (Pareto alpha ${taskConfig.alpha}, 1-${taskConfig.maxTurns} turns of <=${taskConfig.turnTokens} tokens), preset ${preset}, ${prompts} prompts x ${samples} samples, ${steps} steps, 1 engine (maxRunning ${maxRunning}), OMP_NUM_THREADS=${process.env.OMP_NUM_THREADS}`,
-      sync: r(sync.sps),
-      async: r(async_.sps),
-      fully_async: r(full.sps),
-      async_vs_sync: r(async_.sps / sync.sps, 3),
-      fully_async_vs_sync: r(full.sps / sync.sps, 3),
-      bound: r(bound),
-      generation_only: r(genOnly.sps),
-      training_only: r(trainOnly),
-      fully_async_vs_bound: r(full.sps / bound, 3),
+      workload: `long-tail turns (Pareto alpha ${taskConfig.alpha}, 1-${taskConfig.maxTurns} turns of <=${taskConfig.turnTokens} tokens), preset ${preset}, ${prompts} prompts x ${samples} samples, ${steps} steps, 1 engine (maxRunning ${maxRunning}), OMP_NUM_THREADS=${process.env.OMP_NUM_THREADS}, ${repetitions} repetitions`,
+      sync: r(m.sync),
+      async: r(m.async),
+      fully_async: r(m.full),
+      async_vs_sync: r(m.async / m.sync, 3),
+      fully_async_vs_sync: r(m.full / m.sync, 3),
+      bound: r(m.bound),
+      generation_only: r(m.gen),
+      training_only: r(m.train),
+      fully_async_vs_bound: r(m.full / m.bound, 3),
+      repetitions: reps.map((x) => Object.fromEntries(Object.entries(x).map(([k, v]) => [k, r(v)]))),
       fully_async_window_groups: window,
-      fully_async_staleness_max: Math.max(...full.ms.map((m) => m.staleness_max)),
-      fully_async_partial_samples: full.ms.reduce((n, m) => n + m.partial_samples, 0),
-      fully_async_requeued_samples: records.reduce((n, x) => n + (x.requeued?.length ?? 0), 0),
+      fully_async_staleness_max: staleness,
+      fully_async_partial_samples: partialSamples,
+      fully_async_requeued_samples: requeuedSamples,
       // 1-minute load average of the machine before and after: other work competes for the 2 cores.
       load_before: r(loadBefore),
       load_after: r(loadavg()[0]!),

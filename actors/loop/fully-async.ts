@@ -64,7 +64,7 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
     w?.();
   };
 
-  /** Requeued since the last commit: sample indices and prompts (recorded in the next step's record). */
+  /** Requeued since the last commit: sample indices and prompts (go in the next step's record). */
   let requeued: number[] = [];
   let requeuedPrompts: number[] = [];
   /** Dropped after too many requeues since the last commit. */
@@ -98,6 +98,8 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
     const tracked: Generator = {
       generate: async (req) => {
         const out = await gen.generate(req);
+        // Without partial rollout, a generation that crossed an update is discarded by the episode.
+        if (!cfg.partialRollout && new Set(out.weightVersions.map((sp) => sp.version)).size > 1) return out;
         for (const sp of out.weightVersions) {
           const v = Number(sp.version);
           if (Number.isFinite(v) && v < rec.oldest) rec.oldest = v;

@@ -27,8 +27,8 @@ export const trainSchema = z
      */
     maxStaleness: z.number().int().min(0).nullable().default(null),
     /**
-     * fully_async: prompt groups generating or waiting for the trainer at once (bounded look-ahead);
-     * null = promptsPerStep × max(1, maxStaleness).
+     * fully_async: prompt groups generating at once (at most one batch more of complete groups waits
+     * for the trainer: a bounded look-ahead); null = promptsPerStep × max(1, maxStaleness).
      */
     maxInflightGroups: z.number().int().min(1).nullable().default(null),
     /** A built-in task name (addition, guess-number) or a module path relative to the topology. */

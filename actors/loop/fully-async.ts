@@ -1,6 +1,7 @@
 // fully_async mode of `ooze train`: generation never stops. Prompt groups are launched one by one
-// and kept in flight up to a bounded look-ahead (maxInflightGroups groups generating or waiting for
-// the trainer), so the engines stay busy while the trainer trains; a finished group goes to the
+// and kept in flight up to a bounded look-ahead (maxInflightGroups groups generating, and at most
+// one batch more of complete groups waiting for the trainer), so the engines stay busy while the
+// trainer trains; a finished group goes to the
 // buffer at once and the trainer takes the first `promptsPerStep` complete groups. After each step
 // the new version is pushed to the engines (pause → update → continue): in-flight generations are
 // aborted, keep their tokens and resume on the new weights (partial rollout; every span carries the
@@ -129,8 +130,8 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
           filtered.push(...r.samples);
           droppedPrompts.push(g.prompt);
           droppedSinceStep++;
-          fill();
         }
+        fill();
         notify();
       },
       (e: unknown) => {
@@ -140,7 +141,10 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
     );
   };
   const fill = () => {
-    while (!stopping && live.size < maxInflightGroups) {
+    // Up to maxInflightGroups generating, and at most one batch more waiting for the trainer.
+    let generating = 0;
+    for (const g of live.values()) if (g.samples === null) generating++;
+    for (; !stopping && generating < maxInflightGroups && live.size < maxInflightGroups + cfg.promptsPerStep; generating++) {
       const g = queue.shift();
       if (g) launch(g);
       else {

@@ -1,12 +1,16 @@
-// Loop benchmark (`npm run bench -- loop [--steps N] [--reps R] [--preset NAME] [--window G]`): trained samples/s
-// of `ooze train`'s loop in sync, async (one step off-policy) and fully_async mode (partial rollout,
-// staleness bound 2) on a workload with heavy-tailed generation lengths, against the ideal overlap
+// Loop benchmark (`npm run bench -- loop [--steps N] [--reps R] [--staleness B] [--preset NAME] [--window G]`):
+// trained samples/s of `ooze train`'s loop in sync, async (one step off-policy) and fully_async mode
+// (partial rollout, staleness bound B = 4; also with the mode's default bound 2, as
+// fully_async_staleness2) on a workload with heavy-tailed generation lengths, against the ideal overlap
 // bound measured in the same run; and, for weight sync, one step's lossless delta against the full
 // checkpoint (bench/lib/weight-sync-figures.ts). Progress on stderr; one JSON line last on stdout.
 //
 // Workload: bench/lib/long-tail-task.ts — prompt i asks for k_i turns of up to 8 tokens, k_i a
 // discrete Pareto draw (alpha 1.0, 1 to 16 turns: mean ≈ 3.4, the longest of 8 prompts ≈ 11 on
-// average), 8 prompts × 8 samples per step, tiny preset, 1 embedded engine (maxRunning 128).
+// average), 8 prompts × 8 samples per step, tiny preset, 1 embedded engine (maxRunning 128). The
+// default staleness bound here is 4: with 2, the tail's longest groups (whose oldest token dates from
+// their launch, partial rollout or not) outlast the bound and are cut and generated again, wasted work
+// that fully_async_staleness2 shows.
 //
 // Trained samples/s: samples trained in steps 2..N over the wall time from the end of step 1 to the
 // end of step N (engine and worker start-up excluded), for every mode.
@@ -52,6 +56,7 @@ function arg(name: string, fallback: string): string {
 }
 const steps = Number(arg("steps", "10"));
 const repetitions = Number(arg("reps", "2"));
+const staleness = Number(arg("staleness", "4"));
 const preset = arg("preset", "tiny");
 const prompts = 8;
 const samples = 8;
@@ -63,10 +68,10 @@ const root = mkdtempSync(join(tmpdir(), "ooze-bench-loop-"));
 const say = (s: string) => process.stderr.write(`[bench loop] ${s}\n`);
 const engines = enginesSchema.parse({ count: 1, maxRunning, cacheTokens: 65536 });
 
-function trainConfig(mode: TrainConfig["mode"]): TrainConfig {
+function trainConfig(mode: TrainConfig["mode"], maxStaleness = staleness): TrainConfig {
   return trainSchema.parse({
     mode, task, taskConfig, preset, steps, promptsPerStep: prompts, samplesPerPrompt: samples, lr: 0.003, checkpointEvery: 1000,
-    maxStaleness: 2, maxInflightGroups: window,
+    maxStaleness, maxInflightGroups: window,
   });
 }
 
@@ -76,12 +81,12 @@ function rate(ms: StepMetrics[]): number {
   return ms.slice(1).reduce((n, m) => n + m.samples, 0) / seconds;
 }
 
-async function run(mode: TrainConfig["mode"], rep: number): Promise<{ sps: number; out: string; ms: StepMetrics[] }> {
-  const out = join(root, `${mode}-${rep}`);
-  await runTraining({ out, train: trainConfig(mode), engines, baseDir: process.cwd() });
+async function run(mode: TrainConfig["mode"], rep: number, maxStaleness = staleness): Promise<{ sps: number; out: string; ms: StepMetrics[] }> {
+  const out = join(root, `${mode}-${maxStaleness}-${rep}`);
+  await runTraining({ out, train: trainConfig(mode, maxStaleness), engines, baseDir: process.cwd() });
   const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
   const sps = rate(ms);
-  say(`${mode}: ${sps.toFixed(1)} trained samples/s over steps 2..${ms.length} (mean step ${(ms.slice(1).reduce((n, m) => n + m.step_seconds, 0) / (ms.length - 1)).toFixed(2)} s)`);
+  say(`${mode}${mode === "fully_async" ? ` (staleness bound ${maxStaleness})` : ""}: ${sps.toFixed(1)} trained samples/s over steps 2..${ms.length} (mean step ${(ms.slice(1).reduce((n, m) => n + m.step_seconds, 0) / (ms.length - 1)).toFixed(2)} s)`);
   return { sps, out, ms };
 }
 
@@ -154,20 +159,21 @@ try {
   await initModelDir(preset, v0, 0);
   // Repetitions, each measuring every mode and both halves of the bound back to back, so a change
   // in the machine's other load hits them alike; figures are the means over repetitions.
-  const reps: { sync: number; async: number; fully_async: number; generation_only: number; training_only: number; bound: number }[] = [];
-  let lastSync = "", staleness = 0, partialSamples = 0, requeuedSamples = 0;
+  const reps: { sync: number; async: number; fully_async: number; fully_async_staleness2: number; generation_only: number; training_only: number; bound: number }[] = [];
+  let lastSync = "", stalenessSeen = 0, partialSamples = 0, requeuedSamples = 0;
   for (let rep = 1; rep <= repetitions; rep++) {
     say(`repetition ${rep}/${repetitions}`);
     const sync = await run("sync", rep);
     const async_ = await run("async", rep);
     const full = await run("fully_async", rep);
+    const full2 = await run("fully_async", rep, 2);
     const genOnly = await generationOnly(v0);
     say(`generation only: ${genOnly.sps.toFixed(1)} samples/s (window ${window} groups)`);
     const trainOnly = await trainingOnly(v0, genOnly.groups, rep);
     say(`training only: ${trainOnly.toFixed(1)} samples/s`);
-    reps.push({ sync: sync.sps, async: async_.sps, fully_async: full.sps, generation_only: genOnly.sps, training_only: trainOnly, bound: Math.min(genOnly.sps, trainOnly) });
+    reps.push({ sync: sync.sps, async: async_.sps, fully_async: full.sps, fully_async_staleness2: full2.sps, generation_only: genOnly.sps, training_only: trainOnly, bound: Math.min(genOnly.sps, trainOnly) });
     const records = readJsonl<BatchRecord>(join(full.out, "batches.jsonl"));
-    staleness = Math.max(staleness, ...full.ms.map((m) => m.staleness_max));
+    stalenessSeen = Math.max(stalenessSeen, ...full.ms.map((m) => m.staleness_max));
     partialSamples += full.ms.reduce((n, m) => n + m.partial_samples, 0);
     requeuedSamples += records.reduce((n, x) => n + (x.requeued?.length ?? 0), 0);
     lastSync = sync.out;
@@ -190,7 +196,10 @@ try {
       fully_async_vs_bound: r(m.full / m.bound, 3),
       repetitions: reps.map((x) => Object.fromEntries(Object.entries(x).map(([k, v]) => [k, r(v)]))),
       fully_async_window_groups: window,
-      fully_async_staleness_max: staleness,
+      fully_async_staleness_bound: staleness,
+      fully_async_staleness_max: stalenessSeen,
+      fully_async_staleness2: r(mean("fully_async_staleness2")),
+      fully_async_staleness2_vs_sync: r(mean("fully_async_staleness2") / m.sync, 3),
       fully_async_partial_samples: partialSamples,
       fully_async_requeued_samples: requeuedSamples,
       // 1-minute load average of the machine before and after: other work competes for the 2 cores.

@@ -38,6 +38,7 @@ interface Round {
 interface BufferState {
   consumer: StreamConsumer;
   stopWatch: () => void;
+  incarnation: string;
 }
 
 /** The buffer's bookkeeping over the streams (one instance per job). */
@@ -53,6 +54,7 @@ class Feeder {
   private round: Round | null = null;
   private emptyRounds = 0;
   private chain: Promise<unknown> = Promise.resolve();
+  private broken = false;
 
   constructor(private readonly env: LoopEnv, private readonly path: string, private readonly log: (l: string) => void) {
     const t = env.train;
@@ -69,10 +71,18 @@ class Feeder {
     this.log(`buffer: continuing after batch ${b.step} (next prompt ${b.nextPrompt})`);
   }
 
-  /** Runs `fn` after every earlier call (samples and version records change the same state). */
+  /**
+   * Runs `fn` after every earlier call (samples and version records change the same state). After a
+   * failure the bookkeeping is not trusted any more: every later call fails (the actor restarts).
+   */
   serial<T>(fn: () => Promise<T>): Promise<T> {
-    const p = this.chain.then(fn);
-    this.chain = p.catch(() => undefined);
+    const p = this.chain.then(() => {
+      if (this.broken) throw new OozeError("ACTOR_CRASHED", "buffer: an earlier step failed; waiting for the restart", { retryable: true });
+      return fn();
+    });
+    this.chain = p.catch(() => {
+      this.broken = true;
+    });
     return p;
   }
 
@@ -201,20 +211,28 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
       await ensureTrainStreams(env.bus, env.names, env.train);
       const feeder = new Feeder(env, ctx.path, (l) => ctx.log.info(l));
       await feeder.recover();
-      const fail = failer(ctx);
+      const { fail, incarnation } = failer(ctx);
       const versions = await VersionsKv.open(env.bus, env.names);
-      const stopWatch = await versions.watch((r) => void feeder.serial(() => feeder.onVersion(r)).catch(fail));
+      const stopWatch = await versions.watch((r) => void feeder.serial(() => feeder.onVersion(r)).catch((e: unknown) => fail(e)));
       const consumer = consumeStream({
         bus: env.bus, names: env.names, stream: env.names.streamSamples, subject: env.names.trainSamples, durable: env.names.consumer("train_buffer"),
         registry: sampleRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, maxAckPending: cfg.maxAckPending, log: (l) => ctx.log.warn(l),
+        // A failure half-way (a publish while NATS is away) leaves the bookkeeping unsure: crash, and
+        // let the restarted buffer recover from BATCHES and the redelivered samples.
         handle: (msg, info) =>
-          feeder.serial(() =>
-            sampleMsg.is(msg) ? feeder.onSample(msg.body, info.defer) : groupClosed.is(msg) ? feeder.onClose(msg.body, info.defer) : Promise.resolve(),
-          ),
+          feeder
+            .serial(() =>
+              sampleMsg.is(msg) ? feeder.onSample(msg.body, info.defer) : groupClosed.is(msg) ? feeder.onClose(msg.body, info.defer) : Promise.resolve(),
+            )
+            .catch((e: unknown) => {
+              fail(e);
+              throw e;
+            }),
       });
-      return { consumer, stopWatch };
+      return { consumer, stopWatch, incarnation };
     },
-    handle(_state, msg) {
+    handle(state, msg) {
+      if (msg.incarnation !== state.incarnation) return state; // about an incarnation already restarted
       throw new OozeError("ACTOR_CRASHED", `buffer: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {

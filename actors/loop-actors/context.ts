@@ -5,6 +5,7 @@
 import { dirname } from "node:path";
 import { z } from "zod";
 import { remoteLayer, type ActorContext, type ActorSystem } from "../../src/actor/index.ts";
+import { newMessageId } from "../../src/codec/index.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import type { Bus } from "../../src/transport/bus.ts";
@@ -24,8 +25,8 @@ export interface LoopEnv {
   host: string;
 }
 
-/** Messages every loop actor accepts: a background task failed (→ crash, restart by its supervisor). */
-export const loopControl = z.object({ op: z.literal("failed"), error: z.string() });
+/** Messages every loop actor accepts: a background task of `incarnation` failed (→ crash, restart by its supervisor). */
+export const loopControl = z.object({ op: z.literal("failed"), error: z.string(), incarnation: z.string() });
 /** A loop actor's control message. */
 export type LoopControl = z.infer<typeof loopControl>;
 
@@ -64,11 +65,21 @@ export function actorConfig<S extends z.ZodObject>(schema: S, ctx: ActorContext<
   return r.data as z.output<S>;
 }
 
-/** A reporter for background failures: logs and sends the actor a `failed` message (a crash). */
-export function failer(ctx: ActorContext<LoopControl>): (e: unknown) => void {
-  return (e) => {
-    const msg = toOozeError(e).message;
-    ctx.log.error(msg);
-    ctx.self.tell({ op: "failed", error: msg });
+/**
+ * A reporter for background failures of one incarnation of an actor: logs and sends the actor one
+ * `failed` message (a crash). The handler ignores a message of an earlier incarnation.
+ */
+export function failer(ctx: ActorContext<LoopControl>): { incarnation: string; fail(e: unknown): void } {
+  const incarnation = newMessageId();
+  let sent = false;
+  return {
+    incarnation,
+    fail(e) {
+      if (sent) return;
+      sent = true;
+      const msg = toOozeError(e).message;
+      ctx.log.error(msg);
+      ctx.self.tell({ op: "failed", error: msg, incarnation });
+    },
   };
 }

@@ -30,10 +30,23 @@ export async function ensureTrainStreams(bus: Bus, names: JobNames, train: { che
   await bus.ensureStream(names.streamWeights, [names.trainWeights], kept as never);
 }
 
-/** Publishes one message with `msgID` as both the envelope id and the JetStream dedup id. */
-export async function publish<D extends AnyMessageDef>(bus: Bus, subject: string, def: D, body: BodyOf<D>, msgID: string, sender: string): Promise<{ duplicate: boolean }> {
-  const ack = await bus.jsPublish(subject, def.encode(body, { id: msgID, sender }), { msgID, timeoutMs: 30_000 });
-  return { duplicate: ack.duplicate };
+/**
+ * Publishes one message with `msgID` as both the envelope id and the JetStream dedup id. A publish
+ * whose ack does not come (NATS restarting) is sent again, which the msgID makes safe; after
+ * `attempts` the last error is thrown.
+ */
+export async function publish<D extends AnyMessageDef>(bus: Bus, subject: string, def: D, body: BodyOf<D>, msgID: string, sender: string, attempts = 8): Promise<{ duplicate: boolean }> {
+  const data = def.encode(body, { id: msgID, sender });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const ack = await bus.jsPublish(subject, data, { msgID, timeoutMs: 4_000 });
+      return { duplicate: ack.duplicate };
+    } catch (e) {
+      const transient = e instanceof OozeError && e.retryable;
+      if (!transient || attempt >= attempts) throw e;
+      await new Promise((r) => setTimeout(r, 250 * attempt));
+    }
+  }
 }
 
 /** Options of consumeStream. */
@@ -206,20 +219,36 @@ export class VersionsKv {
     throw new OozeError("TRANSPORT", "versions KV: could not record the version after 10 compare-and-set attempts", { retryable: true });
   }
 
-  /** Calls `on` with the current record and every later one; returns the stop function. */
+  /**
+   * Calls `on` with the current record and every later one (watching again if the watch ends, e.g.
+   * across a nats-server restart; `on` may see a record twice); returns the stop function.
+   */
   async watch(on: (r: VersionRecord) => void): Promise<() => void> {
-    const it = await this.kv.watch({ key: LATEST });
+    let stopped = false;
+    let it = await this.kv.watch({ key: LATEST });
     void (async () => {
-      for await (const e of it) {
-        if (e.operation !== "PUT" || e.value.length === 0) continue;
+      while (!stopped) {
         try {
-          on(versionRecord.parse(JSON.parse(untext.decode(e.value))));
+          for await (const e of it) {
+            if (e.operation !== "PUT" || e.value.length === 0) continue;
+            try {
+              on(versionRecord.parse(JSON.parse(untext.decode(e.value))));
+            } catch {
+              // not a version record
+            }
+          }
         } catch {
-          // not a version record
+          // the watch failed: watch again below
         }
+        if (stopped) break;
+        await new Promise((r) => setTimeout(r, 250));
+        it = await this.kv.watch({ key: LATEST }).catch(() => it);
       }
     })();
-    return () => it.stop();
+    return () => {
+      stopped = true;
+      it.stop();
+    };
   }
 
   /** Resolves with the first record whose step is at least `step`. */

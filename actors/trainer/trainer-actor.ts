@@ -18,7 +18,7 @@ import { batchMsg, batchRegistry, weightsMsg } from "../loop-actors/messages.ts"
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "../loop/metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
-import { PolicyTrainer } from "./policy-trainer.ts";
+import { PolicyTrainer, type TrainStepResult } from "./policy-trainer.ts";
 
 /** The trainer actor's `config`. */
 export const trainerActorConfig = z.object({
@@ -149,6 +149,8 @@ class Run {
   private lastStepEnd = performance.now();
   private readonly metrics: StepMetrics[];
   private last: RunState | null = null;
+  /** The step trained last, with its result (kept until it is announced and synced). */
+  private trained: { step: number; result: TrainStepResult | null; seconds: number; restarts: number } | null = null;
 
   constructor(
     private readonly env: LoopEnv,
@@ -170,10 +172,14 @@ class Run {
     if (b.step <= this.step) return; // redelivered: trained already
     if (b.step !== this.step + 1) throw new OozeError("INTERNAL", `trainer: batch of step ${b.step} arrived after step ${this.step}`);
     const t = this.env.train;
-    const tTrain = performance.now();
-    const restartsBefore = this.trainer.restarts;
-    const trained = b.samples.length > 0 ? await this.trainer.step(b.samples) : null;
-    const trainSeconds = (performance.now() - tTrain) / 1000;
+    // Trained once: a batch redelivered after a failed announce (NATS away) is only announced again.
+    if (this.trained?.step !== b.step) {
+      const tTrain = performance.now();
+      const restartsBefore = this.trainer.restarts;
+      const result = b.samples.length > 0 ? await this.trainer.step(b.samples) : null;
+      this.trained = { step: b.step, result, seconds: (performance.now() - tTrain) / 1000, restarts: this.trainer.restarts - restartsBefore };
+    }
+    const { result: trained, seconds: trainSeconds, restarts } = this.trained;
     const tSync = performance.now();
     await this.announce(b.step);
     await this.versions.waitForStep(b.step);
@@ -191,7 +197,7 @@ class Run {
       weight_version: this.trainer.version, staleness_max: b.stalenessMax,
       partial_samples: b.samples.filter((x) => new Set(x.weightVersions.map((w) => w.version)).size > 1).length, cache_hit_rate: s.promptTokens > 0 ? s.cachedTokens / s.promptTokens : 0,
       loss: tm?.loss ?? 0, kl: tm?.ppoKl ?? 0, entropy: tm?.entropy ?? 0, clipfrac: tm?.clipfrac ?? 0, grad_norm: tm?.gradNorm ?? 0,
-      response_length_mean: s.responseLengthMean, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: this.trainer.restarts - restartsBefore,
+      response_length_mean: s.responseLengthMean, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: restarts,
     };
     this.metrics.push(m);
     appendJsonl(this.paths.metrics, m);

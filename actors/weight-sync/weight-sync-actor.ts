@@ -7,7 +7,7 @@ import { z } from "zod";
 import { defineActor, remoteRef, type ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { askFleet, type FleetMsg } from "../fleet/messages.ts";
+import { askFleet, type FleetMsg, type FleetReply } from "../fleet/messages.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
 import { weightsRegistry } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
@@ -27,8 +27,12 @@ interface WeightSyncState {
   consumer: StreamConsumer;
 }
 
-/** A Generator whose only ability is updating weights, through the fleet actor. */
-function fleetUpdater(ask: (msg: FleetMsg) => Promise<unknown>): Generator {
+/**
+ * A Generator whose only ability is updating weights, through the fleet actor. An update that failed
+ * after the fleet applied it (e.g. recording it in KV while NATS restarted: the fleet then refuses
+ * the same version again) counts as done when the fleet and its healthy engines report the version.
+ */
+function fleetUpdater(ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>): Generator {
   const no = (): never => {
     throw new OozeError("INTERNAL", "weight-sync: only updates weights");
   };
@@ -37,7 +41,14 @@ function fleetUpdater(ask: (msg: FleetMsg) => Promise<unknown>): Generator {
     replace: no,
     takeCacheStats: () => ({ promptTokens: 0, cachedTokens: 0 }),
     async updateWeights(modelDir, version) {
-      await ask({ op: "updateWeights", modelDir, version });
+      try {
+        await ask({ op: "updateWeights", modelDir, version });
+      } catch (e) {
+        const r = await ask({ op: "list" });
+        const healthy = r.engines.filter((x) => x.healthy);
+        if (r.weightVersion === version && healthy.length > 0 && healthy.every((x) => x.weightVersion === version)) return;
+        throw e;
+      }
     },
   };
 }

@@ -53,8 +53,8 @@ actors:
   - { name: rollout, kind: train.rollout, count: ${o.rollouts ?? 1}, placement: rollout, config: ${o.rolloutConfig ?? "{}"} }
   - { name: fleet, kind: fleet, placement: learner, config: { embedded: { count: 1, preset: tiny, maxRunning: 32, cacheTokens: 4096 } } }
   - { name: buffer, kind: train.buffer, placement: ${bufferHost}, config: { ackWaitMs: 1500 } }
-  - { name: trainer, kind: train.trainer, placement: learner, config: { out: ${JSON.stringify(out)} } }
-  - { name: weight-sync, kind: train.weight-sync, placement: learner }
+  - { name: trainer, kind: train.trainer, placement: learner, config: { out: ${JSON.stringify(out)}, ackWaitMs: 2000 } }
+  - { name: weight-sync, kind: train.weight-sync, placement: learner, config: { ackWaitMs: 2000 } }
 train: { mode: ${o.mode ?? "sync"}, task: addition, taskConfig: { digits: 1 }, preset: tiny, steps: ${STEPS}, promptsPerStep: ${PROMPTS}, samplesPerPrompt: ${N}, checkpointEvery: 2 }
 `,
   );
@@ -134,11 +134,11 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(versions).toMatchObject({ version: 4, step: 4 });
   }, 120_000);
 
-  it("async mode, two processes, two rollout instances on one prompts work queue: every sample once, at most one version stale", async () => {
+  it("async mode, two processes, two rollout instances on one prompts work queue, nats-server restarted mid-run: every sample once, at most one version stale", async () => {
     const dir = tmp();
     const out = join(dir, "run");
     const { server } = nats;
-    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", topology(dir, out, { mode: "async", rollouts: 2, bufferHost: "learner" }), "--job", "train-actors-async", "--nats", server.url.replace("nats://", `nats://${server.token}@`), "--quiet"], {
+    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", topology(dir, out, { mode: "async", rollouts: 2, bufferHost: "learner", rolloutConfig: "{ ackWaitMs: 1500 }" }), "--job", "train-actors-async", "--nats", server.url.replace("nats://", `nats://${server.token}@`), "--quiet"], {
       env: { ...process.env, OOZE_HOME: dir },
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -146,7 +146,11 @@ describe("ooze up: the loop as actors on JetStream", () => {
     let log = "";
     up.stdout!.on("data", (d) => (log += d));
     up.stderr!.on("data", (d) => (log += d));
-    const code = await new Promise<number | null>((r) => up.on("exit", (c) => r(c)));
+    const exited = new Promise<number | null>((r) => up.on("exit", (c) => r(c)));
+    // The nats-server restarts (same port and store) in the middle of the run.
+    await waitUntil(() => log.includes("trainer: step 1/4"), { timeoutMs: 60_000, what: "step 1", diagnostics: () => log.slice(-6000) });
+    await server.restart();
+    const code = await exited;
     expect(code, log.slice(-6000)).toBe(0);
     expect(log).toContain("running rollout/0, rollout/1");
     expect(accounted(out)).toEqual(allIndices);

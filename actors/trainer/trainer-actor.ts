@@ -53,14 +53,16 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       mkdirSync(out, { recursive: true });
       const from = await startingPoint(out, env, paths);
       if (from.resumed) ctx.log.warn(`trainer: resuming job ${env.job} at step ${from.step} from ${from.modelDir}`);
+      const config = {
+        lr: t.lr, weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
+        entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, temperature: t.temperature,
+        microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep,
+      };
       const trainer = await PolicyTrainer.start({
         modelDir: from.modelDir,
         version: from.step,
         weightsRoot: from.weightsRoot,
-        config: {
-          lr: t.lr, weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
-          entropyCoef: t.entropyCoef, temperature: t.temperature, microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep,
-        },
+        config,
         onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
       });
       try {

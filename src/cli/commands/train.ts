@@ -84,7 +84,7 @@ export function register(program: Command) {
             const vals = { reward: m.reward_mean.toFixed(3), full: m.reward_max_frac.toFixed(2), sps: m.samples_per_s.toFixed(1), secs: m.seconds.toFixed(0) };
             if (bar) bar.update(m.step, vals);
             else if (!opts.quiet)
-              process.stderr.write(`[ooze] step ${m.step}/${train.steps} reward ${vals.reward} full ${vals.full} ${vals.sps} samples/s loss ${m.loss.toFixed(4)} entropy ${m.entropy.toFixed(3)} ${vals.secs}s\n`);
+              process.stderr.write(`[ooze] step ${m.step}/${train.steps} reward ${vals.reward} full ${vals.full} ${vals.sps} samples/s loss ${m.loss.toFixed(4)} entropy ${m.entropy.toFixed(3)}${train.mode === "fully_async" ? ` staleness ${m.staleness_max} partial ${m.partial_samples}` : ""} ${vals.secs}s\n`);
           },
         },
       });

@@ -47,9 +47,13 @@ export const trainSchema = z
     samplesPerPrompt: z.number().int().min(1).default(8),
     temperature: z.number().positive().default(1),
     lr: z.number().positive().default(3e-3),
+    /** Linear learning-rate warmup over the first N steps (0 = none). */
+    lrWarmupSteps: z.number().int().min(0).default(0),
     weightDecay: z.number().min(0).default(0),
     maxGradNorm: z.number().positive().default(1),
     beta2: z.number().min(0).max(1).default(0.99),
+    /** AdamW epsilon (a larger one damps updates of rarely-used parameters, e.g. the embedding rows of rarely-sampled tokens). */
+    adamEps: z.number().positive().default(1e-8),
     estimator: z.enum(estimators).default("grpo"),
     /** Drop groups whose rewards are all equal. */
     dropZeroVariance: z.boolean().default(false),

@@ -13,12 +13,20 @@ import type { TrainSample } from "../buffer/groups.ts";
 /** Loss and optimizer settings of the trainer. */
 export interface PolicyTrainerConfig {
   lr: number;
+  /** Linear warmup: step k (1-based, counted in weight versions) uses lr * min(1, k / lrWarmupSteps). */
+  lrWarmupSteps?: number;
   weightDecay: number;
   maxGradNorm: number;
   beta2: number;
+  /** AdamW epsilon (default 1e-8). */
+  adamEps?: number;
   epsClip: number;
   epsClipHigh: number;
   entropyCoef: number;
+  /** Adaptive entropy control: target mean token entropy (nats), or null/absent for a fixed coefficient. */
+  entropyTarget?: number | null;
+  /** How much the coefficient moves per step under adaptive control (default 0.005). */
+  entropyCoefStep?: number;
   /** Sampling temperature: the loss's logprobs are taken at the same temperature. */
   temperature: number;
   microBatchTokens: number | null;
@@ -43,7 +51,12 @@ export class PolicyTrainer {
     private readonly weightsRoot: string,
     private readonly config: PolicyTrainerConfig,
     private current: { dir: string; version: number },
-  ) {}
+  ) {
+    this.entropyCoef = config.entropyCoef;
+  }
+
+  /** The entropy coefficient in use (moves each step under adaptive entropy control). */
+  entropyCoef: number;
 
   /** Starts a worker loaded from `modelDir` (with its optimizer.bin, if any) at `version`. */
   static async start(opts: { modelDir: string; version: number; weightsRoot: string; config: PolicyTrainerConfig; onRestart?: (reason: string) => void }): Promise<PolicyTrainer> {
@@ -90,13 +103,17 @@ export class PolicyTrainer {
         for (const packed of parts) {
           const m = await this.worker.trainStep(
             packed,
-            { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: c.entropyCoef, temperature: c.temperature },
-            { lr: c.lr, weightDecay: c.weightDecay, maxGradNorm: c.maxGradNorm, beta2: c.beta2 },
+            { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: this.entropyCoef, temperature: c.temperature },
+            { lr: this.lrAt(version), weightDecay: c.weightDecay, maxGradNorm: c.maxGradNorm, beta2: c.beta2, eps: c.adamEps ?? 1e-8 },
             { microBatchTokens: c.microBatchTokens },
           );
           all.push(m);
         }
         const metrics = mergeMetrics(all);
+        if (c.entropyTarget != null) {
+          const delta = c.entropyCoefStep ?? 0.005;
+          this.entropyCoef = Math.max(0, this.entropyCoef + (metrics.entropy < c.entropyTarget ? delta : -delta));
+        }
         await this.worker.save(dir, String(version), { optimizer: true });
         this.current = { dir, version };
         this.prune(version);
@@ -107,6 +124,12 @@ export class PolicyTrainer {
         // the worker restarts from its restore point: the previous version (weights and optimizer)
       }
     }
+  }
+
+  /** The learning rate of the step that produces `version`. */
+  lrAt(version: number): number {
+    const w = this.config.lrWarmupSteps ?? 0;
+    return w > 0 ? this.config.lr * Math.min(1, version / w) : this.config.lr;
   }
 
   /** Keeps the two newest version directories (the engines may still read the previous one). */

@@ -181,11 +181,9 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
         await new Promise<void>((resolve) => (wake = resolve));
       }
       const rolloutSeconds = (performance.now() - stepStart) / 1000;
-      // The fates this step decided: the batch's groups, and the groups the filter dropped meanwhile.
-      const all = filtered;
-      filtered = [];
-      droppedSinceStep = 0;
-      const dropped = all.map((s) => s.index);
+      // The batch's groups leave the live set (their samples: metrics; failed episodes: dropped).
+      const all: Sample[] = [];
+      const dropped: number[] = [];
       const trainedIdx = new Set(batch?.samples.map((s) => s.index) ?? []);
       for (const p of batch?.groups ?? []) {
         const g = live.get(p)!;
@@ -218,9 +216,13 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
       const syncSeconds = (performance.now() - tSync) / 1000;
       more = ctx.more(step);
       if (!more) stopping = true; // the checkpoint below records exactly the groups launched
-      // Everything requeued up to now goes in this record; the snapshot of pending groups below agrees.
+      // Everything requeued or dropped up to now goes in this record; the snapshot of pending groups
+      // below agrees (a group decided later is in that snapshot, and in the next record).
       const stepRequeued = requeued, stepRequeuedPrompts = requeuedPrompts;
-      dropped.push(...tooStale);
+      all.push(...filtered);
+      dropped.push(...filtered.map((x) => x.index), ...tooStale);
+      filtered = [];
+      droppedSinceStep = 0;
       const stepDroppedPrompts = droppedPrompts;
       droppedPrompts = [];
       requeued = [];

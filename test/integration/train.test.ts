@@ -237,4 +237,13 @@ describe("ooze train", () => {
     expect(ms.map((m) => m.partial_samples)).toEqual([0, 0, 0, 0]);
     checkFullyAsyncAccounting(out);
   }, 60_000);
+
+  it("fully_async with the dynamic filter: dropped groups are recorded (samples and prompts) and never trained", async () => {
+    const out = join(tmp(), "run");
+    const s = await runTraining({ out, train: trainSchema.parse({ ...tiny, steps: 3, mode: "fully_async", dropZeroVariance: true }), engines, baseDir: process.cwd() });
+    expect(s.steps).toBe(3);
+    const { records } = checkFullyAsyncAccounting(out);
+    const droppedPrompts = new Set(records.flatMap((r) => r.droppedPrompts ?? []));
+    for (const r of records) for (const p of r.trainedPrompts ?? []) expect(droppedPrompts.has(p)).toBe(false);
+  }, 60_000);
 });

@@ -69,6 +69,14 @@ export const trainSchema = z
      */
     entropyTarget: z.number().positive().nullable().default(null),
     entropyCoefStep: z.number().positive().default(0.005),
+    /**
+     * How new weights reach the engines: full (the trainer's checkpoint directory) or delta (a
+     * lossless delta against the previous version, actors/weight-sync/delta-sync.ts; an engine that
+     * cannot take it loads the full checkpoint, recorded).
+     */
+    weightSync: z.enum(["full", "delta"]).default("full"),
+    /** Delta wire: fp32 (the trainer's weights bit for bit) or bf16 (rounded to bf16, as RL systems ship to SGLang). */
+    weightSyncWire: z.enum(["fp32", "bf16"]).default("fp32"),
     /** Checkpoint every K steps (and at exit). */
     checkpointEvery: z.number().int().min(1).default(20),
     /** Checkpoint directories kept (the newest ones). */

@@ -142,12 +142,14 @@ export class EnginePool implements Generator {
     this.affinity.delete(sessionId);
   }
 
-  async updateWeights(modelDir: string, version: string): Promise<void> {
+  async updateWeights(modelDir: string, version: string, opts: { loadFormat?: string; fullModelDir?: string } = {}): Promise<void> {
     await Promise.all(
       this.clients.map(async (c) => {
         await c.pauseGeneration("in_place");
         try {
-          const r = await c.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version });
+          let r = await c.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version, ...(opts.loadFormat ? { loadFormat: opts.loadFormat } : {}) });
+          // an engine that refuses a delta (other base version, corrupt file) loads the full checkpoint
+          if (!r.success && opts.fullModelDir) r = await c.updateWeightsFromDisk({ modelPath: opts.fullModelDir, weightVersion: version });
           if (!r.success) throw new OozeError("ENGINE_REJECTED", `${c.url}: update_weights_from_disk(${modelDir}) failed: ${r.message}`);
         } finally {
           await c.continueGeneration();
@@ -192,8 +194,8 @@ export class FleetGenerator implements Generator {
     return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };
   }
 
-  async updateWeights(modelDir: string, version: string): Promise<void> {
-    await this.fleet.updateWeights(modelDir, version);
+  async updateWeights(modelDir: string, version: string, opts: { loadFormat?: string; fullModelDir?: string } = {}): Promise<void> {
+    await this.fleet.updateWeights(modelDir, version, opts);
   }
 
   async replace(oldUrl: string, newUrl: string): Promise<void> {

@@ -107,7 +107,7 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
         }
         return out;
       },
-      updateWeights: (dir, version) => gen.updateWeights(dir, version),
+      updateWeights: (dir, version, o) => gen.updateWeights(dir, version, o),
       replace: (from, to) => gen.replace(from, to),
       takeCacheStats: () => gen.takeCacheStats(),
     };

@@ -11,6 +11,7 @@ import type { Task } from "../environment/task.ts";
 import { rolloutRange, type RolloutResult } from "../rollout/rollout.ts";
 import { PolicyTrainer, type TrainStepResult } from "../trainer/policy-trainer.ts";
 import { FullWeightSync } from "../weight-sync/full.ts";
+import { DeltaWeightSync } from "../weight-sync/delta-sync.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { EnginesConfig, TrainConfig } from "./config.ts";
@@ -116,13 +117,18 @@ export interface StepOutcome {
   state: Omit<RunState, "seconds">;
 }
 
+/** What pushes each new version to the engines (full checkpoints or deltas). */
+export interface WeightSync {
+  push(modelDir: string, version: number): Promise<unknown>;
+}
+
 /** What the fully_async loop gets from runTraining: the started components and the step bookkeeping. */
 export interface LoopContext {
   cfg: TrainConfig;
   task: Task;
   gen: Generator;
   trainer: PolicyTrainer;
-  sync: FullWeightSync;
+  sync: WeightSync;
   /** Where the run starts (resume: the checkpoint's state). */
   start: RunState;
   hooks: TrainHooks;
@@ -224,7 +230,10 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
     });
     opts.hooks?.onStart?.({ engines: [...procs.map((p) => p.url), ...opts.engines.urls], enginePids: procs.map((p) => p.pid), trainerPid: trainer.pid, state });
 
-    const sync = new FullWeightSync(gen, state.weightVersion, log);
+    const sync: WeightSync =
+      cfg.weightSync === "delta"
+        ? new DeltaWeightSync(gen, state.weightVersion, { dir: join(out, "weight-sync"), baseModelDir: startDir, wire: cfg.weightSyncWire, log })
+        : new FullWeightSync(gen, state.weightVersion, log);
     const more = (step: number) => step < cfg.steps && !(opts.stopSignal?.stop ?? false) && !(cfg.maxSeconds > 0 && elapsed() >= cfg.maxSeconds);
     const commit = async (o: StepOutcome): Promise<void> => {
       state = { ...o.state, seconds: elapsed() };

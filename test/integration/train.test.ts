@@ -5,7 +5,7 @@
 // weight updates (partial rollout), never trains beyond the staleness bound, survives a killed
 // trainer worker and engine, and resumes after a crash by generating its in-flight groups again.
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -162,6 +162,22 @@ describe("ooze train", () => {
     expect(s.steps).toBe(3);
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(ms.map((m) => m.staleness_max)).toEqual([0, 1, 1]);
+    checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
+  }, 60_000);
+
+  it("delta weight sync: each new version reaches the engine as a lossless delta against the previous one", async () => {
+    const out = join(tmp(), "run");
+    const lines: string[] = [];
+    const s = await runTraining({
+      out, train: trainSchema.parse({ ...tiny, steps: 3, weightSync: "delta" }), engines, baseDir: process.cwd(),
+      hooks: { log: (l) => lines.push(l) },
+    });
+    expect(s.steps).toBe(3);
+    expect(s.weightVersion).toBe(3);
+    // the newest deltas are kept (v1-v2, v2-v3); none fell back to a full load
+    const files = readdirSync(join(out, "weight-sync")).filter((f) => f.endsWith(".ooze-delta")).sort();
+    expect(files).toEqual(["v1-v2.ooze-delta", "v2-v3.ooze-delta"]);
+    expect(lines.filter((l) => /fall/i.test(l))).toEqual([]);
     checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
   }, 60_000);
 

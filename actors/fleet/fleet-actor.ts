@@ -2,15 +2,19 @@
 // `engines: [{url}]` (external servers, attached as "topology" engines, joining when reachable) and
 // `embedded: {count, preset | modelDir, …}` (child processes running `ooze serve`, attached once they
 // listen, killed when the actor stops) — and from runtime asks: {op:"attach", url}, {op:"detach", url},
-// {op:"list"}, {op:"updateWeights", modelDir, version, mode}. The engine set lives in the job's KV
-// bucket, so a restarted actor recovers runtime-attached engines. Actors in the same process use the
-// Fleet itself through `localFleet(job)` for generation.
+// {op:"list"}, {op:"updateWeights", modelDir, version, mode, delta?} (with `delta`: an object of the
+// job's object store that the fleet fetches to a temp file and has its engines load as "ooze-delta",
+// modelDir being the full fallback). The engine set lives in the job's KV bucket, so a restarted
+// actor recovers runtime-attached engines. Actors in the same process use the Fleet itself through
+// `localFleet(job)` for generation.
 import { z } from "zod";
 import { remoteLayer, defineActor, type ActorSystem } from "../../src/actor/index.ts";
 import { Fleet, type FleetOptions } from "../../src/engine/fleet.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import type { Bus } from "../../src/transport/bus.ts";
 import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
+import { withDeltaObject } from "../weight-sync/delta-store.ts";
+import { DELTA_LOAD_FORMAT } from "../weight-sync/engine-loader.ts";
 import { EmbeddedEngine, killOrphan } from "./embedded.ts";
 import { fleetMsg, type FleetMsg, type FleetReply } from "./messages.ts";
 
@@ -49,6 +53,7 @@ export type FleetConfig = z.infer<typeof fleetConfig>;
 
 interface FleetState {
   fleet: Fleet;
+  bus: Bus | null;
   embedded: EmbeddedEngine[];
   job: string;
   registry: FleetRegistry | null;
@@ -126,7 +131,7 @@ export function fleetActor(system: ActorSystem) {
       }
       local.set(job, fleet);
       ctx.log.info(`fleet: ${fleet.list().length} engines (${embedded.length} embedded)`);
-      return { fleet, embedded, job, registry };
+      return { fleet, bus, embedded, job, registry };
     },
     async handle(state, msg, ctx) {
       const { fleet } = state;
@@ -145,10 +150,21 @@ export function fleetActor(system: ActorSystem) {
           case "list":
             ctx.reply(ok());
             break;
-          case "updateWeights":
-            await fleet.updateWeights(msg.modelDir, msg.version, msg.mode ? { mode: msg.mode } : {});
-            ctx.reply(ok());
+          case "updateWeights": {
+            const mode = msg.mode ? { mode: msg.mode } : {};
+            if (!msg.delta) {
+              await fleet.updateWeights(msg.modelDir, msg.version, mode);
+              ctx.reply(ok());
+              break;
+            }
+            if (!state.bus) throw new OozeError("CONFIG_INVALID", `fleet actor '${ctx.path}': a weight delta in the object store needs the job's NATS connection (run the fleet under ooze up / ooze node)`);
+            // Fetched to a local temp file for this update; engines that refuse it load modelDir (reported).
+            const report = await withDeltaObject(state.bus, msg.delta, (file) =>
+              fleet.updateWeights(file, msg.version, { ...mode, loadFormat: DELTA_LOAD_FORMAT, fullModelDir: msg.modelDir }),
+            );
+            ctx.reply(ok({ fullFallbacks: report.fullFallbacks }));
             break;
+          }
         }
       } catch (e) {
         // A refused request is an answer, not a crash: the fleet and its engines stay as they are.

@@ -1,4 +1,5 @@
-// The fleet actor's protocol: attach / detach / list / update-weights asks, and their replies. A
+// The fleet actor's protocol: attach / detach / list / update-weights (a model directory, or a delta
+// in the job's object store) asks, and their replies. A
 // refused request is a reply `{ok: false, error}` (not a crash of the actor); `askFleet` turns it
 // back into the OozeError the fleet raised.
 import { z } from "zod";
@@ -11,7 +12,15 @@ export const fleetMsg = z.discriminatedUnion("op", [
   z.object({ op: z.literal("attach"), url: z.string().min(1), source: z.enum(["topology", "runtime"]).optional() }),
   z.object({ op: z.literal("detach"), url: z.string().min(1) }),
   z.object({ op: z.literal("list") }),
-  z.object({ op: z.literal("updateWeights"), modelDir: z.string().min(1), version: z.string().min(1), mode: z.enum(["abort", "in_place"]).optional() }),
+  z.object({
+    op: z.literal("updateWeights"),
+    /** The version as a model directory (with `delta`: the full checkpoint for engines that refuse the delta or join later). */
+    modelDir: z.string().min(1),
+    version: z.string().min(1),
+    mode: z.enum(["abort", "in_place"]).optional(),
+    /** A weight delta (actors/weight-sync/delta.ts) in the job's object store: fetched by the fleet and loaded as "ooze-delta". */
+    delta: z.object({ bucket: z.string().min(1), name: z.string().min(1) }).optional(),
+  }),
 ]);
 
 /** One ask to the fleet actor. */
@@ -19,7 +28,14 @@ export type FleetMsg = z.infer<typeof fleetMsg>;
 
 /** The fleet actor's answer. */
 export type FleetReply =
-  | { ok: true; engine?: EngineEntry; engines: EngineEntry[]; weightVersion: string | null }
+  | {
+      ok: true;
+      engine?: EngineEntry;
+      engines: EngineEntry[];
+      weightVersion: string | null;
+      /** After a delta update: engines that refused the delta and loaded the full checkpoint, with why. */
+      fullFallbacks?: { engine: string; reason: string }[];
+    }
   | { ok: false; error: WireError };
 
 /** Asks the fleet actor and unwraps its reply: the engines, or the fleet's OozeError. */

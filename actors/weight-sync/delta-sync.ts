@@ -1,28 +1,28 @@
 // Delta weight sync: for each new version N the trainer saved as a model directory, a lossless delta
-// against version N−1 (actors/weight-sync/delta.ts) is written to a directory and every engine is
-// walked through pause → update_weights_from_disk (load_format "ooze-delta") → continue by the
-// target (a Fleet, or the loop's Generator). An engine whose weights are not N−1 (restarted, or the
-// file arrived corrupt) refuses the delta without changing anything and loads the full checkpoint
-// instead: the fleet reports it per engine; when the whole delta update fails, the sync falls back to
-// a full update of every engine. Every fallback is logged and recorded in `history`. With the bf16
-// wire, the engines hold the trainer's weights rounded to bf16 (fp32 containers whose low 16 bits are
-// zero): each version is also written as such a model directory, the full fallback.
-import { mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+// against version N−1 (actors/weight-sync/delta.ts) is put in a DeltaStore (delta-store.ts: a
+// directory, or the job's JetStream object store) and every engine is walked through pause →
+// update_weights_from_disk (load_format "ooze-delta") → continue by the target (a Fleet, the loop's
+// Generator, or the fleet actor, which fetches an object store delta first). An engine whose weights
+// are not N−1 (restarted, or the delta arrived corrupt) refuses the delta without changing anything
+// and loads the full checkpoint instead: the fleet reports it per engine; when the whole delta update
+// fails (e.g. the object cannot be fetched), the sync falls back to a full update of every engine.
+// Every fallback is logged and recorded in `history`. With the bf16 wire, the engines hold the
+// trainer's weights rounded to bf16 (fp32 containers whose low 16 bits are zero): each version is
+// also written as such a model directory, the full fallback.
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { loadNative } from "../../native/load.ts";
-import { OozeError } from "../../src/errors.ts";
 import { encodeDelta, isBf16Exact, roundToBf16, type DeltaWire, type EncodeOptions, type TensorSlot } from "./delta.ts";
+import { DirDeltaStore, type DeltaStore } from "./delta-store.ts";
 import { DELTA_LOAD_FORMAT } from "./engine-loader.ts";
-
-/** What the sync drives: a Fleet, or the loop's Generator (whose implementations forward opts). */
-export interface WeightTarget {
-  updateWeights(path: string, version: string, opts?: { loadFormat?: string; fullModelDir?: string }): Promise<unknown>;
-}
+import { assertIncreasing, loadFull, type WeightTarget } from "./full.ts";
 
 /** Options of DeltaWeightSync. */
 export interface DeltaSyncOptions {
-  /** Directory for the delta files (and, with the bf16 wire, the bf16 model directories). */
+  /** Directory for the bf16 wire's model directories and, without `store`, the delta files (created when first needed). */
   dir: string;
+  /** Where the deltas go (default: files in `dir`, DirDeltaStore). */
+  store?: DeltaStore;
   /** The model directory the engines serve at the initial version (the first delta's base); without it the first push is full. */
   baseModelDir?: string;
   /** "fp32" (default): engines get the trainer's weights bit for bit; "bf16": rounded to bf16. */
@@ -31,7 +31,7 @@ export interface DeltaSyncOptions {
   level?: number;
   /** Candidate encodings (default: delta.ts's per wire); e.g. ["sub-exp", "overwrite"] for the fastest apply. */
   encodings?: EncodeOptions["encodings"];
-  /** Versions whose files are kept (default 2, at least 1). */
+  /** Versions whose deltas (and bf16 directories) are kept (default 2, at least 1). */
   keep?: number;
   log?: (line: string) => void;
 }
@@ -68,6 +68,7 @@ export class DeltaWeightSync {
   private last: number;
   private base: Base | null = null;
   private readonly wire: DeltaWire;
+  private readonly store: DeltaStore;
   private readonly keep: number;
   private readonly log: (line: string) => void;
   /** Every push, oldest first (the newest 1000). */
@@ -78,7 +79,7 @@ export class DeltaWeightSync {
     this.wire = opts.wire ?? "fp32";
     this.keep = Math.max(1, opts.keep ?? 2);
     this.log = opts.log ?? (() => undefined);
-    mkdirSync(opts.dir, { recursive: true });
+    this.store = opts.store ?? new DirDeltaStore(opts.dir);
     if (opts.baseModelDir !== undefined) {
       const m = loadNative().loadModelDir(opts.baseModelDir);
       // With the bf16 wire, engines that hold unrounded weights take a full (rounded) checkpoint first.
@@ -106,7 +107,7 @@ export class DeltaWeightSync {
 
   /** Loads `modelDir` (the trainer's checkpoint of `version`) on every engine; full updates are retried up to `attempts` times. */
   async push(modelDir: string, version: number, attempts = 20): Promise<PushRecord> {
-    if (!(version > this.last)) throw new OozeError("CONFIG_INVALID", `weight sync: version ${version} is not above the engines' ${this.last}; versions only increase`);
+    assertIncreasing(version, this.last);
     const t0 = performance.now();
     const native = loadNative();
     const m = native.loadModelDir(modelDir);
@@ -116,25 +117,23 @@ export class DeltaWeightSync {
     if (this.wire === "bf16") {
       params = roundToBf16(m.params);
       fullDir = join(this.opts.dir, `v${version}-bf16`);
+      mkdirSync(this.opts.dir, { recursive: true });
       native.saveModelDir(fullDir, m.config, params, String(version));
     }
     const fullBytes = statSync(join(fullDir, "model.safetensors")).size;
     const base = this.base && sameLayout(this.base.layout, layout) ? this.base : null;
-    let file: string | null = null;
-    let deltaBytes: number | null = null;
+    let bytes: Uint8Array | null = null;
     if (base) {
       const enc: EncodeOptions = { wire: this.wire, ...(this.opts.level ? { level: this.opts.level } : {}), ...(this.opts.encodings ? { encodings: this.opts.encodings } : {}) };
-      const bytes = encodeDelta(layout, base.params, params, String(base.version), String(version), enc);
-      file = join(this.opts.dir, `v${base.version}-v${version}.ooze-delta`);
-      writeFileSync(`${file}.tmp`, bytes);
-      renameSync(`${file}.tmp`, file);
-      deltaBytes = bytes.length;
+      bytes = encodeDelta(layout, base.params, params, String(base.version), String(version), enc);
     }
-    const rec: PushRecord = { version, kind: "full", deltaBytes, fullBytes, fallbacks: [], encodeMs: performance.now() - t0 };
+    const rec: PushRecord = { version, kind: "full", deltaBytes: bytes?.length ?? null, fullBytes, fallbacks: [], encodeMs: performance.now() - t0 };
     let done = false;
-    if (file) {
+    if (base && bytes) {
       try {
-        const r = await this.target.updateWeights(file, String(version), { loadFormat: DELTA_LOAD_FORMAT, fullModelDir: fullDir });
+        // Stored inside the try: a store that fails (NATS away) means a full update, like a refused delta.
+        const location = await this.store.put(base.version, version, bytes);
+        const r = await this.target.updateWeights(location, String(version), { loadFormat: DELTA_LOAD_FORMAT, fullModelDir: fullDir });
         rec.kind = "delta";
         rec.fallbacks = fullFallbacksOf(r);
         for (const f of rec.fallbacks) this.log(`weight sync: ${f.engine} loaded version ${version} in full (delta refused: ${f.reason})`);
@@ -145,37 +144,23 @@ export class DeltaWeightSync {
         this.log(`weight sync: delta update to version ${version} failed (${reason}); loading the full checkpoint ${fullDir} on every engine`);
       }
     } else if (this.base) rec.fallbacks = [{ engine: "*", reason: "the model's tensor layout changed" }];
-    if (!done) await this.full(fullDir, version, attempts);
+    if (!done) await loadFull(this.target, fullDir, version, attempts, this.log);
     this.base = { version, params, layout };
     this.last = version;
     this.history.push(rec);
     if (this.history.length > 1000) this.history.shift();
-    this.prune();
+    await this.prune();
     return rec;
   }
 
-  private async full(dir: string, version: number, attempts: number): Promise<void> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await this.target.updateWeights(dir, String(version));
-        return;
-      } catch (e) {
-        if (attempt >= attempts) throw e;
-        this.log(`weight sync to version ${version} failed (${(e as Error).message}); retrying`);
-        await new Promise((r) => setTimeout(r, Math.min(2000, 200 * attempt)));
-      }
-    }
-  }
-
-  /** Removes the files of versions older than the newest `keep`. */
-  private prune(): void {
+  /** Removes the deltas and bf16 directories of versions older than the newest `keep` (a failure is logged: the next push prunes again). */
+  private async prune(): Promise<void> {
     const floor = this.last - this.keep + 1;
-    for (const name of readdirSync(this.opts.dir)) {
-      const m = /^v(\d+)-(?:v(\d+)\.ooze-delta|bf16)$/.exec(name);
-      if (!m) continue;
-      const v = Number(m[2] ?? m[1]);
-      if (v < floor) rmSync(join(this.opts.dir, name), { recursive: true, force: true });
+    for (const name of existsSync(this.opts.dir) ? readdirSync(this.opts.dir) : []) {
+      const m = /^v(\d+)-bf16$/.exec(name);
+      if (m && Number(m[1]) < floor) rmSync(join(this.opts.dir, name), { recursive: true, force: true });
     }
+    await this.store.prune(floor).catch((e: unknown) => this.log(`weight sync: pruning old deltas failed (${(e as Error).message})`));
   }
 }
 

@@ -2,7 +2,8 @@
 // load_format auto/safetensors) as the backend does, and ooze's lossless deltas (load_format
 // "ooze-delta", model_path = a delta file written by encodeDelta). A delta is applied to the weights
 // the engine serves now — checked by base version and per-tensor checksums, so a delta made from
-// other weights is refused and nothing changes — and the result is loaded like a full checkpoint.
+// other weights is refused and nothing changes — and the result is loaded like a full checkpoint;
+// re-applying the delta the engine serves already is a no-op.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -52,7 +53,7 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
     const delta = decodeDelta(bytes);
     const cur = materialise();
     const next = cur.params.slice(); // applied to a copy: the served weights change only after a successful load
-    applyDelta(cur.layout, next, currentVersion, delta);
+    if (applyDelta(cur.layout, next, currentVersion, delta) === "already-applied") return; // the engine serves the delta's weights already: nothing to load
     const dir = mkdtempSync(join(tmpdir(), "ooze-delta-"));
     try {
       loadNative().saveModelDir(dir, cur.config, next, delta.version);

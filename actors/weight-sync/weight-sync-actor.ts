@@ -1,8 +1,15 @@
 // The weight-sync actor (kind `train.weight-sync`, one per job): consumes WEIGHTS in order and, for
 // each version above the engines' one, has the fleet actor walk every engine through pause →
-// update_weights_from_disk → continue (FullWeightSync over an ask to the fleet, which checks each
-// engine's reported version), then records {version, modelDir, step} in the job's versions KV bucket
-// (compare-and-set, never backwards). The buffer feeds the next step once that record is there.
+// update_weights_from_disk → continue, then records {version, modelDir, step} in the job's versions
+// KV bucket (compare-and-set, never backwards). The buffer feeds the next step once that record is
+// there. With `train.weightSync: full` the engines load the trainer's checkpoint directory
+// (FullWeightSync); with `delta`, each version goes as a lossless delta against the previous one
+// (DeltaWeightSync) through the job's JetStream object store: this actor puts the delta object, the
+// fleet actor fetches it and its engines apply it, and an engine that refuses it (other base,
+// corrupt object) loads the checkpoint directory instead, logged.
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
 import { z } from "zod";
 import { defineActor, remoteRef, type ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
@@ -11,8 +18,10 @@ import { askFleet, type FleetMsg, type FleetReply } from "../fleet/messages.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
 import { weightsRegistry } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
-import type { Generator } from "../loop/engines.ts";
-import { FullWeightSync } from "./full.ts";
+import { DeltaWeightSync, type PushRecord } from "./delta-sync.ts";
+import { ObjectDeltaStore, parseObjectLocation } from "./delta-store.ts";
+import { DELTA_LOAD_FORMAT } from "./engine-loader.ts";
+import { FullWeightSync, type WeightTarget } from "./full.ts";
 
 /** The weight-sync actor's `config`. */
 export const weightSyncActorConfig = z.object({
@@ -21,6 +30,14 @@ export const weightSyncActorConfig = z.object({
   /** Deadline of one fleet update (all engines). */
   updateTimeoutMs: z.number().int().min(1000).default(120_000),
   ackWaitMs: z.number().int().min(500).default(60_000),
+  /** weightSync delta: versions whose delta objects stay in the job's object store (the newest ones). */
+  keepDeltas: z.number().int().min(1).default(2),
+  /**
+   * weightSync delta with weightSyncWire bf16: where each version rounded to bf16 is written (the full
+   * checkpoint engines fall back to or join with; a path the fleet's host sees). Relative to the
+   * topology file; `{job}` becomes the job id. Default: OS temp dir/ooze-{job}-weight-sync.
+   */
+  dir: z.string().min(1).optional(),
 });
 
 interface WeightSyncState {
@@ -28,29 +45,39 @@ interface WeightSyncState {
 }
 
 /**
- * A Generator whose only ability is updating weights, through the fleet actor. An update that failed
- * after the fleet applied it (e.g. recording it in KV while NATS restarted: the fleet then refuses
- * the same version again) counts as done when the fleet and its healthy engines report the version.
+ * The fleet actor as a WeightTarget: a model directory is loaded as is; a delta (load_format
+ * "ooze-delta") must be an object store location, which the fleet fetches (its reply lists the engines
+ * that loaded `fullModelDir` instead). An update that failed after the fleet applied it (e.g.
+ * recording it in KV while NATS restarted: the fleet then refuses the same version again) counts as
+ * done when the fleet and its healthy engines report the version.
  */
-function fleetUpdater(ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>): Generator {
-  const no = (): never => {
-    throw new OozeError("INTERNAL", "weight-sync: only updates weights");
-  };
+export function fleetTarget(ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>): WeightTarget {
   return {
-    generate: no,
-    replace: no,
-    takeCacheStats: () => ({ promptTokens: 0, cachedTokens: 0 }),
-    async updateWeights(modelDir, version) {
+    async updateWeights(path, version, opts = {}) {
+      let msg: FleetMsg = { op: "updateWeights", modelDir: path, version };
+      if (opts.loadFormat !== undefined) {
+        const delta = opts.loadFormat === DELTA_LOAD_FORMAT ? parseObjectLocation(path) : null;
+        if (!delta || opts.fullModelDir === undefined)
+          throw new OozeError("INTERNAL", `weight-sync: the fleet actor takes '${DELTA_LOAD_FORMAT}' updates from the object store with a full checkpoint; got '${opts.loadFormat}' at ${path}`);
+        msg = { op: "updateWeights", modelDir: opts.fullModelDir, version, delta };
+      }
       try {
-        await ask({ op: "updateWeights", modelDir, version });
+        return { fullFallbacks: (await ask(msg)).fullFallbacks ?? [] };
       } catch (e) {
         const r = await ask({ op: "list" });
         const healthy = r.engines.filter((x) => x.healthy);
-        if (r.weightVersion === version && healthy.length > 0 && healthy.every((x) => x.weightVersion === version)) return;
+        if (r.weightVersion === version && healthy.length > 0 && healthy.every((x) => x.weightVersion === version)) return { fullFallbacks: [] };
         throw e;
       }
     },
   };
+}
+
+/** A delta push in a log line: how it went, its size, and the engines that loaded the full checkpoint. */
+function describe(rec: PushRecord): string {
+  const size = rec.deltaBytes === null ? "" : `, delta ${rec.deltaBytes} of ${rec.fullBytes} bytes`;
+  const fallbacks = rec.fallbacks.length > 0 ? `, full fallbacks: ${rec.fallbacks.map((f) => f.engine).join(", ")}` : "";
+  return `${rec.kind}${size}${fallbacks}`;
 }
 
 /** The weight-sync actor definition for a node's system and topology. */
@@ -65,16 +92,32 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
       await ensureTrainStreams(env.bus, env.names, env.train);
       const versions = await VersionsKv.open(env.bus, env.names);
       const fleet = remoteRef<FleetMsg>(system, cfg.fleet);
-      const start = (await versions.get())?.version ?? -1;
-      const sync = new FullWeightSync(fleetUpdater((m) => askFleet(fleet, m, cfg.updateTimeoutMs)), start, (l) => ctx.log.warn(l));
+      const record = await versions.get();
+      const start = record?.version ?? -1;
+      const target = fleetTarget((m) => askFleet(fleet, m, cfg.updateTimeoutMs));
+      const log = (l: string) => ctx.log.warn(l);
+      let sync: FullWeightSync | DeltaWeightSync;
+      if (env.train.weightSync === "delta") {
+        // The engines serve the recorded version's checkpoint: the first delta's base (the first push
+        // is full when it is gone; an engine on other weights refuses the delta and loads in full).
+        const base = record && existsSync(join(record.modelDir, "model.safetensors")) ? { baseModelDir: record.modelDir } : {};
+        sync = new DeltaWeightSync(target, start, {
+          dir: cfg.dir === undefined ? join(tmpdir(), `ooze-${env.job}-weight-sync`) : resolve(env.baseDir, cfg.dir.replaceAll("{job}", env.job)),
+          store: await ObjectDeltaStore.open(env.bus, env.names.objWeights),
+          wire: env.train.weightSyncWire,
+          keep: cfg.keepDeltas,
+          log,
+          ...base,
+        });
+      } else sync = new FullWeightSync(target, start, log);
       const consumer = consumeStream({
         bus: env.bus, names: env.names, stream: env.names.streamWeights, subject: env.names.trainWeights, durable: env.names.consumer("train_weight_sync"),
         registry: weightsRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
         async handle(msg) {
           const w = msg.body;
           if (w.version > sync.version) {
-            await sync.push(w.modelDir, w.version);
-            ctx.log.info(`weight-sync: engines serve version ${w.version} (step ${w.step})`);
+            const rec = await sync.push(w.modelDir, w.version);
+            ctx.log.info(`weight-sync: engines serve version ${w.version} (step ${w.step}${rec ? `; ${describe(rec)}` : ""})`);
           }
           if (w.version >= sync.version) await versions.advance({ version: w.version, modelDir: w.modelDir, step: w.step, at: Date.now() });
         },

@@ -13,11 +13,11 @@ import { DeltaWeightSync } from "../../actors/weight-sync/delta-sync.ts";
 import { DELTA_LOAD_FORMAT } from "../../actors/weight-sync/engine-loader.ts";
 import { createNativeBackend } from "../../native/engine.ts";
 import { loadNative } from "../../native/load.ts";
-import { initModelDir } from "../../native/model-dir.ts";
 import { EngineClient } from "../../src/engine/client.ts";
 import { Fleet } from "../../src/engine/fleet.ts";
 import { startEngineServer } from "../../src/engine/server.ts";
 import { Packr } from "msgpackr";
+import { writeWeightVersions } from "../fixtures/weight-versions.ts";
 
 const root = mkdtempSync(join(tmpdir(), "ooze-delta-sync-"));
 const procs: EngineProcess[] = [];
@@ -43,16 +43,7 @@ async function reference(dir: string): Promise<{ ids: number[]; lps: number[] }>
 }
 
 beforeAll(async () => {
-  const native = loadNative();
-  dirs.push(join(root, "v0"));
-  await initModelDir("tiny", dirs[0]!, 5);
-  const m = native.loadModelDir(dirs[0]!);
-  let p = m.params;
-  for (let k = 1; k <= 5; k++) {
-    p = p.map((x, i) => x * (1 + 2e-3 * Math.sin(i * k)) + 1e-4 * Math.cos(i + k)); // an "optimizer step"
-    dirs.push(join(root, `v${k}`));
-    native.saveModelDir(dirs[k]!, m.config, p, String(k));
-  }
+  dirs.push(...(await writeWeightVersions(root, 5, 5)).dirs);
   procs.push(...(await Promise.all([0, 1].map(() => startEngineProcess({ modelDir: dirs[0]!, maxRunning: 8, cacheTokens: 4096, weightVersion: "0" })))));
 }, 60_000);
 

@@ -15,6 +15,7 @@ import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, t
 import { batchMsg, batchRegistry, groupClosed, promptGroup, sampleMsg, sampleRegistry, type VersionRecord } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, lastMessage, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { GroupBuffer } from "./groups.ts";
+import { rewardStats } from "../loop/metrics.ts";
 import { z } from "zod";
 
 /** The buffer actor's `config`. */
@@ -168,7 +169,6 @@ class Feeder {
     this.emptyRounds = 0;
     const trained = new Set(batch.samples.map((s) => s.index));
     const all = [...round.all.values()];
-    const ok = all.filter((s) => s.reward !== null);
     const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
     const step = this.batches + 1;
     await publish(this.env.bus, this.env.names.trainBatches, batchMsg, {
@@ -181,8 +181,7 @@ class Feeder {
       nextSample: this.nextPrompt * t.samplesPerPrompt,
       stats: {
         generated: all.length,
-        rewardMean: mean(ok.map((s) => s.reward!)),
-        rewardMaxFrac: mean(ok.map((s) => (s.reward! >= 1 ? 1 : 0))),
+        rewards: rewardStats(all),
         responseLengthMean: mean(all.map((s) => s.responseLength)),
         failed: all.filter((s) => s.status === "failed").length,
         droppedGroups: this.groups.stats.dropped,

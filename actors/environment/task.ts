@@ -24,6 +24,11 @@ export interface Task<S = unknown> {
   step(state: S, action: Int32Array): StepResult<S>;
   /** Final reward of the episode, in [0, 1] for the built-in tasks. */
   reward(state: S): number;
+  /**
+   * Whether the episode reached the task's goal (the exact answer, the number found), reported as
+   * the run's success rate; without it, success is the full reward (1).
+   */
+  success?(state: S): boolean;
 }
 
 /** A module that provides a task: `export default` a factory taking the topology's config. */

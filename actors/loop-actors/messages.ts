@@ -70,8 +70,8 @@ export const groupClosed = defineMessage({
 export const rolloutStats = z.object({
   /** Samples generated for the batch (trained or dropped). */
   generated: index,
-  rewardMean: z.number(),
-  rewardMaxFrac: z.number(),
+  /** reward_mean, reward_max_frac and success_rate of metrics.jsonl (actors/loop/metrics.ts). */
+  rewards: z.object({ reward_mean: z.number(), reward_max_frac: z.number(), success_rate: z.number() }),
   responseLengthMean: z.number(),
   failed: index,
   droppedGroups: index,

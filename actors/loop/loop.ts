@@ -16,7 +16,7 @@ import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { EnginesConfig, TrainConfig } from "./config.ts";
 import { EnginePool, FleetGenerator, startEngineProcess, type EngineProcess, type Generator } from "./engines.ts";
-import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "./metrics.ts";
+import { appendJsonl, readJsonl, rewardStats, writeRewardSvg, type StepMetrics } from "./metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "./state.ts";
 import { runFullyAsync } from "./fully-async.ts";
 import { loadTask } from "./task-loader.ts";
@@ -56,6 +56,8 @@ export interface TrainSummary {
   rewardLast: number | null;
   /** Mean reward over the last 5 steps. */
   rewardTail: number | null;
+  /** Mean success rate of the last 5 steps. */
+  successTail: number | null;
   weightVersion: number;
   trainerRestarts: number;
   checkpoint: string | null;
@@ -257,14 +259,15 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
     }
     if (state.step > checkpointStep) lastCheckpoint = await checkpoint(out, trainer, { ...state, seconds: elapsed() }, cfg.keepCheckpoints);
     const rewards = metrics.map((m) => m.reward_mean);
-    const tail = rewards.slice(-5);
+    const tailMean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
     return {
       steps: state.step,
       seconds: elapsed(),
       samples: metrics.reduce((n, m) => n + m.samples, 0),
       rewardFirst: rewards[0] ?? null,
       rewardLast: rewards[rewards.length - 1] ?? null,
-      rewardTail: tail.length ? tail.reduce((a, b) => a + b, 0) / tail.length : null,
+      rewardTail: tailMean(rewards.slice(-5)),
+      successTail: tailMean(metrics.slice(-5).map((m) => m.success_rate)),
       weightVersion: trainer.version,
       trainerRestarts: trainer.restarts,
       checkpoint: lastCheckpoint,
@@ -367,12 +370,10 @@ function truncateJsonl(path: string, lastStep: number): void {
 
 function stepMetrics(o: StepOutcome, seconds: number, cache: { promptTokens: number; cachedTokens: number }): StepMetrics {
   const t = o.trained?.metrics ?? null;
-  const ok = o.all.filter((s) => s.reward !== null);
   const mean = (xs: number[]) => (xs.length ? xs.reduce((a, c) => a + c, 0) / xs.length : 0);
   return {
     step: o.step,
-    reward_mean: mean(ok.map((s) => s.reward!)),
-    reward_max_frac: mean(ok.map((s) => (s.reward! >= 1 ? 1 : 0))),
+    ...rewardStats(o.all),
     samples: o.samples.length,
     tokens: o.samples.reduce((n, s) => n + s.tokens.length, 0),
     seconds,

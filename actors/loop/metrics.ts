@@ -9,6 +9,8 @@ export interface StepMetrics {
   reward_mean: number;
   /** Fraction of samples with the full reward (1). */
   reward_max_frac: number;
+  /** Fraction of samples whose episode reached the task's goal (Task.success; the full reward if the task has no test). */
+  success_rate: number;
   samples: number;
   tokens: number;
   /** Wall seconds since the run (first start) began. */
@@ -33,6 +35,17 @@ export interface StepMetrics {
   failed: number;
   dropped_groups: number;
   trainer_restarts: number;
+}
+
+/** Reward statistics of a step's samples (those with a reward; failed generations have none). */
+export function rewardStats(samples: readonly { reward: number | null; metadata: Record<string, unknown> }[]): Pick<StepMetrics, "reward_mean" | "reward_max_frac" | "success_rate"> {
+  const ok = samples.filter((s) => s.reward !== null);
+  const frac = (f: (s: (typeof ok)[number]) => boolean) => (ok.length ? ok.filter(f).length / ok.length : 0);
+  return {
+    reward_mean: ok.length ? ok.reduce((a, s) => a + s.reward!, 0) / ok.length : 0,
+    reward_max_frac: frac((s) => s.reward! >= 1),
+    success_rate: frac((s) => (typeof s.metadata.success === "boolean" ? s.metadata.success : s.reward! >= 1)),
+  };
 }
 
 /** Appends one record to a JSONL file. */
@@ -67,8 +80,8 @@ export function firstReaching(ms: readonly StepMetrics[], target: number, window
 
 const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;");
 
-/** The reward chart: reward_mean (and full-reward fraction) against step, with wall time marked on the top axis. */
-export function rewardSvg(ms: readonly Pick<StepMetrics, "step" | "reward_mean" | "reward_max_frac" | "seconds">[], title: string): string {
+/** The reward chart: reward_mean (and the success rate) against step, with wall time marked on the top axis. */
+export function rewardSvg(ms: readonly Pick<StepMetrics, "step" | "reward_mean" | "success_rate" | "seconds">[], title: string): string {
   const W = 640, H = 360, L = 56, R = 20, T = 44, B = 44;
   const pw = W - L - R, ph = H - T - B;
   const maxStep = Math.max(1, ...ms.map((m) => m.step));
@@ -96,11 +109,11 @@ export function rewardSvg(ms: readonly Pick<StepMetrics, "step" | "reward_mean" 
   parts.push(`<text x="${L + pw / 2}" y="${H - 8}" text-anchor="middle">step (top axis: wall seconds, approx.)</text>`);
   parts.push(`<text x="14" y="${T + ph / 2}" text-anchor="middle" transform="rotate(-90 14 ${T + ph / 2})">reward</text>`);
   if (ms.length > 0) {
-    parts.push(`<path d="${path((m) => m.reward_max_frac)}" fill="none" stroke="#e39b2d" stroke-width="1.5"/>`);
+    parts.push(`<path d="${path((m) => m.success_rate)}" fill="none" stroke="#e39b2d" stroke-width="1.5"/>`);
     parts.push(`<path d="${path((m) => m.reward_mean)}" fill="none" stroke="#2d6be3" stroke-width="2"/>`);
   }
   parts.push(`<text x="${L + 8}" y="${T + 14}" fill="#2d6be3">reward_mean</text>`);
-  parts.push(`<text x="${L + 100}" y="${T + 14}" fill="#e39b2d">fraction with full reward</text>`);
+  parts.push(`<text x="${L + 100}" y="${T + 14}" fill="#e39b2d">success rate</text>`);
   parts.push(`</svg>`);
   return parts.join("\n");
 }

@@ -79,5 +79,7 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     if (r.done) break;
     b.appendEnv(r.observation);
   }
-  return b.build(task.reward(state), truncated ? "truncated" : "completed", { turns });
+  const reward = task.reward(state);
+  const success = task.success ? task.success(state) : reward >= 1;
+  return b.build(reward, truncated ? "truncated" : "completed", { turns, success });
 }

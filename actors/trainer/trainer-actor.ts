@@ -193,7 +193,7 @@ class Run {
     const tm = trained?.metrics ?? null;
     const s = b.stats;
     const m: StepMetrics = {
-      step: b.step, reward_mean: s.rewardMean, reward_max_frac: s.rewardMaxFrac, samples: b.samples.length,
+      step: b.step, ...s.rewards, samples: b.samples.length,
       tokens: b.samples.reduce((n, x) => n + x.tokens.length, 0), seconds: (now - this.t0) / 1000, step_seconds: stepSeconds,
       rollout_seconds: s.rolloutSeconds, train_seconds: trainSeconds, sync_seconds: syncSeconds, samples_per_s: b.samples.length / Math.max(1e-9, stepSeconds),
       weight_version: this.trainer.version, staleness_max: b.stalenessMax,

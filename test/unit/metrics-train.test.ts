@@ -5,12 +5,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { trainConfigOf } from "../../actors/loop/config.ts";
-import { appendJsonl, firstReaching, readJsonl, rewardSvg, type StepMetrics } from "../../actors/loop/metrics.ts";
+import { appendJsonl, firstReaching, readJsonl, rewardStats, rewardSvg, type StepMetrics } from "../../actors/loop/metrics.ts";
 
 const m = (step: number, reward: number): StepMetrics =>
-  ({ step, reward_mean: reward, reward_max_frac: reward / 2, seconds: step * 2 }) as StepMetrics;
+  ({ step, reward_mean: reward, reward_max_frac: reward / 2, success_rate: reward / 2, seconds: step * 2 }) as StepMetrics;
 
 describe("train metrics", () => {
+  it("reward statistics: failed samples left out, success from the task's test or else the full reward", () => {
+    const s = (reward: number | null, success?: boolean) => ({ reward, metadata: success === undefined ? {} : { success } });
+    // a guess found on the 3rd turn (reward 0.8, success), a full reward without a test, a miss, a failed generation
+    expect(rewardStats([s(0.8, true), s(1), s(0, false), s(null)])).toEqual({ reward_mean: 0.6, reward_max_frac: 1 / 3, success_rate: 2 / 3 });
+    expect(rewardStats([s(null)])).toEqual({ reward_mean: 0, reward_max_frac: 0, success_rate: 0 });
+  });
+
   it("appends and reads JSONL records", () => {
     const dir = mkdtempSync(join(tmpdir(), "ooze-metrics-"));
     try {

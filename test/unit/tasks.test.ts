@@ -21,6 +21,22 @@ describe("built-in tasks", () => {
     expect(() => createAdditionTask({ digits: 9 })).toThrow(/digits must be/);
   });
 
+  it("addition, last-digit answers: one token, 1 for the sum's last digit, 0 otherwise", () => {
+    const task = createAdditionTask({ digits: 1, answer: "last-digit" });
+    expect(task.maxTurnTokens).toBe(1);
+    for (let i = 0; i < 20; i++) {
+      const ep = task.reset(i, 7);
+      const [x, y] = ep.prompt.slice(0, -1).split("+").map(Number) as [number, number];
+      expect(ep.prompt).toBe(`${x}+${y}=`);
+      const right = String((x + y) % 10), wrong = String((x + y + 1) % 10);
+      expect(task.reward(task.step(ep.state, encodeBytes(right)).state)).toBe(1);
+      expect(task.success!(task.step(ep.state, encodeBytes(right)).state)).toBe(true);
+      expect(task.reward(task.step(ep.state, encodeBytes(wrong)).state)).toBe(0);
+      expect(task.success!(task.step(ep.state, encodeBytes(wrong)).state)).toBe(false);
+    }
+    expect(() => createAdditionTask({ answer: "first-digit" })).toThrow(/answer must be/);
+  });
+
   it("guess-number: replies higher/lower as environment tokens and rewards fewer turns", () => {
     const task = createGuessNumberTask({ max: 16, maxTurns: 6 });
     const ep = task.reset(0, 1);
@@ -37,9 +53,11 @@ describe("built-in tasks", () => {
       else hi = g - 1;
     }
     expect(task.reward(state)).toBeCloseTo(1 - 0.1 * (turns - 1), 9);
+    expect(task.success!(state)).toBe(true);
     const never = task.reset(0, 1);
     let s2 = never.state;
     for (let i = 0; i < 6; i++) s2 = task.step(s2, encodeBytes("x")).state;
     expect(task.reward(s2)).toBe(0);
+    expect(task.success!(s2)).toBe(false);
   });
 });

@@ -1,5 +1,6 @@
 // Built-in single-turn task: add two numbers. Prompt "<bos>12+34=", the model answers "46" and EOS.
-// Reward 1 for the exact answer; with `shaped` (default), partial credit for stopping (EOS within the
+// With `answer: "last-digit"` the model answers only the last digit of the sum ("6"), one token, and
+// the turn ends there (no EOS): reward 1 if right, else 0. Reward 1 for the exact answer; with `shaped` (default), partial credit for stopping (EOS within the
 // turn's budget), for answering with digits, for the right length and for each correct digit, so a
 // randomly initialised model gets a learning signal from scratch — stopping included: without credit
 // for it, EOS (rare in a random model) is squeezed out while digits are learned, and the policy
@@ -14,10 +15,14 @@ interface AdditionState {
   stopped: boolean;
 }
 
-/** Configuration: `digits` per operand (1–3, default 2), `shaped` reward (default true). */
+/**
+ * Configuration: `digits` per operand (1–3, default 2), `shaped` reward (default true; full answers
+ * only), `answer`: "full" (default: the sum, then EOS) or "last-digit" (its last digit, one token).
+ */
 export interface AdditionConfig {
   digits?: number;
   shaped?: boolean;
+  answer?: "full" | "last-digit";
 }
 
 /**
@@ -41,26 +46,33 @@ export function additionReward(answer: string, response: string, shaped: boolean
 export const createAdditionTask: TaskFactory = (config) => {
   const digits = Number((config as AdditionConfig).digits ?? 2);
   const shaped = (config as AdditionConfig).shaped ?? true;
+  const lastDigit = ((config as AdditionConfig).answer ?? "full") === "last-digit";
+  if (!["full", "last-digit"].includes((config as AdditionConfig).answer ?? "full"))
+    throw new RangeError(`addition: answer must be "full" or "last-digit" (got ${JSON.stringify((config as AdditionConfig).answer)})`);
   if (!Number.isInteger(digits) || digits < 1 || digits > 3) throw new RangeError(`addition: digits must be 1, 2 or 3 (got ${digits})`);
   const max = 10 ** digits;
   const task: Task<AdditionState> = {
     name: "addition",
     maxTurns: 1,
-    maxTurnTokens: digits + 3,
+    maxTurnTokens: lastDigit ? 1 : digits + 3,
     reset(index, seed) {
       const rand = prng(episodeSeed(index, seed));
       const a = Math.floor(rand() * max);
       const b = Math.floor(rand() * max);
       const prompt = `${a}+${b}=`;
-      return { prompt, promptIds: encodeBytes(prompt, true), state: { answer: String(a + b), response: "", stopped: false } };
+      return { prompt, promptIds: encodeBytes(prompt, true), state: { answer: String(lastDigit ? (a + b) % 10 : a + b), response: "", stopped: false } };
     },
     step(state, action) {
       // the action excludes EOS: shorter than the budget means the model stopped by itself
-      const stopped = action.length < task.maxTurnTokens;
+      // (a last-digit answer is complete at its one-token budget)
+      const stopped = lastDigit || action.length < task.maxTurnTokens;
       return { state: { ...state, response: decodeBytes(action), stopped }, observation: new Int32Array(0), done: true };
     },
     reward(state) {
-      return additionReward(state.answer, state.response, shaped, state.stopped);
+      return additionReward(state.answer, state.response, shaped && !lastDigit, state.stopped);
+    },
+    success(state) {
+      return state.stopped && state.response.trim() === state.answer;
     },
   };
   return task as Task;

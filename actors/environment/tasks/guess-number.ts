@@ -44,6 +44,9 @@ export const createGuessNumberTask: TaskFactory = (config) => {
       if (!state.solved) return 0;
       return Math.max(0.1, 1 - 0.1 * (state.turns - 1));
     },
+    success(state) {
+      return state.solved;
+    },
   };
   return task as Task;
 };

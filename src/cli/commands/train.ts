@@ -62,7 +62,7 @@ export function register(program: Command) {
       process.on("SIGTERM", onSignal);
       const tty = process.stderr.isTTY && !opts.quiet;
       const bar = tty
-        ? new SingleBar({ format: "step {value}/{total} |{bar}| reward {reward} | full {full} | {sps} samples/s | {secs}s", hideCursor: true, stream: process.stderr })
+        ? new SingleBar({ format: "step {value}/{total} |{bar}| reward {reward} | success {success} | {sps} samples/s | {secs}s", hideCursor: true, stream: process.stderr })
         : null;
       const say = (line: string) => {
         if (!opts.quiet) process.stderr.write(`${bar ? "\n" : ""}[ooze] ${line}\n`);
@@ -78,13 +78,13 @@ export function register(program: Command) {
           log: say,
           onStart: ({ engines: urls, state }) => {
             say(`${topo.name}: task ${train.task}, ${train.mode} mode, engines ${urls.join(", ")}, run dir ${out}`);
-            bar?.start(train.steps, state.step, { reward: "-", full: "-", sps: "-", secs: "0" });
+            bar?.start(train.steps, state.step, { reward: "-", success: "-", sps: "-", secs: "0" });
           },
           onStep: (m: StepMetrics) => {
-            const vals = { reward: m.reward_mean.toFixed(3), full: m.reward_max_frac.toFixed(2), sps: m.samples_per_s.toFixed(1), secs: m.seconds.toFixed(0) };
+            const vals = { reward: m.reward_mean.toFixed(3), success: m.success_rate.toFixed(2), sps: m.samples_per_s.toFixed(1), secs: m.seconds.toFixed(0) };
             if (bar) bar.update(m.step, vals);
             else if (!opts.quiet)
-              process.stderr.write(`[ooze] step ${m.step}/${train.steps} reward ${vals.reward} full ${vals.full} ${vals.sps} samples/s loss ${m.loss.toFixed(4)} entropy ${m.entropy.toFixed(3)}${train.mode === "fully_async" ? ` staleness ${m.staleness_max} partial ${m.partial_samples}` : ""} ${vals.secs}s\n`);
+              process.stderr.write(`[ooze] step ${m.step}/${train.steps} reward ${vals.reward} success ${vals.success} ${vals.sps} samples/s loss ${m.loss.toFixed(4)} entropy ${m.entropy.toFixed(3)}${train.mode === "fully_async" ? ` staleness ${m.staleness_max} partial ${m.partial_samples}` : ""} ${vals.secs}s\n`);
           },
         },
       });
@@ -95,7 +95,7 @@ export function register(program: Command) {
       console.log(
         [
           `ooze train: ${summary.steps} steps, ${summary.samples} samples in ${summary.seconds.toFixed(1)} s (${(summary.samples / Math.max(1e-9, summary.seconds)).toFixed(1)} samples/s)`,
-          `  reward: first ${f(summary.rewardFirst)}, last ${f(summary.rewardLast)}, mean of last 5 steps ${f(summary.rewardTail)}`,
+          `  reward: first ${f(summary.rewardFirst)}, last ${f(summary.rewardLast)}, mean of last 5 steps ${f(summary.rewardTail)} (success rate ${f(summary.successTail)})`,
           `  weight version ${summary.weightVersion}, trainer restarts ${summary.trainerRestarts}`,
           `  metrics ${summary.metricsPath}`,
           `  chart   ${summary.svgPath}`,

@@ -37,6 +37,24 @@ describe("built-in tasks", () => {
     expect(() => createAdditionTask({ answer: "first-digit" })).toThrow(/answer must be/);
   });
 
+  it("addition, padded answers: the zero-padded sum in digits + 1 tokens, half a point for the right places", () => {
+    const task = createAdditionTask({ digits: 1, answer: "padded" });
+    expect(task.maxTurnTokens).toBe(2);
+    for (let i = 0; i < 20; i++) {
+      const ep = task.reset(i, 3);
+      const [x, y] = ep.prompt.slice(0, -1).split("+").map(Number) as [number, number];
+      const right = String(x + y).padStart(2, "0");
+      const state = task.step(ep.state, encodeBytes(right)).state;
+      expect([task.reward(state), task.success!(state)]).toEqual([1, true]);
+      const oneOff = right[0] + String((Number(right[1]) + 1) % 10); // tens right, units wrong
+      expect(task.reward(task.step(ep.state, encodeBytes(oneOff)).state)).toBe(0.25);
+      expect(task.success!(task.step(ep.state, encodeBytes(oneOff)).state)).toBe(false);
+    }
+    const exact = createAdditionTask({ digits: 1, answer: "padded", shaped: false });
+    const ep = exact.reset(0, 3);
+    expect(exact.reward(exact.step(ep.state, encodeBytes("xx")).state)).toBe(0);
+  });
+
   it("guess-number: replies higher/lower as environment tokens and rewards fewer turns", () => {
     const task = createGuessNumberTask({ max: 16, maxTurns: 6 });
     const ep = task.reset(0, 1);

@@ -1,10 +1,13 @@
-// Built-in single-turn task: add two numbers. Prompt "<bos>12+34=", the model answers "46" and EOS.
-// With `answer: "last-digit"` the model answers only the last digit of the sum ("6"), one token, and
-// the turn ends there (no EOS): reward 1 if right, else 0. Reward 1 for the exact answer; with `shaped` (default), partial credit for stopping (EOS within the
-// turn's budget), for answering with digits, for the right length and for each correct digit, so a
-// randomly initialised model gets a learning signal from scratch — stopping included: without credit
-// for it, EOS (rare in a random model) is squeezed out while digits are learned, and the policy
-// collapses onto answers that never end.
+// Built-in single-turn task: add two numbers. Prompt "<bos>12+34=". What the model answers depends on
+// `answer`:
+// - "full" (default): the sum, then EOS ("46"). Reward 1 for the exact answer; with `shaped`
+//   (default), partial credit for stopping (EOS within the turn's budget), for answering with digits,
+//   for the right length and for each correct digit, so a randomly initialised model gets a signal
+//   from scratch — stopping included: without credit for it, EOS (rare in a random model) is squeezed
+//   out while digits are learned, and the policy collapses onto answers that never end.
+// - "padded": the sum zero-padded to digits + 1 places ("046"), exactly that many tokens, no EOS.
+//   Reward 1 if exact; with `shaped`, half a point spread over the places that are right.
+// - "last-digit": the sum's last digit ("6"), one token: reward 1 if right, else 0.
 import { decodeBytes, encodeBytes } from "../../../src/engine/tokenizer.ts";
 import { episodeSeed, prng, type Task, type TaskFactory } from "../task.ts";
 
@@ -15,14 +18,11 @@ interface AdditionState {
   stopped: boolean;
 }
 
-/**
- * Configuration: `digits` per operand (1–3, default 2), `shaped` reward (default true; full answers
- * only), `answer`: "full" (default: the sum, then EOS) or "last-digit" (its last digit, one token).
- */
+/** Configuration: `digits` per operand (1–3, default 2), `shaped` reward (default true), `answer` (see above). */
 export interface AdditionConfig {
   digits?: number;
   shaped?: boolean;
-  answer?: "full" | "last-digit";
+  answer?: (typeof ANSWERS)[number];
 }
 
 /**
@@ -43,33 +43,43 @@ export function additionReward(answer: string, response: string, shaped: boolean
   return Math.min(0.95, stop + 0.1 + (lengthOk ? 0.1 : 0) + 0.5 * (correct / answer.length) * (lengthOk ? 1 : 0.5));
 }
 
+const ANSWERS = ["full", "padded", "last-digit"] as const;
+
 export const createAdditionTask: TaskFactory = (config) => {
-  const digits = Number((config as AdditionConfig).digits ?? 2);
-  const shaped = (config as AdditionConfig).shaped ?? true;
-  const lastDigit = ((config as AdditionConfig).answer ?? "full") === "last-digit";
-  if (!["full", "last-digit"].includes((config as AdditionConfig).answer ?? "full"))
-    throw new RangeError(`addition: answer must be "full" or "last-digit" (got ${JSON.stringify((config as AdditionConfig).answer)})`);
+  const c = config as AdditionConfig;
+  const digits = Number(c.digits ?? 2);
+  const shaped = c.shaped ?? true;
+  const mode = c.answer ?? "full";
+  if (!ANSWERS.includes(mode)) throw new RangeError(`addition: answer must be one of ${ANSWERS.join(", ")} (got ${JSON.stringify(c.answer)})`);
   if (!Number.isInteger(digits) || digits < 1 || digits > 3) throw new RangeError(`addition: digits must be 1, 2 or 3 (got ${digits})`);
   const max = 10 ** digits;
+  // fixed-width answers are complete at their budget: no EOS to learn
+  const width = mode === "last-digit" ? 1 : mode === "padded" ? digits + 1 : null;
   const task: Task<AdditionState> = {
     name: "addition",
     maxTurns: 1,
-    maxTurnTokens: lastDigit ? 1 : digits + 3,
+    maxTurnTokens: width ?? digits + 3,
     reset(index, seed) {
       const rand = prng(episodeSeed(index, seed));
       const a = Math.floor(rand() * max);
       const b = Math.floor(rand() * max);
       const prompt = `${a}+${b}=`;
-      return { prompt, promptIds: encodeBytes(prompt, true), state: { answer: String(lastDigit ? (a + b) % 10 : a + b), response: "", stopped: false } };
+      const answer = mode === "last-digit" ? String((a + b) % 10) : mode === "padded" ? String(a + b).padStart(width!, "0") : String(a + b);
+      return { prompt, promptIds: encodeBytes(prompt, true), state: { answer, response: "", stopped: false } };
     },
     step(state, action) {
       // the action excludes EOS: shorter than the budget means the model stopped by itself
-      // (a last-digit answer is complete at its one-token budget)
-      const stopped = lastDigit || action.length < task.maxTurnTokens;
+      const stopped = width !== null || action.length < task.maxTurnTokens;
       return { state: { ...state, response: decodeBytes(action), stopped }, observation: new Int32Array(0), done: true };
     },
     reward(state) {
-      return additionReward(state.answer, state.response, shaped && !lastDigit, state.stopped);
+      if (width === null) return additionReward(state.answer, state.response, shaped, state.stopped);
+      if (state.response === state.answer) return 1;
+      if (!shaped || width === 1) return 0;
+      // partial credit: half a point spread over the answer's digits, each right in its place
+      let right = 0;
+      for (let i = 0; i < width; i++) if (state.response[i] === state.answer[i]) right++;
+      return (0.5 * right) / width;
     },
     success(state) {
       return state.stopped && state.response.trim() === state.answer;

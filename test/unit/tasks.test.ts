@@ -78,4 +78,19 @@ describe("built-in tasks", () => {
     expect(task.reward(s2)).toBe(0);
     expect(task.success!(s2)).toBe(false);
   });
+
+  it("guess-number, shaped: an unfound number earns credit only for guesses the replies so far allowed", () => {
+    const play = (task: ReturnType<typeof createGuessNumberTask>, guesses: string[]) => {
+      let i = 0;
+      while (task.reset(i, 1).state.secret !== 10) i++; // an episode whose secret is 10
+      let s = task.reset(i, 1).state;
+      for (const g of guesses) s = task.step(s, encodeBytes(g)).state;
+      return [task.reward(s), task.success!(s)];
+    };
+    const shaped = createGuessNumberTask({ max: 16, maxTurns: 4 });
+    // 4 and 12 were allowed; 3 (below the 5 that "higher" left) and 13 (above 11) were not
+    expect(play(shaped, ["4", "12", "3", "13"])).toEqual([(0.3 * 2) / 4, false]);
+    expect(play(shaped, ["10"])).toEqual([1, true]);
+    expect(play(createGuessNumberTask({ max: 16, maxTurns: 4, shaped: false }), ["4", "12", "11", "9"])).toEqual([0, false]);
+  });
 });

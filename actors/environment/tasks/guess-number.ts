@@ -1,7 +1,12 @@
 // Built-in multi-turn task: guess a secret number from 1 to `max` (default 16). After each guess the
 // environment replies " higher\n", " lower\n" or " correct\n" as tokens with loss mask 0, and the
 // model guesses again with the whole conversation as its prompt — the prefix cache's best case.
-// Reward: 1 for the right number, less for each extra turn; 0 if never found.
+// A guess is at most as many tokens as `max` has digits ("8", "08" or "8" then EOS): the turn ends
+// there, so a model learns numbers without having to learn to stop. Reward: 1 for the right number,
+// 0.1 less for each extra turn (at least 0.5 when found). Not found: 0, or with `shaped` (default)
+// up to 0.3 for the guesses that were consistent with the replies so far (in range and inside the
+// interval the replies leave): the skill the task is about — reading the feedback — gets credit
+// before a random model ever finds the number.
 import { decodeBytes, encodeBytes } from "../../../src/engine/tokenizer.ts";
 import { episodeSeed, prng, type Task, type TaskFactory } from "../task.ts";
 
@@ -9,40 +14,50 @@ interface GuessState {
   secret: number;
   turns: number;
   solved: boolean;
+  /** The interval the replies so far leave open. */
+  lo: number;
+  hi: number;
+  /** Guesses inside [lo, hi] when they were made. */
+  consistent: number;
 }
 
-/** Configuration: `max` secret (2–100, default 16), `maxTurns` (default 6). */
+/** Configuration: `max` secret (2–100, default 16), `maxTurns` (default 6), `shaped` reward (default true). */
 export interface GuessConfig {
   max?: number;
   maxTurns?: number;
+  shaped?: boolean;
 }
 
 export const createGuessNumberTask: TaskFactory = (config) => {
   const max = Number((config as GuessConfig).max ?? 16);
   const maxTurns = Number((config as GuessConfig).maxTurns ?? 6);
+  const shaped = (config as GuessConfig).shaped ?? true;
   if (!Number.isInteger(max) || max < 2 || max > 100) throw new RangeError(`guess-number: max must be an integer in [2, 100] (got ${max})`);
   if (!Number.isInteger(maxTurns) || maxTurns < 1) throw new RangeError(`guess-number: maxTurns must be ≥ 1 (got ${maxTurns})`);
   const task: Task<GuessState> = {
     name: "guess-number",
     maxTurns,
-    maxTurnTokens: 4,
+    maxTurnTokens: String(max).length,
     reset(index, seed) {
       const rand = prng(episodeSeed(index, seed));
       const secret = 1 + Math.floor(rand() * max);
       const prompt = `guess 1-${max}:`;
-      return { prompt, promptIds: encodeBytes(prompt, true), state: { secret, turns: 0, solved: false } };
+      return { prompt, promptIds: encodeBytes(prompt, true), state: { secret, turns: 0, solved: false, lo: 1, hi: max, consistent: 0 } };
     },
     step(state, action) {
       const turns = state.turns + 1;
       const guess = Number.parseInt(decodeBytes(action).trim(), 10);
-      if (guess === state.secret) return { state: { ...state, turns, solved: true }, observation: encodeBytes(" correct\n"), done: true };
+      const consistent = state.consistent + (guess >= state.lo && guess <= state.hi ? 1 : 0);
+      if (guess === state.secret) return { state: { ...state, turns, consistent, solved: true }, observation: encodeBytes(" correct\n"), done: true };
       const done = turns >= maxTurns;
+      const lo = guess < state.secret ? Math.max(state.lo, guess + 1) : state.lo;
+      const hi = guess > state.secret ? Math.min(state.hi, guess - 1) : state.hi;
       const reply = Number.isNaN(guess) ? " number?\n" : guess < state.secret ? " higher\n" : " lower\n";
-      return { state: { ...state, turns }, observation: done ? new Int32Array(0) : encodeBytes(reply), done };
+      return { state: { ...state, turns, consistent, lo, hi }, observation: done ? new Int32Array(0) : encodeBytes(reply), done };
     },
     reward(state) {
-      if (!state.solved) return 0;
-      return Math.max(0.1, 1 - 0.1 * (state.turns - 1));
+      if (!state.solved) return shaped ? (0.3 * state.consistent) / maxTurns : 0;
+      return Math.max(0.5, 1 - 0.1 * (state.turns - 1));
     },
     success(state) {
       return state.solved;

@@ -1,7 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { additionReward, createAdditionTask } from "../../actors/environment/tasks/addition.ts";
+import type { Task } from "../../actors/environment/task.ts";
 import { createGuessNumberTask } from "../../actors/environment/tasks/guess-number.ts";
 import { decodeBytes, encodeBytes, BOS_ID } from "../../src/engine/tokenizer.ts";
+
+/** The secret number of a guess-number episode. */
+const secretOf = (task: Task, index: number) => (task.reset(index, 1).state as { secret: number }).secret;
 
 describe("built-in tasks", () => {
   it("addition: deterministic prompts, exact answer scores 1, shaped partial credit below 1", () => {
@@ -82,7 +86,7 @@ describe("built-in tasks", () => {
   it("guess-number, shaped: an unfound number earns credit only for guesses the replies so far allowed", () => {
     const play = (task: ReturnType<typeof createGuessNumberTask>, guesses: string[]) => {
       let i = 0;
-      while (task.reset(i, 1).state.secret !== 10) i++; // an episode whose secret is 10
+      while (secretOf(task, i) !== 10) i++; // an episode whose secret is 10
       let s = task.reset(i, 1).state;
       for (const g of guesses) s = task.step(s, encodeBytes(g)).state;
       return [task.reward(s), task.success!(s)];
@@ -92,5 +96,23 @@ describe("built-in tasks", () => {
     expect(play(shaped, ["4", "12", "3", "13"])).toEqual([(0.3 * 2) / 4, false]);
     expect(play(shaped, ["10"])).toEqual([1, true]);
     expect(play(createGuessNumberTask({ max: 16, maxTurns: 4, shaped: false }), ["4", "12", "11", "9"])).toEqual([0, false]);
+  });
+
+  it("guess-number, interval replies: each reply names the numbers still possible, in the prompt's form", () => {
+    const task = createGuessNumberTask({ max: 16, maxTurns: 6, replies: "interval" });
+    let i = 0;
+    while (secretOf(task, i) !== 10) i++;
+    const ep = task.reset(i, 1);
+    expect(ep.prompt).toBe("guess 1-16:");
+    let s = ep.state;
+    const seen: string[] = [];
+    for (const g of ["8", "12", "x", "10"]) {
+      const r = task.step(s, encodeBytes(g));
+      s = r.state;
+      seen.push(decodeBytes(r.observation));
+    }
+    expect(seen).toEqual([" higher 9-16:", " lower 9-11:", " number? 9-11:", " correct\n"]);
+    expect([task.reward(s), task.success!(s)]).toEqual([0.7, true]);
+    expect(() => createGuessNumberTask({ replies: "colder" })).toThrow(/replies must be/);
   });
 });

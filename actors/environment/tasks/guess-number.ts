@@ -1,6 +1,9 @@
 // Built-in multi-turn task: guess a secret number from 1 to `max` (default 16). After each guess the
 // environment replies " higher\n", " lower\n" or " correct\n" as tokens with loss mask 0, and the
 // model guesses again with the whole conversation as its prompt — the prefix cache's best case.
+// With `replies: interval` the reply also names the numbers still possible, in the prompt's own form
+// ("guess 1-16:8 higher 9-16:12 lower 9-11:10 correct\n"): the model need not remember the whole
+// conversation to guess well, only read the last interval.
 // A guess is at most as many tokens as `max` has digits ("8", "08" or "8" then EOS): the turn ends
 // there, so a model learns numbers without having to learn to stop. Reward: 1 for the right number,
 // 0.1 less for each extra turn (at least 0.5 when found). Not found: 0, or with `shaped` (default)
@@ -26,12 +29,16 @@ export interface GuessConfig {
   max?: number;
   maxTurns?: number;
   shaped?: boolean;
+  /** "direction" (default): " higher\n" / " lower\n"; "interval": " higher 9-16:" / " lower 1-7:". */
+  replies?: "direction" | "interval";
 }
 
 export const createGuessNumberTask: TaskFactory = (config) => {
   const max = Number((config as GuessConfig).max ?? 16);
   const maxTurns = Number((config as GuessConfig).maxTurns ?? 6);
   const shaped = (config as GuessConfig).shaped ?? true;
+  const replies = (config as GuessConfig).replies ?? "direction";
+  if (replies !== "direction" && replies !== "interval") throw new RangeError(`guess-number: replies must be "direction" or "interval" (got ${JSON.stringify(replies)})`);
   if (!Number.isInteger(max) || max < 2 || max > 100) throw new RangeError(`guess-number: max must be an integer in [2, 100] (got ${max})`);
   if (!Number.isInteger(maxTurns) || maxTurns < 1) throw new RangeError(`guess-number: maxTurns must be ≥ 1 (got ${maxTurns})`);
   const task: Task<GuessState> = {
@@ -52,7 +59,8 @@ export const createGuessNumberTask: TaskFactory = (config) => {
       const done = turns >= maxTurns;
       const lo = guess < state.secret ? Math.max(state.lo, guess + 1) : state.lo;
       const hi = guess > state.secret ? Math.min(state.hi, guess - 1) : state.hi;
-      const reply = Number.isNaN(guess) ? " number?\n" : guess < state.secret ? " higher\n" : " lower\n";
+      const word = Number.isNaN(guess) ? " number?" : guess < state.secret ? " higher" : " lower";
+      const reply = replies === "interval" ? `${word} ${lo}-${hi}:` : `${word}\n`;
       return { state: { ...state, turns, consistent, lo, hi }, observation: done ? new Int32Array(0) : encodeBytes(reply), done };
     },
     reward(state) {

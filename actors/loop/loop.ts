@@ -179,7 +179,8 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
   const t0 = performance.now();
   const baseSeconds = state.seconds;
   const elapsed = () => baseSeconds + (performance.now() - t0) / 1000;
-  const metrics: StepMetrics[] = readJsonl<StepMetrics>(metricsPath);
+  // a run resumed from before success_rate existed: its earlier steps count the full reward as success
+  const metrics: StepMetrics[] = readJsonl<StepMetrics>(metricsPath).map((m) => ({ ...m, success_rate: m.success_rate ?? m.reward_max_frac }));
   let lastCheckpoint: string | null = opts.resume ? startDir : null;
   let checkpointStep = state.step;
   try {

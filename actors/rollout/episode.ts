@@ -79,7 +79,6 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     if (r.done) break;
     b.appendEnv(r.observation);
   }
-  const reward = task.reward(state);
-  const success = task.success ? task.success(state) : reward >= 1;
-  return b.build(reward, truncated ? "truncated" : "completed", { turns, success });
+  // success only where the task tests it: rewardStats counts the full reward otherwise
+  return b.build(task.reward(state), truncated ? "truncated" : "completed", { turns, ...(task.success ? { success: task.success(state) } : {}) });
 }

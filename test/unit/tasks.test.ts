@@ -98,6 +98,23 @@ describe("built-in tasks", () => {
     expect(play(createGuessNumberTask({ max: 16, maxTurns: 4, shaped: false }), ["4", "12", "11", "9"])).toEqual([0, false]);
   });
 
+  it("guess-number, information credit: an unfound number earns more for guesses that narrowed the interval more", () => {
+    const task = createGuessNumberTask({ max: 16, maxTurns: 2, credit: "information" });
+    const play = (guesses: string[]) => {
+      let i = 0;
+      while (secretOf(task, i) !== 10) i++;
+      let s = task.reset(i, 1).state;
+      for (const g of guesses) s = task.step(s, encodeBytes(g)).state;
+      return task.reward(s);
+    };
+    // 8 then 12 leave 9-11 (3 numbers); 1 then 2 leave 3-16 (14); nonsense leaves all 16
+    expect(play(["8", "12"])).toBeCloseTo((0.4 * Math.log2(16 / 3)) / 4, 12);
+    expect(play(["1", "2"])).toBeCloseTo((0.4 * Math.log2(16 / 14)) / 4, 12);
+    expect(play(["x", "y"])).toBe(0);
+    expect(play(["10"])).toBe(1);
+    expect(() => createGuessNumberTask({ credit: "warmer" })).toThrow(/credit must be/);
+  });
+
   it("guess-number, interval replies: each reply names the numbers still possible, in the prompt's form", () => {
     const task = createGuessNumberTask({ max: 16, maxTurns: 6, replies: "interval" });
     let i = 0;

@@ -29,6 +29,13 @@ export interface GuessConfig {
   max?: number;
   maxTurns?: number;
   shaped?: boolean;
+  /**
+   * What a shaped reward credits when the number is not found: "consistent" (default): up to 0.3
+   * for guesses inside the interval the replies left; "information": up to 0.4 for how far the
+   * replies narrowed the interval, log2(max / numbers still possible) / log2(max), so a guess that
+   * halves the interval earns more than one that removes a single number.
+   */
+  credit?: "consistent" | "information";
   /** "direction" (default): " higher\n" / " lower\n"; "interval": " higher 9-16:" / " lower 1-7:". */
   replies?: "direction" | "interval";
 }
@@ -38,6 +45,8 @@ export const createGuessNumberTask: TaskFactory = (config) => {
   const maxTurns = Number((config as GuessConfig).maxTurns ?? 6);
   const shaped = (config as GuessConfig).shaped ?? true;
   const replies = (config as GuessConfig).replies ?? "direction";
+  const credit = (config as GuessConfig).credit ?? "consistent";
+  if (credit !== "consistent" && credit !== "information") throw new RangeError(`guess-number: credit must be "consistent" or "information" (got ${JSON.stringify(credit)})`);
   if (replies !== "direction" && replies !== "interval") throw new RangeError(`guess-number: replies must be "direction" or "interval" (got ${JSON.stringify(replies)})`);
   if (!Number.isInteger(max) || max < 2 || max > 100) throw new RangeError(`guess-number: max must be an integer in [2, 100] (got ${max})`);
   if (!Number.isInteger(maxTurns) || maxTurns < 1) throw new RangeError(`guess-number: maxTurns must be ≥ 1 (got ${maxTurns})`);
@@ -64,7 +73,11 @@ export const createGuessNumberTask: TaskFactory = (config) => {
       return { state: { ...state, turns, consistent, lo, hi }, observation: done ? new Int32Array(0) : encodeBytes(reply), done };
     },
     reward(state) {
-      if (!state.solved) return shaped ? (0.3 * state.consistent) / maxTurns : 0;
+      if (!state.solved) {
+        if (!shaped) return 0;
+        if (credit === "information") return (0.4 * Math.log2(max / (state.hi - state.lo + 1))) / Math.log2(max);
+        return (0.3 * state.consistent) / maxTurns;
+      }
       return Math.max(0.5, 1 - 0.1 * (state.turns - 1));
     },
     success(state) {

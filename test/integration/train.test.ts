@@ -98,6 +98,9 @@ describe("ooze train", () => {
     const latest = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8"));
     expect(latest).toMatchObject({ step: 3, nextPrompt: 9, nextSample: 36, weightVersion: 3 });
     checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
+    // a bad override is refused before anything starts, naming the flag
+    await expect(run(process.execPath, ["bin/ooze.mjs", "train", topo, "--out", join(dir, "bad"), "--seed", "1.5"], { timeout: 30_000 })).rejects.toThrow(/--seed must be an integer/);
+    expect(existsSync(join(dir, "bad"))).toBe(false);
   }, 60_000);
 
   it("a SIGKILLed trainer worker restarts; no sample is lost or trained twice; --resume continues the data stream", async () => {

@@ -17,6 +17,7 @@ interface TrainOptions {
   steps?: string;
   maxSeconds?: string;
   mode?: string;
+  seed?: string;
   quiet?: boolean;
 }
 
@@ -36,12 +37,17 @@ export function register(program: Command) {
     .option("--steps <n>", "override train.steps")
     .option("--max-seconds <s>", "override train.maxSeconds (stop after this much wall time)")
     .option("--mode <mode>", "override train.mode (sync | async | fully_async)")
+    .option("--seed <n>", "override train.seed (prompts, sampling and the model's initialisation)")
     .option("--quiet", "no progress bar or per-step lines")
     .action(async (file: string, opts: TrainOptions) => {
       const topo = loadTopology(file);
       const { train, engines } = trainConfigOf(topo);
       if (opts.steps !== undefined) train.steps = num("steps", opts.steps, 1);
       if (opts.maxSeconds !== undefined) train.maxSeconds = num("max-seconds", opts.maxSeconds, 0);
+      if (opts.seed !== undefined) {
+        train.seed = num("seed", opts.seed, 0);
+        if (!Number.isInteger(train.seed)) throw new OozeError("CONFIG_INVALID", `--seed must be an integer ≥ 0 (got '${opts.seed}')`);
+      }
       if (opts.mode !== undefined) {
         if (opts.mode !== "sync" && opts.mode !== "async" && opts.mode !== "fully_async")
           throw new OozeError("CONFIG_INVALID", `--mode must be sync, async or fully_async (got '${opts.mode}')`);

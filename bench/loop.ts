@@ -29,6 +29,13 @@
 // the mean over R repetitions (default 2), each of which runs all modes and both bound phases back
 // to back; the per-repetition figures are printed too.
 //
+// CPU (bench/lib/cpu.ts, the whole machine's /proc/stat over each measured window): core-seconds
+// per sample and the busy fraction of the cores for every mode and for each half of the bound;
+// cpu_bound = cores / (CPU per generated sample + CPU per trained sample, each measured alone) is
+// the rate with every core busy doing only that work. Where cpu_bound is below `bound`, the cores,
+// not a lack of overlap, cap every mode; a mode's CPU per sample above the two halves' sum is work
+// the overlap itself costs (aborted generations prefilled again, requeued groups, loop overhead).
+//
 // The machine has 2 cores shared by the engine, the trainer worker and this process (HTTP, episodes,
 // buffer): every native pool runs one thread (OMP_NUM_THREADS=1, unless set) so an engine and a
 // trainer working at once each keep a core, in every mode and in the bound's phases alike. The
@@ -36,9 +43,10 @@
 // every figure (and the bound, measured at another moment) noisy.
 process.env.OMP_NUM_THREADS ??= "1";
 import { mkdtempSync, rmSync } from "node:fs";
-import { loadavg, tmpdir } from "node:os";
+import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { cpuBetween, machineCpu, type CpuTimes } from "./lib/cpu.ts";
 import { weightSyncFigures } from "./lib/weight-sync-figures.ts";
 import { GroupBuffer } from "../actors/buffer/groups.ts";
 import { enginesSchema, trainSchema, type TrainConfig } from "../actors/loop/config.ts";
@@ -82,38 +90,57 @@ function rate(ms: StepMetrics[]): number {
   return ms.slice(1).reduce((n, m) => n + m.samples, 0) / seconds;
 }
 
-async function run(mode: TrainConfig["mode"], rep: number, maxStaleness = staleness): Promise<{ sps: number; out: string; ms: StepMetrics[] }> {
+/** CPU over a measured window: core-seconds per sample, and the busy fraction of the machine. */
+interface CpuUse {
+  perSample: number;
+  utilisation: number;
+}
+
+function cpuUse(a: CpuTimes | null, b: CpuTimes | null, samples: number): CpuUse {
+  const c = cpuBetween(a, b);
+  return c ? { perSample: c.busy / samples, utilisation: c.utilisation } : { perSample: NaN, utilisation: NaN };
+}
+
+async function run(mode: TrainConfig["mode"], rep: number, maxStaleness = staleness): Promise<{ sps: number; out: string; ms: StepMetrics[]; cpu: CpuUse }> {
   const out = join(root, `${mode}-${maxStaleness}-${rep}`);
-  await runTraining({ out, train: trainConfig(mode, maxStaleness), engines, baseDir: process.cwd() });
+  // the machine's CPU at the end of step 1 and of the last step: the window `rate` measures
+  let c1: CpuTimes | null = null, cN: CpuTimes | null = null;
+  const onStep = (m: StepMetrics) => {
+    if (m.step === 1) c1 = machineCpu();
+    cN = machineCpu();
+  };
+  await runTraining({ out, train: trainConfig(mode, maxStaleness), engines, baseDir: process.cwd(), hooks: { onStep } });
   const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
   const sps = rate(ms);
+  const cpu = cpuUse(c1, cN, ms.slice(1).reduce((n, m) => n + m.samples, 0));
   say(`${mode}${mode === "fully_async" ? ` (staleness bound ${maxStaleness})` : ""}: ${sps.toFixed(1)} trained samples/s over steps 2..${ms.length} (mean step ${(ms.slice(1).reduce((n, m) => n + m.step_seconds, 0) / (ms.length - 1)).toFixed(2)} s)`);
-  return { sps, out, ms };
+  return { sps, out, ms, cpu };
 }
 
 /** Generation alone: groups kept in flight up to `window`, as fully_async does, no trainer. */
-async function generationOnly(modelDir: string): Promise<{ sps: number; groups: Sample[][] }> {
+async function generationOnly(modelDir: string): Promise<{ sps: number; groups: Sample[][]; cpu: CpuUse }> {
   const cfg = trainConfig("fully_async");
   const t = await loadTask(task, taskConfig, process.cwd());
   const proc = await startEngineProcess({ modelDir, maxRunning, cacheTokens: engines.cacheTokens, weightVersion: "0" });
   const gen = await FleetGenerator.create([proc.url]);
   try {
     const total = (steps + 2) * prompts;
-    const done: { at: number; samples: Sample[] }[] = [];
+    const done: { at: number; samples: Sample[]; cpu: CpuTimes | null }[] = [];
     let next = 0;
     await new Promise<void>((resolve, reject) => {
       const launch = () => {
         const p = next++;
         rolloutRange(t, gen, { firstPrompt: p, prompts: 1, samplesPerPrompt: samples, firstSample: p * samples }, { seed: cfg.seed, temperature: cfg.temperature }).then((r) => {
-          done.push({ at: performance.now(), samples: r.samples });
+          done.push({ at: performance.now(), samples: r.samples, cpu: done.length === prompts - 1 || done.length === steps * prompts - 1 ? machineCpu() : null });
           if (next < total) launch();
           if (done.length === total) resolve();
         }, reject);
       };
       for (let i = 0; i < Math.min(window, total); i++) launch();
     });
-    const first = done[prompts - 1]!.at, last = done[steps * prompts - 1]!.at;
-    return { sps: ((steps - 1) * prompts * samples) / ((last - first) / 1000), groups: done.map((d) => d.samples) };
+    const first = done[prompts - 1]!, last = done[steps * prompts - 1]!;
+    const n = (steps - 1) * prompts * samples;
+    return { sps: n / ((last.at - first.at) / 1000), groups: done.map((d) => d.samples), cpu: cpuUse(first.cpu, last.cpu, n) };
   } finally {
     await gen.close();
     await proc.stop();
@@ -121,7 +148,7 @@ async function generationOnly(modelDir: string): Promise<{ sps: number; groups: 
 }
 
 /** Training alone: N batches of 8 groups from the generation-only samples, one after the other. */
-async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): Promise<number> {
+async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): Promise<{ sps: number; cpu: CpuUse }> {
   const cfg = trainConfig("sync");
   const trainer = await PolicyTrainer.start({
     modelDir, version: 0, weightsRoot: join(root, `train-only-${rep}`),
@@ -136,18 +163,23 @@ async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): 
       for (const s of g) buffer.add(s);
       buffer.close(g[0]!.groupIndex, g.length);
     }
-    let seconds = 0, trained = 0;
+    let seconds = 0, trained = 0, busy = 0, total = 0;
     for (let step = 1; step <= steps; step++) {
       const { batch } = buffer.takeBatch(trainer.version);
       if (!batch) throw new Error(`training only: no batch for step ${step}`);
-      const t0 = performance.now();
+      const t0 = performance.now(), c0 = machineCpu();
       await trainer.step(batch.samples);
       if (step > 1) {
         seconds += (performance.now() - t0) / 1000;
         trained += batch.samples.length;
+        const c = cpuBetween(c0, machineCpu());
+        if (c) {
+          busy += c.busy;
+          total += c.busy / c.utilisation;
+        }
       }
     }
-    return trained / seconds;
+    return { sps: trained / seconds, cpu: total > 0 ? { perSample: busy / trained, utilisation: busy / total } : { perSample: NaN, utilisation: NaN } };
   } finally {
     await trainer.close();
   }
@@ -161,6 +193,8 @@ try {
   // Repetitions, each measuring every mode and both halves of the bound back to back, so a change
   // in the machine's other load hits them alike; figures are the means over repetitions.
   const reps: { sync: number; async: number; fully_async: number; fully_async_staleness8: number; generation_only: number; training_only: number; bound: number }[] = [];
+  /** Per repetition: CPU core-seconds per sample and busy fraction of the machine, by phase. */
+  const cpuReps: Record<"sync" | "async" | "fully_async" | "generation_only" | "training_only", CpuUse>[] = [];
   let lastSync = "", stalenessSeen = 0, partialSamples = 0, requeuedSamples = 0;
   for (let rep = 1; rep <= repetitions; rep++) {
     say(`repetition ${rep}/${repetitions}`);
@@ -171,8 +205,10 @@ try {
     const genOnly = await generationOnly(v0);
     say(`generation only: ${genOnly.sps.toFixed(1)} samples/s (window ${window} groups)`);
     const trainOnly = await trainingOnly(v0, genOnly.groups, rep);
-    say(`training only: ${trainOnly.toFixed(1)} samples/s`);
-    reps.push({ sync: sync.sps, async: async_.sps, fully_async: full.sps, fully_async_staleness8: loose.sps, generation_only: genOnly.sps, training_only: trainOnly, bound: Math.min(genOnly.sps, trainOnly) });
+    say(`training only: ${trainOnly.sps.toFixed(1)} samples/s`);
+    reps.push({ sync: sync.sps, async: async_.sps, fully_async: full.sps, fully_async_staleness8: loose.sps, generation_only: genOnly.sps, training_only: trainOnly.sps, bound: Math.min(genOnly.sps, trainOnly.sps) });
+    cpuReps.push({ sync: sync.cpu, async: async_.cpu, fully_async: full.cpu, generation_only: genOnly.cpu, training_only: trainOnly.cpu });
+    say(`CPU ms/sample (machine busy): ${Object.entries(cpuReps.at(-1)!).map(([k, c]) => `${k} ${(c.perSample * 1000).toFixed(2)} (${(c.utilisation * 100).toFixed(0)} %)`).join(", ")}`);
     const records = readJsonl<BatchRecord>(join(full.out, "batches.jsonl"));
     stalenessSeen = Math.max(stalenessSeen, ...full.ms.map((m) => m.staleness_max));
     partialSamples += full.ms.reduce((n, m) => n + m.partial_samples, 0);
@@ -183,6 +219,13 @@ try {
   const r = (x: number, d = 2) => Number(x.toFixed(d));
   const mean = (k: keyof (typeof reps)[number]) => reps.reduce((n, x) => n + x[k], 0) / reps.length;
   const m = { sync: mean("sync"), async: mean("async"), full: mean("fully_async"), gen: mean("generation_only"), train: mean("training_only"), bound: mean("bound") };
+  // The CPU bound: the rate at which every core is busy with nothing but generating and training
+  // (cores / CPU-seconds a sample costs to generate and train, each measured alone). Where it is
+  // below `bound`, the cores, not the lack of overlap, limit every mode.
+  const cores = availableParallelism();
+  const cpuMean = (k: keyof (typeof cpuReps)[number], f: keyof CpuUse) => cpuReps.reduce((n, x) => n + x[k][f], 0) / cpuReps.length;
+  const cpuBound = cores / (cpuMean("generation_only", "perSample") + cpuMean("training_only", "perSample"));
+  const phases = ["sync", "async", "fully_async", "generation_only", "training_only"] as const;
   console.log(
     JSON.stringify({
       workload: `long-tail turns (Pareto alpha ${taskConfig.alpha}, 1-${taskConfig.maxTurns} turns of <=${taskConfig.turnTokens} tokens), preset ${preset}, ${prompts} prompts x ${samples} samples, ${steps} steps, 1 engine (maxRunning ${maxRunning}), OMP_NUM_THREADS=${process.env.OMP_NUM_THREADS}, ${repetitions} repetitions`,
@@ -203,6 +246,11 @@ try {
       fully_async_staleness8_vs_sync: r(mean("fully_async_staleness8") / m.sync, 3),
       fully_async_partial_samples: partialSamples,
       fully_async_requeued_samples: requeuedSamples,
+      cores,
+      cpu_bound: r(cpuBound),
+      fully_async_vs_cpu_bound: r(m.full / cpuBound, 3),
+      cpu_ms_per_sample: Object.fromEntries(phases.map((k) => [k, r(cpuMean(k, "perSample") * 1000, 3)])),
+      cpu_busy: Object.fromEntries(phases.map((k) => [k, r(cpuMean(k, "utilisation"), 3)])),
       // 1-minute load average of the machine before and after: other work competes for the 2 cores.
       load_before: r(loadBefore),
       load_after: r(loadavg()[0]!),

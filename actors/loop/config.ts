@@ -49,6 +49,12 @@ export const trainSchema = z
     lr: z.number().positive().default(3e-3),
     /** Linear learning-rate warmup over the first N steps (0 = none). */
     lrWarmupSteps: z.number().int().min(0).default(0),
+    /**
+     * After the warmup: constant, or a linear or half-cosine decay to lr × lrMinRatio at the last
+     * step (`steps`), so late steps of a converging policy move it less.
+     */
+    lrDecay: z.enum(["constant", "linear", "cosine"]).default("constant"),
+    lrMinRatio: z.number().min(0).max(1).default(0.1),
     weightDecay: z.number().min(0).default(0),
     maxGradNorm: z.number().positive().default(1),
     beta2: z.number().min(0).max(1).default(0.99),

@@ -225,7 +225,7 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
       version: state.weightVersion,
       weightsRoot: join(out, "weights"),
       config: {
-        lr: cfg.lr, lrWarmupSteps: cfg.lrWarmupSteps, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, adamEps: cfg.adamEps, epsClip: cfg.epsClip,
+        lr: cfg.lr, lrWarmupSteps: cfg.lrWarmupSteps, lrDecay: cfg.lrDecay, lrDecaySteps: cfg.steps, lrMinRatio: cfg.lrMinRatio, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, adamEps: cfg.adamEps, epsClip: cfg.epsClip,
         epsClipHigh: cfg.epsClipHigh ?? cfg.epsClip, entropyCoef: cfg.entropyCoef, entropyTarget: cfg.entropyTarget, entropyCoefStep: cfg.entropyCoefStep, temperature: cfg.temperature, microBatchTokens: cfg.microBatchTokens,
         updatesPerStep: cfg.updatesPerStep,
       },

@@ -10,11 +10,30 @@ import { packSamples, type TrainStepMetrics } from "../../native/trainer.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { TrainSample } from "../buffer/groups.ts";
 
+/** The learning rate of the step that produces weight version `version` (1-based) under `c`'s schedule. */
+export function learningRate(c: Pick<PolicyTrainerConfig, "lr" | "lrWarmupSteps" | "lrDecay" | "lrDecaySteps" | "lrMinRatio">, version: number): number {
+  const w = c.lrWarmupSteps ?? 0;
+  if (w > 0 && version < w) return c.lr * (version / w);
+  const decay = c.lrDecay ?? "constant";
+  if (decay === "constant" || c.lrDecaySteps === undefined || c.lrDecaySteps <= w) return c.lr;
+  const progress = Math.min(1, Math.max(0, (version - w) / (c.lrDecaySteps - w)));
+  const min = c.lrMinRatio ?? 0.1;
+  const f = decay === "linear" ? 1 - progress : 0.5 * (1 + Math.cos(Math.PI * progress));
+  return c.lr * (min + (1 - min) * f);
+}
+
 /** Loss and optimizer settings of the trainer. */
 export interface PolicyTrainerConfig {
   lr: number;
   /** Linear warmup: step k (1-based, counted in weight versions) uses lr * min(1, k / lrWarmupSteps). */
   lrWarmupSteps?: number;
+  /**
+   * After the warmup the rate stays (constant, the default) or falls, linearly or along a half
+   * cosine, to lr * lrMinRatio at step lrDecaySteps, and stays there.
+   */
+  lrDecay?: "constant" | "linear" | "cosine";
+  lrDecaySteps?: number;
+  lrMinRatio?: number;
   weightDecay: number;
   maxGradNorm: number;
   beta2: number;
@@ -128,8 +147,7 @@ export class PolicyTrainer {
 
   /** The learning rate of the step that produces `version`. */
   lrAt(version: number): number {
-    const w = this.config.lrWarmupSteps ?? 0;
-    return w > 0 ? this.config.lr * Math.min(1, version / w) : this.config.lr;
+    return learningRate(this.config, version);
   }
 
   /** Keeps the two newest version directories (the engines may still read the previous one). */

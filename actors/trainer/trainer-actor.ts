@@ -54,7 +54,8 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       const from = await startingPoint(out, env, paths);
       if (from.resumed) ctx.log.warn(`trainer: resuming job ${env.job} at step ${from.step} from ${from.modelDir}`);
       const config = {
-        lr: t.lr, weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
+        lr: t.lr, lrWarmupSteps: t.lrWarmupSteps, lrDecay: t.lrDecay, lrDecaySteps: t.steps, lrMinRatio: t.lrMinRatio, adamEps: t.adamEps,
+        weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
         entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, temperature: t.temperature,
         microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep,
       };

@@ -96,9 +96,8 @@ interface CpuUse {
   utilisation: number;
 }
 
-function cpuUse(a: CpuTimes | null, b: CpuTimes | null, samples: number): CpuUse {
-  const c = cpuBetween(a, b);
-  return c ? { perSample: c.busy / samples, utilisation: c.utilisation } : { perSample: NaN, utilisation: NaN };
+function cpuUse(c: CpuTimes | null, samples: number): CpuUse {
+  return c && c.total > 0 ? { perSample: c.busy / samples, utilisation: c.busy / c.total } : { perSample: NaN, utilisation: NaN };
 }
 
 async function run(mode: TrainConfig["mode"], rep: number, maxStaleness = staleness): Promise<{ sps: number; out: string; ms: StepMetrics[]; cpu: CpuUse }> {
@@ -112,7 +111,7 @@ async function run(mode: TrainConfig["mode"], rep: number, maxStaleness = stalen
   await runTraining({ out, train: trainConfig(mode, maxStaleness), engines, baseDir: process.cwd(), hooks: { onStep } });
   const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
   const sps = rate(ms);
-  const cpu = cpuUse(c1, cN, ms.slice(1).reduce((n, m) => n + m.samples, 0));
+  const cpu = cpuUse(cpuBetween(c1, cN), ms.slice(1).reduce((n, m) => n + m.samples, 0));
   say(`${mode}${mode === "fully_async" ? ` (staleness bound ${maxStaleness})` : ""}: ${sps.toFixed(1)} trained samples/s over steps 2..${ms.length} (mean step ${(ms.slice(1).reduce((n, m) => n + m.step_seconds, 0) / (ms.length - 1)).toFixed(2)} s)`);
   return { sps, out, ms, cpu };
 }
@@ -140,7 +139,7 @@ async function generationOnly(modelDir: string): Promise<{ sps: number; groups: 
     });
     const first = done[prompts - 1]!, last = done[steps * prompts - 1]!;
     const n = (steps - 1) * prompts * samples;
-    return { sps: n / ((last.at - first.at) / 1000), groups: done.map((d) => d.samples), cpu: cpuUse(first.cpu, last.cpu, n) };
+    return { sps: n / ((last.at - first.at) / 1000), groups: done.map((d) => d.samples), cpu: cpuUse(cpuBetween(first.cpu, last.cpu), n) };
   } finally {
     await gen.close();
     await proc.stop();
@@ -163,7 +162,8 @@ async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): 
       for (const s of g) buffer.add(s);
       buffer.close(g[0]!.groupIndex, g.length);
     }
-    let seconds = 0, trained = 0, busy = 0, total = 0;
+    let seconds = 0, trained = 0;
+    const used: CpuTimes = { busy: 0, total: 0 };
     for (let step = 1; step <= steps; step++) {
       const { batch } = buffer.takeBatch(trainer.version);
       if (!batch) throw new Error(`training only: no batch for step ${step}`);
@@ -174,12 +174,12 @@ async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): 
         trained += batch.samples.length;
         const c = cpuBetween(c0, machineCpu());
         if (c) {
-          busy += c.busy;
-          total += c.busy / c.utilisation;
+          used.busy += c.busy;
+          used.total += c.total;
         }
       }
     }
-    return { sps: trained / seconds, cpu: total > 0 ? { perSample: busy / trained, utilisation: busy / total } : { perSample: NaN, utilisation: NaN } };
+    return { sps: trained / seconds, cpu: cpuUse(used, trained) };
   } finally {
     await trainer.close();
   }

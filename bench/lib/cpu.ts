@@ -20,8 +20,8 @@ export function machineCpu(): CpuTimes | null {
   return { busy: (total - idle) / 100, total: total / 100 };
 }
 
-/** CPU used between two readings: busy core-seconds, and the busy fraction of the machine's cores. */
-export function cpuBetween(a: CpuTimes | null, b: CpuTimes | null): { busy: number; utilisation: number } | null {
+/** CPU used between two readings (busy and total core-seconds); null without both readings. */
+export function cpuBetween(a: CpuTimes | null, b: CpuTimes | null): CpuTimes | null {
   if (!a || !b || b.total <= a.total) return null;
-  return { busy: b.busy - a.busy, utilisation: (b.busy - a.busy) / (b.total - a.total) };
+  return { busy: b.busy - a.busy, total: b.total - a.total };
 }

@@ -55,6 +55,8 @@ import { runTraining, type BatchRecord } from "../actors/loop/loop.ts";
 import { readJsonl, type StepMetrics } from "../actors/loop/metrics.ts";
 import { loadTask } from "../actors/loop/task-loader.ts";
 import { rolloutRange } from "../actors/rollout/rollout.ts";
+import { runTrainJob } from "../src/cli/train-job.ts";
+import { loadTopology } from "../src/topology/load.ts";
 import { PolicyTrainer } from "../actors/trainer/policy-trainer.ts";
 import type { Sample } from "../src/sample.ts";
 
@@ -185,7 +187,48 @@ async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): 
   }
 }
 
+/**
+ * The quickstart topology (topologies/quickstart.yaml, `qsteps` steps of 32 x 16 samples) through the
+ * in-process loop and through the actors on JetStream (`ooze train`), alternating, `reps` times each:
+ * trained samples/s over steps 2..N.
+ */
+async function quickstartPaths(qsteps: number): Promise<{ in_process: number[]; actors: number[] }> {
+  const topo = loadTopology(fileURLToPath(new URL("../topologies/quickstart.yaml", import.meta.url)));
+  const { trainConfigOf } = await import("../actors/loop/config.ts");
+  const { train, engines: eng } = trainConfigOf(topo);
+  const cfg = { ...train, steps: qsteps, maxSeconds: 0, checkpointEvery: 1000 };
+  const res = { in_process: [] as number[], actors: [] as number[] };
+  for (let rep = 1; rep <= repetitions; rep++) {
+    const a = join(root, `qs-inproc-${rep}`), b = join(root, `qs-actors-${rep}`);
+    await runTraining({ out: a, train: cfg, engines: eng, baseDir: process.cwd() });
+    res.in_process.push(rate(readJsonl<StepMetrics>(join(a, "metrics.jsonl"))));
+    await runTrainJob({ topology: topo, train: cfg, engines: eng, out: b, log: () => undefined });
+    res.actors.push(rate(readJsonl<StepMetrics>(join(b, "metrics.jsonl"))));
+    say(`quickstart ${qsteps} steps: in-process ${res.in_process.at(-1)!.toFixed(1)}, actors ${res.actors.at(-1)!.toFixed(1)} trained samples/s`);
+  }
+  return res;
+}
+
 const loadBefore = loadavg()[0]!;
+const phase = arg("phase", "all");
+if (phase === "quickstart") {
+  try {
+    const q = await quickstartPaths(Number(arg("qsteps", "40")));
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    console.log(JSON.stringify({
+      workload: `topologies/quickstart.yaml, ${arg("qsteps", "40")} steps, ${repetitions} repetitions alternating`,
+      quickstart_in_process: Number(mean(q.in_process).toFixed(1)),
+      quickstart_actors: Number(mean(q.actors).toFixed(1)),
+      actors_vs_in_process: Number((mean(q.actors) / mean(q.in_process)).toFixed(3)),
+      repetitions: q,
+      load_before: Number(loadBefore.toFixed(2)),
+      load_after: Number(loadavg()[0]!.toFixed(2)),
+    }));
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+  process.exit(0);
+}
 try {
   const v0 = join(root, "bound-v0");
   const { initModelDir } = await import("../native/model-dir.ts");

@@ -1,21 +1,25 @@
 // The buffer actor (kind `train.buffer`, one per job): feeds prompt groups to the PROMPTS work queue
-// (one step's worth at a time; in sync mode only after the previous step's weights are synced, in
-// async mode one step ahead), consumes SAMPLES (samples and group closes) into a GroupBuffer, and
+// (sync and async: one step's worth at a time; in sync mode only after the previous step's weights
+// are synced, in async mode one step ahead; fully_async: continuously, ./continuous.ts), consumes SAMPLES (samples and group closes) into a GroupBuffer, and
 // when a step's groups are complete publishes one batch with advantages computed over it to BATCHES.
 // Groups the dynamic filter drops are refilled (at most 3 rounds, as `ooze train` does). Sample
 // indices are a function of the group (groupIndex · samplesPerPrompt + k), so a regenerated group
 // reproduces the same indices. Samples and closes are acked only once their batch is published, so a
 // restarted buffer gets back every message of the round in progress; it recovers its position from
-// the last batch on BATCHES, and re-fed prompts are deduplicated by their msgID.
+// the last batch on BATCHES (in a new job, e.g. `ooze train --resume`, from the position the trainer
+// announces with its weights), and re-fed prompts are deduplicated by their msgID.
 import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
-import { batchMsg, batchRegistry, groupClosed, promptGroup, sampleMsg, sampleRegistry, type VersionRecord } from "../loop-actors/messages.ts";
-import { consumeStream, ensureTrainStreams, lastMessage, publish, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
+import {
+  batchMsg, batchRegistry, groupClosed, promptGroup, promptMsgId, promptRegistry, sampleMsg, sampleRegistry, weightsRegistry,
+  type BatchBody, type PendingGroup, type VersionRecord,
+} from "../loop-actors/messages.ts";
+import { consumeStream, ensureTrainStreams, lastMessage, publish, scanStream, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
+import { ContinuousFeeder, statsOf, type FeederStart } from "./continuous.ts";
 import { GroupBuffer } from "./groups.ts";
-import { rewardStats } from "../loop/metrics.ts";
 import { z } from "zod";
 
 /** The buffer actor's `config`. */
@@ -42,8 +46,38 @@ interface BufferState {
   incarnation: string;
 }
 
-/** The buffer's bookkeeping over the streams (one instance per job). */
-class Feeder {
+/** What both feeders do with the streams' messages. */
+interface FeederLike {
+  start(from: FeederStart): void | Promise<void>;
+  onVersion(r: VersionRecord): Promise<void>;
+  onSample(s: Sample, defer: () => () => void): Promise<void>;
+  onClose(c: { groupIndex: number; count: number; firstSample: number; attempt: number; promptTokens: number; cachedTokens: number }, defer: () => () => void): Promise<void>;
+}
+
+/**
+ * Runs a feeder's calls one after another (samples and version records change the same state). After
+ * a failure the bookkeeping is not trusted any more: every later call fails (the actor restarts).
+ */
+class Serial<F extends FeederLike> {
+  private chain: Promise<unknown> = Promise.resolve();
+  private broken = false;
+
+  constructor(private readonly feeder: F) {}
+
+  run<T>(fn: (f: F) => T | Promise<T>): Promise<T> {
+    const p = this.chain.then(() => {
+      if (this.broken) throw new OozeError("ACTOR_CRASHED", "buffer: an earlier step failed; waiting for the restart", { retryable: true });
+      return fn(this.feeder);
+    });
+    this.chain = p.catch(() => {
+      this.broken = true;
+    });
+    return p;
+  }
+}
+
+/** The step-locked (sync and async) bookkeeping over the streams (one instance per job). */
+class Feeder implements FeederLike {
   private readonly groups: GroupBuffer;
   private batches = 0;
   private nextPrompt = 0;
@@ -54,37 +88,16 @@ class Feeder {
   private floor = 0;
   private round: Round | null = null;
   private emptyRounds = 0;
-  private chain: Promise<unknown> = Promise.resolve();
-  private broken = false;
-
   constructor(private readonly env: LoopEnv, private readonly path: string, private readonly log: (l: string) => void) {
     const t = env.train;
     this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, maxStaleness: null });
   }
 
-  /** Continues after the last batch on BATCHES (a restarted buffer), if there is one. */
-  async recover(): Promise<void> {
-    const last = await lastMessage(this.env.bus, this.env.names.streamBatches, batchRegistry);
-    if (!last) return;
-    const b = last.body;
-    this.batches = b.step;
-    this.nextPrompt = this.floor = b.nextPrompt;
-    this.log(`buffer: continuing after batch ${b.step} (next prompt ${b.nextPrompt})`);
-  }
-
-  /**
-   * Runs `fn` after every earlier call (samples and version records change the same state). After a
-   * failure the bookkeeping is not trusted any more: every later call fails (the actor restarts).
-   */
-  serial<T>(fn: () => Promise<T>): Promise<T> {
-    const p = this.chain.then(() => {
-      if (this.broken) throw new OozeError("ACTOR_CRASHED", "buffer: an earlier step failed; waiting for the restart", { retryable: true });
-      return fn();
-    });
-    this.chain = p.catch(() => {
-      this.broken = true;
-    });
-    return p;
+  /** Continues where the last batch (or the trainer's announced position) left off. */
+  start(from: FeederStart): void {
+    this.batches = from.batches;
+    this.nextPrompt = this.floor = from.nextPrompt;
+    if (from.batches > 0 || from.nextPrompt > 0) this.log(`buffer: continuing after batch ${from.batches} (next prompt ${from.nextPrompt})`);
   }
 
   async onVersion(r: VersionRecord): Promise<void> {
@@ -112,7 +125,7 @@ class Feeder {
     for (let i = 0; i < prompts; i++) {
       const g = this.nextPrompt++;
       this.outstanding.add(g);
-      await publish(this.env.bus, this.env.names.trainPrompts, promptGroup, { groupIndex: g, firstSample: g * n, samples: n, step: this.batches + 1 }, `prompt-${g}`, this.path);
+      await publishPrompt(this.env, this.path, { prompt: g, firstSample: g * n, count: n, attempt: 0 }, this.batches + 1);
     }
   }
 
@@ -129,8 +142,7 @@ class Feeder {
   }
 
   /** A sample: joins its group (acked with the round's batch); a copy or a sample of a finished group is acked now. */
-  async onSample(body: { sample: Sample }, defer: () => () => void): Promise<void> {
-    const s = body.sample;
+  async onSample(s: Sample, defer: () => () => void): Promise<void> {
     const round = this.adopt(s.groupIndex);
     if (!round || round.all.has(s.index)) return;
     round.all.set(s.index, s);
@@ -169,9 +181,8 @@ class Feeder {
     this.emptyRounds = 0;
     const trained = new Set(batch.samples.map((s) => s.index));
     const all = [...round.all.values()];
-    const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
     const step = this.batches + 1;
-    await publish(this.env.bus, this.env.names.trainBatches, batchMsg, {
+    await publishBatch(this.env, this.path, {
       step,
       samples: batch.samples,
       groups: batch.groups,
@@ -181,21 +192,62 @@ class Feeder {
       nextSample: this.nextPrompt * t.samplesPerPrompt,
       stats: {
         generated: all.length,
-        rewards: rewardStats(all),
-        responseLengthMean: mean(all.map((s) => s.responseLength)),
-        failed: all.filter((s) => s.status === "failed").length,
+        ...statsOf(all),
         droppedGroups: this.groups.stats.dropped,
         rolloutSeconds: (performance.now() - round.started) / 1000,
         promptTokens: round.promptTokens,
         cachedTokens: round.cachedTokens,
       },
-    }, `batch-${step}`, this.path);
+    });
     this.batches = step;
     this.round = null;
     for (const ack of round.acks) ack();
     this.log(`buffer: batch ${step} (${batch.samples.length} samples, ${batch.groups.length} groups) published`);
     await this.maybeFeed();
   }
+}
+
+/** Publishes one prompt group to PROMPTS (msgID per prompt and attempt). */
+async function publishPrompt(env: LoopEnv, path: string, g: PendingGroup, step: number): Promise<void> {
+  const body = { groupIndex: g.prompt, firstSample: g.firstSample, samples: g.count, step, attempt: g.attempt };
+  await publish(env.bus, env.names.trainPrompts, promptGroup, body, promptMsgId(g.prompt, g.attempt), path);
+}
+
+/** Publishes one batch to BATCHES (msgID `batch-<step>`). */
+async function publishBatch(env: LoopEnv, path: string, body: BatchBody): Promise<void> {
+  const full = { pending: [], requeued: [], requeuedPrompts: [], trainedPrompts: [], droppedPrompts: [], ...body };
+  await publish(env.bus, env.names.trainBatches, batchMsg, full, `batch-${body.step}`, path);
+}
+
+/**
+ * Where a (re)started buffer begins: after the last batch on BATCHES, or, in a job with none yet, at
+ * the position the trainer announced with its starting weights (0, or a resumed run's checkpoint);
+ * fully_async also collects the groups still on PROMPTS and SAMPLES (launched, not decided).
+ */
+async function startingPosition(env: LoopEnv, log: (l: string) => void): Promise<FeederStart> {
+  const { bus, names } = env;
+  const last = await lastMessage(bus, names.streamBatches, batchRegistry);
+  let from: FeederStart;
+  if (last) {
+    const b = last.body;
+    from = { batches: b.step, nextPrompt: b.nextPrompt, nextSample: b.nextSample, pending: b.pending, decided: new Set([...b.samples.map((s) => s.index), ...b.dropped, ...b.requeued]), inStreams: [] };
+  } else {
+    let w = await lastMessage(bus, names.streamWeights, weightsRegistry);
+    for (let waited = 0; !w; waited += 250) {
+      if (waited % 30_000 === 0) log("buffer: waiting for the trainer to announce its starting weights");
+      await new Promise((r) => setTimeout(r, 250));
+      w = await lastMessage(bus, names.streamWeights, weightsRegistry);
+    }
+    const p = w.body.position;
+    from = { batches: w.body.step, nextPrompt: p.nextPrompt, nextSample: p.nextSample, pending: p.pending, decided: new Set(), inStreams: [] };
+  }
+  if (env.train.mode === "fully_async") {
+    for (const m of await scanStream(bus, names.streamPrompts, promptRegistry))
+      from.inStreams.push({ prompt: m.body.groupIndex, firstSample: m.body.firstSample, count: m.body.samples, attempt: m.body.attempt });
+    for (const m of await scanStream(bus, names.streamSamples, sampleRegistry))
+      if (groupClosed.is(m)) from.inStreams.push({ prompt: m.body.groupIndex, firstSample: m.body.firstSample, count: Math.max(1, m.body.count), attempt: m.body.attempt });
+  }
+  return from;
 }
 
 /** The buffer actor definition for a node's system and topology. */
@@ -208,20 +260,29 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
       const env = loopEnv(system, topology, ctx as never);
       const cfg = actorConfig(bufferActorConfig, ctx as never);
       await ensureTrainStreams(env.bus, env.names, env.train);
-      const feeder = new Feeder(env, ctx.path, (l) => ctx.log.info(l));
-      await feeder.recover();
+      const log = (l: string) => ctx.log.info(l);
+      const feeder =
+        env.train.mode === "fully_async"
+          ? new Serial(new ContinuousFeeder(env, {
+              publishPrompt: (g, step) => publishPrompt(env, ctx.path, g, step),
+              publishBatch: (b) => publishBatch(env, ctx.path, b),
+              log,
+            }))
+          : new Serial(new Feeder(env, ctx.path, log));
       const { fail, incarnation } = failer(ctx);
+      // The start position may wait for the trainer: found in the background, first in the chain.
+      void feeder.run((f) => startingPosition(env, log).then((from) => f.start(from))).catch((e: unknown) => fail(e));
       const versions = await VersionsKv.open(env.bus, env.names);
-      const stopWatch = await versions.watch((r) => void feeder.serial(() => feeder.onVersion(r)).catch((e: unknown) => fail(e)));
+      const stopWatch = await versions.watch((r) => void feeder.run((f) => f.onVersion(r)).catch((e: unknown) => fail(e)));
       const consumer = consumeStream({
         bus: env.bus, names: env.names, stream: env.names.streamSamples, subject: env.names.trainSamples, durable: env.names.consumer("train_buffer"),
-        registry: sampleRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, maxAckPending: cfg.maxAckPending, log: (l) => ctx.log.warn(l),
+        registry: sampleRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, maxAckPending: cfg.maxAckPending, prefetch: 512, log: (l) => ctx.log.warn(l),
         // A failure half-way (a publish while NATS is away) leaves the bookkeeping unsure: crash, and
         // let the restarted buffer recover from BATCHES and the redelivered samples.
         handle: (msg, info) =>
           feeder
-            .serial(() =>
-              sampleMsg.is(msg) ? feeder.onSample(msg.body, info.defer) : groupClosed.is(msg) ? feeder.onClose(msg.body, info.defer) : Promise.resolve(),
+            .run((f) =>
+              sampleMsg.is(msg) ? f.onSample(msg.body.sample, info.defer) : groupClosed.is(msg) ? f.onClose(msg.body, info.defer) : Promise.resolve(),
             )
             .catch((e: unknown) => {
               fail(e);

@@ -86,6 +86,11 @@ export class GroupBuffer {
     return index;
   }
 
+  /** Oldest token version of each complete group waiting for a batch (`fallback` for a group without versions). */
+  readyOldest(fallback: number): number[] {
+    return this.ready.map((g) => groupOldest(g.samples, fallback));
+  }
+
   /** Complete groups waiting for a batch. */
   get readyGroups(): number {
     return this.ready.length;
@@ -104,7 +109,7 @@ export class GroupBuffer {
     if (bound !== null) {
       for (let i = this.ready.length - 1; i >= 0; i--) {
         const g = this.ready[i]!;
-        if (g.samples.some((s) => trainerVersion - (oldestVersion(s) ?? trainerVersion) > bound)) {
+        if (trainerVersion - groupOldest(g.samples, trainerVersion) > bound) {
           requeue.push(g.index);
           this.ready.splice(i, 1);
           this.stats.requeued++;
@@ -112,6 +117,9 @@ export class GroupBuffer {
       }
     }
     if (this.ready.length === 0 || (this.ready.length < this.config.batchGroups && !opts.partial)) return { batch: null, requeue };
+    // Under a staleness bound the oldest groups go first (stable: completion order among equals), so
+    // a group near the bound is trained before it goes stale.
+    if (bound !== null) this.ready.sort((a, b) => groupOldest(a.samples, trainerVersion) - groupOldest(b.samples, trainerVersion));
     const taken = this.ready.splice(0, this.config.batchGroups);
     const flat = taken.flatMap((g) => g.samples);
     const adv = computeAdvantages(flat.map(score), this.config.estimator);
@@ -123,6 +131,13 @@ export class GroupBuffer {
     this.stats.batches++;
     return { batch: { samples, groups: taken.map((g) => g.index), stalenessMax }, requeue };
   }
+}
+
+/** Oldest version of any token of a group's samples (`fallback` when none has a version). */
+function groupOldest(samples: readonly Sample[], fallback: number): number {
+  let v = fallback;
+  for (const s of samples) v = Math.min(v, oldestVersion(s) ?? fallback);
+  return v;
 }
 
 function score(s: Sample) {

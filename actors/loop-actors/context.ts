@@ -49,8 +49,6 @@ export function trainOf(topology: Topology): TrainConfig {
   const t = trainSchema.safeParse(topology.train ?? {});
   if (!t.success)
     throw new OozeError("TOPOLOGY_INVALID", `${topology.file ?? "topology"}: train: ${t.error.issues.map((i) => `${i.path.join(".") || "(section)"}: ${i.message}`).join("; ")}`);
-  if (t.data.mode !== "sync" && t.data.mode !== "async")
-    throw new OozeError("TOPOLOGY_INVALID", `${topology.file ?? "topology"}: train.mode '${t.data.mode}' is not supported by the actor loop (train.* kinds) yet; use sync or async, or run it with ooze train`);
   return t.data;
 }
 

@@ -35,7 +35,21 @@ export const trainSampleSchema = z
   .object({ ...sampleFields, advantage: z.number() })
   .superRefine((s, ctx) => aligned(s as Sample, ctx)) as unknown as z.ZodType<TrainSample>;
 
-/** One prompt group to generate (PROMPTS, a work queue; msgID `prompt-<groupIndex>`). */
+/** A prompt group of the data stream: its prompt index and its sample indices [firstSample, firstSample + count). */
+export const pendingGroup = z.object({
+  prompt: index,
+  firstSample: index,
+  count: z.number().int().min(1),
+  /** 0 for the prompt's first generation; n for its n-th regeneration after it went stale (fully_async). */
+  attempt: index.default(0),
+});
+/** A prompt group launched and not yet trained, dropped or requeued. */
+export type PendingGroup = z.output<typeof pendingGroup>;
+
+/** The msgID of a prompt group: one per prompt and attempt, so a re-fed group is stored once. */
+export const promptMsgId = (prompt: number, attempt: number) => (attempt === 0 ? `prompt-${prompt}` : `prompt-${prompt}-a${attempt}`);
+
+/** One prompt group to generate (PROMPTS, a work queue; msgID promptMsgId(groupIndex, attempt)). */
 export const promptGroup = defineMessage({
   kind: "train.prompt-group",
   v: 1,
@@ -45,8 +59,10 @@ export const promptGroup = defineMessage({
     /** Sample indices are firstSample … firstSample + samples - 1 (the same on every redelivery). */
     firstSample: index,
     samples: z.number().int().min(1),
-    /** The training step this group is generated for. */
+    /** The training step this group is generated for (fully_async: the step the trainer was on at launch + 1). */
     step: z.number().int().min(1),
+    /** Regeneration count of this prompt (fully_async requeues a stale group under new sample indices). */
+    attempt: index.default(0),
   }),
 });
 
@@ -60,6 +76,9 @@ export const groupClosed = defineMessage({
   schema: z.object({
     groupIndex: index,
     count: z.number().int().min(0),
+    /** The group's first sample index and attempt, as its prompt message said. */
+    firstSample: index.default(0),
+    attempt: index.default(0),
     /** Prefix-cache counters of the rollout's engines since its previous close (approximate per group). */
     promptTokens: index,
     cachedTokens: index,
@@ -94,9 +113,22 @@ export const batchMsg = defineMessage({
     /** Data position after this batch (the next prompt and sample index the buffer feeds). */
     nextPrompt: index,
     nextSample: index,
+    /** fully_async: groups launched (or queued) and not decided when the batch was cut: a resumed run generates them again. */
+    pending: z.array(pendingGroup).default([]),
+    /** fully_async: sample indices and prompts of groups requeued as stale since the previous batch. */
+    requeued: z.array(index).default([]),
+    requeuedPrompts: z.array(index).default([]),
+    /** fully_async: prompts trained in this batch, and prompts dropped (filter, failed, too stale too often) since the previous one. */
+    trainedPrompts: z.array(index).default([]),
+    droppedPrompts: z.array(index).default([]),
     stats: rolloutStats,
   }),
 });
+
+type BatchFields = z.output<typeof batchMsg.schema>;
+type FullyAsyncFields = "pending" | "requeued" | "requeuedPrompts" | "trainedPrompts" | "droppedPrompts";
+/** A batch message's body (the fully_async fields default to empty). */
+export type BatchBody = Omit<BatchFields, FullyAsyncFields> & Partial<Pick<BatchFields, FullyAsyncFields>>;
 
 /** The trainer's weights after a step (WEIGHTS; msgID `weights-<step>`). */
 export const weightsMsg = defineMessage({
@@ -109,7 +141,16 @@ export const weightsMsg = defineMessage({
     modelDir: z.string().min(1),
     /** Steps trained so far. */
     step: index,
+    /** The data position after that step (where a fresh buffer of a resumed run starts). */
+    position: z.object({ nextPrompt: index, nextSample: index, pending: z.array(pendingGroup).default([]) }),
   }),
+});
+
+/** One trained step's metrics (METRICS stream; msgID `metrics-<step>`): what the trainer appends to metrics.jsonl. */
+export const stepMetricsMsg = defineMessage({
+  kind: "train.step-metrics",
+  v: 1,
+  schema: z.object({ step: z.number().int().min(1), metrics: z.record(z.string(), z.number()) }),
 });
 
 /** What the rollout consumes. */
@@ -120,6 +161,8 @@ export const sampleRegistry = createRegistry(sampleMsg, groupClosed);
 export const batchRegistry = createRegistry(batchMsg);
 /** What weight-sync consumes. */
 export const weightsRegistry = createRegistry(weightsMsg);
+/** What progress displays consume. */
+export const metricsRegistry = createRegistry(stepMetricsMsg);
 
 /** The job's weight-version record (versions KV, key `latest`): only ever increases. */
 export const versionRecord = z.object({ version: z.number().int().min(-1), modelDir: z.string(), step: index, at: z.number() });

@@ -28,6 +28,8 @@ export async function ensureTrainStreams(bus: Bus, names: JobNames, train: { che
   await bus.ensureStream(names.streamSamples, [names.trainSamples], { ...common, retention: "workqueue" } as never);
   await bus.ensureStream(names.streamBatches, [names.trainBatches], kept as never);
   await bus.ensureStream(names.streamWeights, [names.trainWeights], kept as never);
+  // Step metrics: kept (bounded) so a display that attaches late replays the run so far.
+  await bus.ensureStream(names.streamMetrics, [names.trainMetrics], { ...common, max_msgs: 100_000 } as never);
 }
 
 /**
@@ -64,6 +66,8 @@ export interface ConsumeOptions<D extends AnyMessageDef> {
   concurrency?: number;
   /** Messages delivered and not acked, at most (default `concurrency`; raise it when handlers defer acks). */
   maxAckPending?: number;
+  /** Messages pulled ahead of the handlers (default `concurrency`); a serial consumer of many small messages wants more. */
+  prefetch?: number;
   /** Redelivery after this long without ack or heartbeat (a killed consumer's messages come back). Default 30 s. */
   ackWaitMs?: number;
   /**
@@ -142,7 +146,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
           max_deliver: -1,
           ...start,
         } as never);
-        const msgs = await consumer.consume({ max_messages: concurrency });
+        const msgs = await consumer.consume({ max_messages: Math.max(concurrency, o.prefetch ?? concurrency) });
         iter = msgs;
         for await (const m of msgs) {
           if (stopped) break;
@@ -291,6 +295,23 @@ export async function seqAfterStep<D extends AnyMessageDef>(bus: Bus, stream: st
     first = seq;
   }
   return first;
+}
+
+/** Every message now on `stream` that decodes with `registry`, oldest first (malformed frames skipped). */
+export async function scanStream<D extends AnyMessageDef>(bus: Bus, stream: string, registry: MessageRegistry<D>): Promise<MessageOf<D>[]> {
+  const jsm = await bus.jsm();
+  const { state } = await jsm.streams.info(stream);
+  const out: MessageOf<D>[] = [];
+  for (let seq = Math.max(1, state.first_seq); seq <= state.last_seq && state.messages > 0; seq++) {
+    const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    if (!m) continue; // acked (work queue) or deleted
+    try {
+      out.push(decodeMessage(await bus.payload({ data: m.data, headers: m.header }), registry));
+    } catch {
+      // a malformed frame (its consumer dead-letters it)
+    }
+  }
+  return out;
 }
 
 /** The last message on `stream` that decodes with `registry` (malformed frames skipped), or null. */

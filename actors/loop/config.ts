@@ -31,6 +31,12 @@ export const trainSchema = z
      * for the trainer: a bounded look-ahead); null = promptsPerStep × max(1, maxStaleness).
      */
     maxInflightGroups: z.number().int().min(1).nullable().default(null),
+    /**
+     * fully_async: groups still generating that the next weight version would push beyond the
+     * staleness bound. wait: the next batch waits for them (when they fit in it), so long episodes
+     * are trained, not regenerated; requeue: the step goes on and they are generated again.
+     */
+    lateGroups: z.enum(["wait", "requeue"]).default("wait"),
     /** A built-in task name (addition, guess-number) or a module path relative to the topology. */
     task: z.string().default("addition"),
     taskConfig: z.record(z.string(), z.unknown()).default({}),
@@ -98,8 +104,6 @@ export const enginesSchema = z
     count: z.number().int().min(0).default(1),
     maxRunning: z.number().int().min(1).default(128),
     cacheTokens: z.number().int().min(1).default(32768),
-    /** fleet: src/engine/fleet.ts (cache-aware routing, partial rollout); direct: round-robin EngineClients. */
-    client: z.enum(["fleet", "direct"]).default("fleet"),
     /** External SGLang-compatible servers to use in addition to (or instead of) embedded ones. */
     urls: z.array(z.string().url()).default([]),
   })
@@ -117,8 +121,6 @@ export function trainConfigOf(topo: Pick<Topology, "train" | "engines" | "file">
   if (!e.success) throw new OozeError("CONFIG_INVALID", `${where}: engines: ${issues(e.error)}`);
   if (e.data.count === 0 && e.data.urls.length === 0)
     throw new OozeError("CONFIG_INVALID", `${where}: engines: count is 0 and no urls are given; the loop needs at least one engine`);
-  if (t.data.mode === "fully_async" && e.data.client !== "fleet")
-    throw new OozeError("CONFIG_INVALID", `${where}: train.mode fully_async needs engines.client: fleet (partial rollout and per-span weight versions); got '${e.data.client}'`);
   return { train: t.data, engines: e.data };
 }
 

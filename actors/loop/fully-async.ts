@@ -85,7 +85,7 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
     }
     requeued.push(...indices(g));
     requeuedPrompts.push(g.prompt);
-    queue.push({ prompt: g.prompt, firstSample: nextSample, count: g.count });
+    queue.push({ prompt: g.prompt, firstSample: nextSample, count: g.count, attempt: 0 });
     nextSample += g.count;
   };
 
@@ -148,14 +148,14 @@ export async function runFullyAsync(ctx: LoopContext): Promise<void> {
       const g = queue.shift();
       if (g) launch(g);
       else {
-        launch({ prompt: nextPrompt++, firstSample: nextSample, count: cfg.samplesPerPrompt });
+        launch({ prompt: nextPrompt++, firstSample: nextSample, count: cfg.samplesPerPrompt, attempt: 0 });
         nextSample += cfg.samplesPerPrompt;
       }
     }
   };
   /** Groups launched (or queued) and not decided: what a checkpoint must regenerate on resume. */
   const pending = (): PendingGroup[] =>
-    [...live.values(), ...queue].map((g) => ({ prompt: g.prompt, firstSample: g.firstSample, count: g.count })).sort((a, b) => a.firstSample - b.firstSample);
+    [...live.values(), ...queue].map((g) => ({ prompt: g.prompt, firstSample: g.firstSample, count: g.count, attempt: 0 })).sort((a, b) => a.firstSample - b.firstSample);
 
   let step = ctx.start.step;
   try {

@@ -15,7 +15,7 @@ import { DeltaWeightSync } from "../weight-sync/delta-sync.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { EnginesConfig, TrainConfig } from "./config.ts";
-import { EnginePool, FleetGenerator, startEngineProcess, type EngineProcess, type Generator } from "./engines.ts";
+import { FleetGenerator, startEngineProcess, type EngineProcess, type Generator } from "./engines.ts";
 import { appendJsonl, readJsonl, rewardStats, writeRewardSvg, type StepMetrics } from "./metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "./state.ts";
 import { runFullyAsync } from "./fully-async.ts";
@@ -191,7 +191,7 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
     );
     procs.push(...started);
     const urls = [...procs.map((p) => p.url), ...opts.engines.urls];
-    const gen: Generator = opts.engines.client === "fleet" ? (fleet = await FleetGenerator.create(urls)) : new EnginePool(urls);
+    const gen: Generator = (fleet = await FleetGenerator.create(urls));
     // An embedded engine that dies is started again at the trainer's current weights and takes its
     // place; its requests in flight are re-dispatched by the fleet (or retried by the rollout).
     const supervise = (i: number) => {

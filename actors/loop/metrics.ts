@@ -37,6 +37,23 @@ export interface StepMetrics {
   trainer_restarts: number;
 }
 
+/**
+ * One record of batches.jsonl: which sample indices the step trained on, which it dropped (filter,
+ * failed episodes) and, in fully_async mode, which it requeued (their group was beyond the staleness
+ * bound; its prompt is generated again under new sample indices).
+ */
+export interface BatchRecord {
+  step: number;
+  trained: number[];
+  dropped: number[];
+  requeued?: number[];
+  /** Prompt indices of the requeued groups. */
+  requeuedPrompts?: number[];
+  /** fully_async: prompt indices of the groups trained, and of those dropped (filter, or too stale too often). */
+  trainedPrompts?: number[];
+  droppedPrompts?: number[];
+}
+
 /** Reward statistics of a step's samples (those with a reward; failed generations have none). */
 export function rewardStats(samples: readonly { reward: number | null; metadata: Record<string, unknown> }[]): Pick<StepMetrics, "reward_mean" | "reward_max_frac" | "success_rate"> {
   const ok = samples.filter((s) => s.reward !== null);

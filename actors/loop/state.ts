@@ -4,6 +4,9 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OozeError } from "../../src/errors.ts";
+import type { PendingGroup } from "../loop-actors/messages.ts";
+
+export type { PendingGroup };
 
 /** Where a run stands between two steps. */
 export interface RunState {
@@ -23,13 +26,6 @@ export interface RunState {
    * index, with the same sample indices (the run after the checkpoint never happened).
    */
   pending?: PendingGroup[];
-}
-
-/** A prompt group of the data stream: its prompt index and its sample indices [firstSample, firstSample + count). */
-export interface PendingGroup {
-  prompt: number;
-  firstSample: number;
-  count: number;
 }
 
 /** Directory of the checkpoint after `step`. */

@@ -16,14 +16,15 @@ import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
 import { groupClosed, promptRegistry, sampleMsg } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../loop-actors/streams.ts";
+import { fullyAsyncLimits } from "../loop/config.ts";
 import { FleetGenerator } from "../loop/engines.ts";
 import { loadTask } from "../loop/task-loader.ts";
 import { rolloutRange } from "./rollout.ts";
 
 /** The rollout actor's `config`. */
 export const rolloutActorConfig = z.object({
-  /** Prompt groups generated at once by this instance. */
-  concurrency: z.number().int().min(1).default(16),
+  /** Prompt groups generated at once by this instance (default: a step's prompts; fully_async: maxInflightGroups). */
+  concurrency: z.number().int().min(1).optional(),
   /** A group's prompt comes back to another consumer after this long without a heartbeat. */
   ackWaitMs: z.number().int().min(500).default(30_000),
   /** How long to wait for the fleet to register its first engine. */
@@ -103,15 +104,16 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
         p.catch(() => undefined); // awaited with the group; a failure fails the group (nak, redelivery)
         return p;
       };
+      const concurrency = cfg.concurrency ?? (train.mode === "fully_async" ? fullyAsyncLimits(train).maxInflightGroups : train.promptsPerStep);
       const consumer = consumeStream({
         bus, names, stream: names.streamPrompts, subject: names.trainPrompts, durable: names.consumer("train_rollout"),
-        registry: promptRegistry, actor: ctx.path, concurrency: cfg.concurrency, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
+        registry: promptRegistry, actor: ctx.path, concurrency, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
         async handle(msg, info) {
           const p = msg.body;
           const hold = cfg.holdGroup === p.groupIndex && info.deliveryCount === 1;
           const sent: Promise<unknown>[] = [];
           const r = await rolloutRange(task, gen, { firstPrompt: p.groupIndex, prompts: 1, samplesPerPrompt: p.samples, firstSample: p.firstSample }, {
-            seed: train.seed, temperature: train.temperature, onSample: (s) => void (hold || sent.push(send(s))),
+            seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout, onSample: (s) => void (hold || sent.push(send(s))),
           });
           if (hold) {
             await Promise.all(r.samples.slice(0, Math.floor(r.samples.length / 2)).map(send));
@@ -120,11 +122,11 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
           }
           await Promise.all(sent);
           const cache = gen.takeCacheStats();
-          await publish(bus, names.trainSamples, groupClosed, { groupIndex: p.groupIndex, count: r.samples.length, ...cache }, `close-${p.groupIndex}`, ctx.path);
+          await publish(bus, names.trainSamples, groupClosed, { groupIndex: p.groupIndex, count: r.samples.length, firstSample: p.firstSample, attempt: p.attempt, ...cache }, p.attempt === 0 ? `close-${p.groupIndex}` : `close-${p.groupIndex}-a${p.attempt}`, ctx.path);
         },
       });
       const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l));
-      ctx.log.info(`rollout: consuming ${names.streamPrompts} with ${cfg.concurrency} groups in flight on ${gen.fleet.list().length} engine(s)`);
+      ctx.log.info(`rollout: consuming ${names.streamPrompts} with ${concurrency} groups in flight on ${gen.fleet.list().length} engine(s)`);
       return { consumer, gen, stopFollowing };
     },
     handle(_state, msg) {

@@ -14,9 +14,9 @@ import { OozeError } from "../../src/errors.ts";
 import { nodeDown } from "../../src/topology/node.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
-import { batchMsg, batchRegistry, weightsMsg } from "../loop-actors/messages.ts";
+import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
-import { appendJsonl, readJsonl, writeRewardSvg, type StepMetrics } from "../loop/metrics.ts";
+import { appendJsonl, readJsonl, writeRewardSvg, type BatchRecord, type StepMetrics } from "../loop/metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
 import { PolicyTrainer, type TrainStepResult } from "./policy-trainer.ts";
 
@@ -61,18 +61,21 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       };
       const trainer = await PolicyTrainer.start({
         modelDir: from.modelDir,
-        version: from.step,
+        version: from.version,
         weightsRoot: from.weightsRoot,
         config,
         onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
       });
+      ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version}`);
       try {
         await ensureTrainStreams(env.bus, env.names, env.train);
         const versions = await VersionsKv.open(env.bus, env.names);
-        const announce = (step: number) =>
-          publish(env.bus, env.names.trainWeights, weightsMsg, { version: trainer.version, modelDir: trainer.modelDir, step }, `weights-${step}`, ctx.path);
-        await announce(from.step);
-        const run = new Run(env, cfg, out, paths, trainer, versions, announce, from.step, (l) => ctx.log.info(l));
+        const announce = (step: number, position: Position) =>
+          publish(env.bus, env.names.trainWeights, weightsMsg, { version: trainer.version, modelDir: trainer.modelDir, step, position }, `weights-${step}`, ctx.path);
+        await announce(from.step, from.position);
+        const publishMetrics = (m: StepMetrics) =>
+          publish(env.bus, env.names.trainMetrics, stepMetricsMsg, { step: m.step, metrics: m as unknown as Record<string, number> }, `metrics-${m.step}`, ctx.path);
+        const run = new Run(env, cfg, out, paths, trainer, versions, announce, publishMetrics, from.step, (l) => ctx.log.info(l));
         // A resumed trainer trains again the batches after its checkpoint (still on BATCHES).
         const startSeq = from.resumed ? await seqAfterStep(env.bus, env.names.streamBatches, batchRegistry, (m) => m.body.step, from.step) : undefined;
         const consumer = consumeStream({
@@ -100,9 +103,14 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
   });
 }
 
+/** The data position after a step: where a fresh buffer starts (resumed runs). */
+type Position = { nextPrompt: number; nextSample: number; pending: PendingGroup[] };
+
 /** Where a trainer (re)starts: fresh at version 0, or at the run's latest checkpoint of this job. */
 interface StartingPoint {
   step: number;
+  version: number;
+  position: Position;
   modelDir: string;
   /** Where new versions go (a fresh directory per incarnation: engines may still read the old ones). */
   weightsRoot: string;
@@ -128,14 +136,19 @@ async function startingPoint(out: string, env: LoopEnv, paths: { metrics: string
   const ckpt = owner ? latestCheckpoint(out) : null;
   const step = ckpt?.state.step ?? 0;
   if (owner) for (const p of [paths.metrics, paths.batches]) cutJsonl(p, step);
-  if (ckpt) return { step, modelDir: ckpt.dir, weightsRoot, resumed: true };
-  if (t.model) return { step: 0, modelDir: resolve(env.baseDir, t.model), weightsRoot, resumed: owner !== null };
+  if (ckpt) {
+    const { nextPrompt, nextSample, pending = [], weightVersion } = ckpt.state;
+    const position = { nextPrompt, nextSample, pending: pending.map((g) => ({ ...g, attempt: g.attempt ?? 0 })) };
+    return { step, version: weightVersion, position, modelDir: ckpt.dir, weightsRoot, resumed: true };
+  }
+  const fresh = { step: 0, version: 0, position: { nextPrompt: 0, nextSample: 0, pending: [] }, weightsRoot, resumed: owner !== null };
+  if (t.model) return { ...fresh, modelDir: resolve(env.baseDir, t.model) };
   const v0 = join(out, "weights", "v0");
   if (!existsSync(join(v0, "model.safetensors"))) {
     const { initModelDir } = await import("../../native/model-dir.ts");
     await initModelDir(t.preset, v0, t.seed);
   }
-  return { step: 0, modelDir: v0, weightsRoot, resumed: owner !== null };
+  return { ...fresh, modelDir: v0 };
 }
 
 /** Keeps the records of steps ≤ `step` in a JSONL file. */
@@ -152,6 +165,8 @@ class Run {
   private lastStepEnd = performance.now();
   private readonly metrics: StepMetrics[];
   private last: RunState | null = null;
+  /** The run reached its last step (steps or maxSeconds); later batches are not trained. */
+  private done = false;
   /** The step trained last, with its result (kept until it is announced and synced). */
   private trained: { step: number; result: TrainStepResult | null; seconds: number; restarts: number } | null = null;
 
@@ -162,7 +177,8 @@ class Run {
     private readonly paths: { metrics: string; batches: string; svg: string },
     private readonly trainer: PolicyTrainer,
     private readonly versions: VersionsKv,
-    private readonly announce: (step: number) => Promise<unknown>,
+    private readonly announce: (step: number, position: Position) => Promise<unknown>,
+    private readonly publishMetrics: (m: StepMetrics) => Promise<unknown>,
     from: number,
     private readonly log: (l: string) => void,
   ) {
@@ -172,7 +188,7 @@ class Run {
   }
 
   async onBatch(b: Batch): Promise<void> {
-    if (b.step <= this.step) return; // redelivered: trained already
+    if (b.step <= this.step || this.done) return; // redelivered (trained already), or the run is over
     if (b.step !== this.step + 1) throw new OozeError("INTERNAL", `trainer: batch of step ${b.step} arrived after step ${this.step}`);
     const t = this.env.train;
     // Trained once: a batch redelivered after a failed announce (NATS away) is only announced again.
@@ -184,7 +200,7 @@ class Run {
     }
     const { result: trained, seconds: trainSeconds, restarts } = this.trained;
     const tSync = performance.now();
-    await this.announce(b.step);
+    await this.announce(b.step, { nextPrompt: b.nextPrompt, nextSample: b.nextSample, pending: b.pending });
     await this.versions.waitForStep(b.step);
     const syncSeconds = (performance.now() - tSync) / 1000;
     this.step = b.step;
@@ -204,14 +220,20 @@ class Run {
     };
     this.metrics.push(m);
     appendJsonl(this.paths.metrics, m);
-    appendJsonl(this.paths.batches, { step: b.step, trained: b.samples.map((x) => x.index), dropped: b.dropped });
-    writeRewardSvg(this.paths.svg, this.metrics, `ooze up: ${t.task} (${t.mode}, actors)`);
+    const record: BatchRecord = { step: b.step, trained: b.samples.map((x) => x.index), dropped: b.dropped };
+    if (t.mode === "fully_async")
+      Object.assign(record, { requeued: b.requeued, requeuedPrompts: b.requeuedPrompts, trainedPrompts: b.trainedPrompts, droppedPrompts: b.droppedPrompts });
+    appendJsonl(this.paths.batches, record);
+    writeRewardSvg(this.paths.svg, this.metrics, `ooze: ${t.task} (${t.mode})`);
+    await this.publishMetrics(m);
     this.log(`trainer: step ${b.step}/${t.steps} reward ${m.reward_mean.toFixed(3)} version ${m.weight_version}`);
     const state: RunState = { step: b.step, nextPrompt: b.nextPrompt, nextSample: b.nextSample, weightVersion: this.trainer.version, seconds: m.seconds };
+    if (t.mode === "fully_async") state.pending = b.pending;
     this.last = state;
-    const last = b.step >= t.steps;
+    const last = b.step >= t.steps || (t.maxSeconds > 0 && m.seconds >= t.maxSeconds);
     if (b.step % t.checkpointEvery === 0 || last) await this.checkpoint(state);
-    if (last) {
+    if (last && !this.done) {
+      this.done = true;
       this.log(`trainer: done: ${b.step} steps, reward ${this.metrics[0]?.reward_mean.toFixed(3)} → ${m.reward_mean.toFixed(3)}, weight version ${this.trainer.version}, ${this.out}`);
       if (this.cfg.stopWhenDone) setImmediate(() => void this.stopJob());
     }

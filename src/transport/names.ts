@@ -33,6 +33,8 @@ export function jobNames(job: string) {
     trainSamples: `${p}.train.samples`,
     trainBatches: `${p}.train.batches`,
     trainWeights: `${p}.train.weights`,
+    /** Each trained step's metrics (progress displays, dashboards). */
+    trainMetrics: `${p}.train.metrics`,
     // JetStream names (streams, buckets): no dots allowed.
     streamMailboxes: `OOZE_${s}_MAILBOX`,
     streamEvents: `OOZE_${s}_EVENTS`,

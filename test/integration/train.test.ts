@@ -1,22 +1,59 @@
-// ooze train end to end on the tiny preset: the CLI writes metrics.jsonl with every field, the reward
-// chart and checkpoints, with increasing weight versions; a SIGKILLed trainer worker is restarted and
-// the run finishes with every sample index trained or dropped exactly once; --resume continues at the
-// same data position; async mode trains one step off-policy; fully_async mode keeps generating through
-// weight updates (partial rollout), never trains beyond the staleness bound, survives a killed
-// trainer worker and engine, and resumes after a crash by generating its in-flight groups again.
+// ooze train end to end on the tiny preset, its loop running as actors on a real nats-server (the
+// test's, so the job's streams can be read): the CLI writes metrics.jsonl with every field, the
+// reward chart and checkpoints, with increasing weight versions; a SIGKILLed trainer worker is
+// restarted and the run finishes with every sample index trained or dropped exactly once; --resume
+// continues at the same data position; async mode trains one step off-policy; fully_async mode keeps
+// generating through weight updates (partial rollout), never trains beyond the staleness bound,
+// survives a killed trainer worker and engine, and resumes after a stop by generating its in-flight
+// groups again.
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { trainSchema, enginesSchema } from "../../actors/loop/config.ts";
-import { runTraining, type BatchRecord } from "../../actors/loop/loop.ts";
-import { readJsonl, type StepMetrics } from "../../actors/loop/metrics.ts";
+import { trainSchema, enginesSchema, type TrainConfig } from "../../actors/loop/config.ts";
+import { batchRegistry } from "../../actors/loop-actors/messages.ts";
+import { scanStream } from "../../actors/loop-actors/streams.ts";
+import { readJsonl, type BatchRecord, type StepMetrics } from "../../actors/loop/metrics.ts";
 import type { RunState } from "../../actors/loop/state.ts";
 import type { TrainSample } from "../../actors/buffer/groups.ts";
+import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
+import { runTrainJob, type TrainJobOptions, type TrainSummary } from "../../src/cli/train-job.ts";
+import { parseTopology } from "../../src/topology/load.ts";
+import { jobNames } from "../../src/transport/names.ts";
+import { useNats } from "../harness/index.ts";
 
 const run = promisify(execFile);
+const nats = useNats();
+let jobs = 0;
+
+/**
+ * Runs `ooze train`'s job on the test's nats-server (actor lines collected in `lines`); `onStep` sees
+ * each step's metrics and the job's id.
+ */
+async function train(out: string, cfg: Partial<TrainConfig>, o: Partial<TrainJobOptions> & { lines?: string[]; onStepJob?: (m: StepMetrics, job: string) => void } = {}): Promise<TrainSummary & { job: string }> {
+  const job = o.job ?? `train-test-${process.pid}-${++jobs}`;
+  const topology = parseTopology("name: tiny-train\nactors: [{ name: trainer, kind: train.trainer }]\n");
+  const { server } = nats;
+  return runTrainJob({
+    topology, train: trainSchema.parse({ ...tiny, ...cfg }), engines, out, job, verbose: true,
+    nats: { url: server.url, token: server.token },
+    log: (l) => o.lines?.push(l),
+    ...(o.onStepJob ? { onStep: (m: StepMetrics) => o.onStepJob!(m, job) } : {}),
+    ...o,
+  });
+}
+
+/** The pid in the last line of `lines` matching `re` (first group). */
+const pidIn = (lines: string[], re: RegExp) => Number(lines.map((l) => re.exec(l)?.[1]).filter(Boolean).at(-1));
+
+/** The batches of a job still on its BATCHES stream, by step. */
+async function batchesOf(job: string): Promise<Map<number, TrainSample[]>> {
+  const bus = await nats.connect();
+  const msgs = await scanStream(bus, jobNames(job).streamBatches, batchRegistry);
+  return new Map(msgs.map((m) => [m.body.step, m.body.samples]));
+}
 const dirs: string[] = [];
 const tmp = () => {
   const d = mkdtempSync(join(tmpdir(), "ooze-train-"));
@@ -34,7 +71,8 @@ function checkAccounting(records: BatchRecord[], n: number) {
   expect(seen).toEqual(Array.from({ length: n }, (_, i) => i));
 }
 
-const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+/** from, from + 1, …, to (inclusive). */
+const range = (from: number, to: number) => Array.from({ length: Math.max(0, to - from + 1) }, (_, i) => from + i);
 const byNumber = (a: number, b: number) => a - b;
 
 /**
@@ -46,10 +84,10 @@ function checkFullyAsyncAccounting(out: string) {
   const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
   const latest = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as RunState;
   const pending = latest.pending ?? [];
-  const seen = [...records.flatMap((r) => [...r.trained, ...r.dropped, ...(r.requeued ?? [])]), ...pending.flatMap((g) => range(g.firstSample, g.count))];
-  expect(seen.sort(byNumber)).toEqual(range(0, latest.nextSample));
+  const seen = [...records.flatMap((r) => [...r.trained, ...r.dropped, ...(r.requeued ?? [])]), ...pending.flatMap((g) => range(g.firstSample, g.firstSample + g.count - 1))];
+  expect(seen.sort(byNumber)).toEqual(range(0, latest.nextSample - 1));
   const prompts = [...records.flatMap((r) => [...(r.trainedPrompts ?? []), ...(r.droppedPrompts ?? [])]), ...pending.map((g) => g.prompt)];
-  expect(prompts.sort(byNumber)).toEqual(range(0, latest.nextPrompt));
+  expect(prompts.sort(byNumber)).toEqual(range(0, latest.nextPrompt - 1));
   return { records, latest };
 }
 
@@ -105,151 +143,122 @@ describe("ooze train", () => {
 
   it("a SIGKILLed trainer worker restarts; no sample is lost or trained twice; --resume continues the data stream", async () => {
     const out = join(tmp(), "run");
+    const lines: string[] = [];
     let killed: number | null = null;
-    const train = trainSchema.parse({ ...tiny, steps: 3 });
-    const s1 = await runTraining({
-      out, train, engines, baseDir: process.cwd(),
-      hooks: {
-        beforeTrain: (step, trainer) => {
-          if (step === 2 && trainer.pid !== null) {
-            killed = trainer.pid;
-            process.kill(trainer.pid, "SIGKILL");
-          }
-        },
+    const s1 = await train(out, { steps: 3 }, {
+      lines,
+      onStep: (m) => {
+        if (m.step !== 1) return;
+        killed = pidIn(lines, /trainer: worker pid (\d+)/);
+        process.kill(killed, "SIGKILL"); // step 2 finds the worker dead: it restarts and trains again
       },
     });
     expect(killed).not.toBeNull();
     expect(s1.steps).toBe(3);
-    expect(s1.trainerRestarts).toBeGreaterThanOrEqual(1);
+    expect(lines.some((l) => l.includes("trainer worker restarted"))).toBe(true);
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(ms.map((m) => m.weight_version)).toEqual([1, 2, 3]);
-    expect(ms[1]!.trainer_restarts).toBeGreaterThanOrEqual(1);
     checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
 
-    // resume to 5 steps: same data stream, one record per step
-    const s2 = await runTraining({ out, train: { ...train, steps: 5 }, engines, baseDir: process.cwd(), resume: true });
+    // resume to 5 steps in a new job: same data stream, one record per step
+    const s2 = await train(out, { steps: 5 }, { resume: true });
     expect(s2.steps).toBe(5);
     const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
     expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4, 5]);
     checkAccounting(records, 60);
     expect(readJsonl<StepMetrics>(join(out, "metrics.jsonl")).map((m) => m.weight_version)).toEqual([1, 2, 3, 4, 5]);
-  }, 60_000);
+  }, 90_000);
 
   it("an embedded engine SIGKILLed mid-run is replaced; the run finishes with no failed, lost or duplicated sample", async () => {
     const out = join(tmp(), "run");
-    let enginePid: number | null = null;
-    const restarts: string[] = [];
-    const s = await runTraining({
-      out, train: trainSchema.parse({ ...tiny, steps: 3 }), engines, baseDir: process.cwd(),
-      hooks: {
-        onStart: (info) => (enginePid = info.enginePids[0] ?? null),
-        beforeTrain: (step) => {
-          if (step === 1 && enginePid !== null) process.kill(enginePid, "SIGKILL");
-        },
-        onEngineRestart: (from, to) => restarts.push(`${from} -> ${to}`),
+    const lines: string[] = [];
+    let killed = 0;
+    const s = await train(out, { steps: 3 }, {
+      lines,
+      onStepJob: (m, job) => {
+        if (m.step !== 1) return;
+        void (async () => {
+          const [p] = await (await FleetRegistry.open(await nats.connect(), job)).processes();
+          process.kill(p!.pid, "SIGKILL");
+          killed = p!.pid;
+        })();
       },
     });
     expect(s.steps).toBe(3);
-    expect(restarts).toHaveLength(1);
+    expect(killed).toBeGreaterThan(0);
+    expect(lines.some((l) => /embedded engine 0 .* exited \(SIGKILL\); restarting/.test(l))).toBe(true);
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(ms.map((m) => m.failed)).toEqual([0, 0, 0]);
     expect(ms.map((m) => m.weight_version)).toEqual([1, 2, 3]);
     const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
     expect(records.flatMap((r) => r.dropped)).toEqual([]);
     checkAccounting(records, 36);
-  }, 60_000);
+  }, 90_000);
 
-  it("async mode: generation one step off-policy (staleness 1 after the first step), every sample accounted for", async () => {
+  it("async mode: generation one step off-policy (staleness at most 1), every sample accounted for", async () => {
     const out = join(tmp(), "run");
-    const s = await runTraining({ out, train: trainSchema.parse({ ...tiny, steps: 3, mode: "async" }), engines, baseDir: process.cwd() });
+    const s = await train(out, { steps: 3, mode: "async" });
     expect(s.steps).toBe(3);
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
-    expect(ms.map((m) => m.staleness_max)).toEqual([0, 1, 1]);
-    checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
-  }, 60_000);
-
-  it("delta weight sync: each new version reaches the engine as a lossless delta against the previous one", async () => {
-    const out = join(tmp(), "run");
-    const lines: string[] = [];
-    const s = await runTraining({
-      out, train: trainSchema.parse({ ...tiny, steps: 3, weightSync: "delta" }), engines, baseDir: process.cwd(),
-      hooks: { log: (l) => lines.push(l) },
-    });
-    expect(s.steps).toBe(3);
-    expect(s.weightVersion).toBe(3);
-    // the newest deltas are kept (v1-v2, v2-v3); none fell back to a full load
-    const files = readdirSync(join(out, "weight-sync")).filter((f) => f.endsWith(".ooze-delta")).sort();
-    expect(files).toEqual(["v1-v2.ooze-delta", "v2-v3.ooze-delta"]);
-    expect(lines.filter((l) => /fall/i.test(l))).toEqual([]);
+    expect(ms[0]!.staleness_max).toBe(0);
+    for (const m of ms) expect(m.staleness_max).toBeLessThanOrEqual(1);
     checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
   }, 60_000);
 
   it("fully_async: generation goes on through weight updates; a SIGKILLed trainer worker and engine lose and duplicate nothing; staleness bounded", async () => {
     const out = join(tmp(), "run");
-    let enginePid: number | null = null;
-    let trainerKilled = false;
-    const restarts: string[] = [];
-    let partial = 0;
-    const s = await runTraining({
-      out, train: trainSchema.parse({ ...tiny, steps: 4, mode: "fully_async" }), engines, baseDir: process.cwd(),
-      hooks: {
-        onStart: (info) => (enginePid = info.enginePids[0] ?? null),
-        beforeTrain: (step, trainer, batch) => {
-          partial += checkSpans(batch, trainer.version, 2);
-          if (step === 1 && enginePid !== null) process.kill(enginePid, "SIGKILL");
-          if (step === 2 && trainer.pid !== null) {
-            trainerKilled = true;
-            process.kill(trainer.pid, "SIGKILL");
-          }
-        },
-        onEngineRestart: (from, to) => restarts.push(`${from} -> ${to}`),
+    const lines: string[] = [];
+    const s = await train(out, { steps: 4, mode: "fully_async" }, {
+      lines,
+      onStepJob: (m, job) => {
+        if (m.step === 1)
+          void (async () => {
+            const [p] = await (await FleetRegistry.open(await nats.connect(), job)).processes();
+            process.kill(p!.pid, "SIGKILL");
+          })();
+        if (m.step === 2) process.kill(pidIn(lines, /trainer: worker pid (\d+)/), "SIGKILL");
       },
     });
     expect(s.steps).toBe(4);
-    expect(trainerKilled).toBe(true);
-    expect(s.trainerRestarts).toBeGreaterThanOrEqual(1);
-    expect(restarts).toHaveLength(1);
+    expect(lines.some((l) => l.includes("trainer worker restarted"))).toBe(true);
+    expect(lines.some((l) => /embedded engine 0 .* exited \(SIGKILL\); restarting/.test(l))).toBe(true);
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(ms.map((m) => m.weight_version)).toEqual([1, 2, 3, 4]);
     expect(ms.map((m) => m.failed)).toEqual([0, 0, 0, 0]);
     for (const m of ms) expect(m.staleness_max).toBeLessThanOrEqual(2);
+    // every trained sample's spans are in order, cover its model tokens and lie within the bound
+    const batches = await batchesOf(s.job);
+    let partial = 0;
+    for (const m of ms) partial += checkSpans(batches.get(m.step)!, m.weight_version - 1, 2);
     expect(ms.reduce((n, m) => n + m.partial_samples, 0)).toBe(partial);
     const { records, latest } = checkFullyAsyncAccounting(out);
     expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4]);
     expect(records.every((r) => r.trained.length === 12)).toBe(true);
     expect(latest.pending!.length).toBeGreaterThan(0); // the look-ahead was in flight at the end
-  }, 60_000);
+  }, 90_000);
 
-  it("fully_async: a run that crashes after a checkpoint resumes there, generating the groups then in flight again", async () => {
+  it("fully_async: a run stopped after a checkpoint resumes there, generating the groups then in flight again", async () => {
     const out = join(tmp(), "run");
-    const train = trainSchema.parse({ ...tiny, steps: 4, mode: "fully_async" });
-    const crash = runTraining({
-      out, train, engines, baseDir: process.cwd(),
-      hooks: {
-        onStep: (m) => {
-          if (m.step === 3) throw new Error("crash after step 3");
-        },
-      },
-    });
-    await expect(crash).rejects.toThrow(/crash after step 3/);
+    const stop = new AbortController();
+    await train(out, { steps: 8, mode: "fully_async" }, { signal: stop.signal, onStep: (m) => m.step === 3 && stop.abort() });
     const before = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as RunState;
-    expect(before.step).toBe(2);
+    expect(before.step).toBeGreaterThanOrEqual(3);
     expect(before.pending!.length).toBeGreaterThan(0);
-    expect(readJsonl<BatchRecord>(join(out, "batches.jsonl")).map((r) => r.step)).toEqual([1, 2, 3]);
+    expect(readJsonl<BatchRecord>(join(out, "batches.jsonl")).map((r) => r.step)).toEqual(range(1, before.step));
 
-    const s = await runTraining({ out, train: { ...train, steps: 5 }, engines, baseDir: process.cwd(), resume: true });
-    expect(s.steps).toBe(5);
+    const s = await train(out, { steps: before.step + 2, mode: "fully_async" }, { resume: true });
+    expect(s.steps).toBe(before.step + 2);
     const { records } = checkFullyAsyncAccounting(out);
-    expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4, 5]);
+    expect(records.map((r) => r.step)).toEqual(range(1, before.step + 2));
     // The groups in flight at the checkpoint were trained after the resume, under their sample indices.
-    const trainedAfter = new Set(records.filter((r) => r.step > 2).flatMap((r) => r.trainedPrompts ?? []));
+    const trainedAfter = new Set(records.filter((r) => r.step > before.step).flatMap((r) => r.trainedPrompts ?? []));
     expect(before.pending!.some((g) => trainedAfter.has(g.prompt))).toBe(true);
-    expect(readJsonl<StepMetrics>(join(out, "metrics.jsonl")).map((m) => m.weight_version)).toEqual([1, 2, 3, 4, 5]);
-  }, 60_000);
+    expect(readJsonl<StepMetrics>(join(out, "metrics.jsonl")).map((m) => m.weight_version)).toEqual(range(1, before.step + 2));
+  }, 90_000);
 
   it("fully_async with staleness bound 0: no trained token is older than the trainer; stale groups are requeued, never trained or lost", async () => {
     const out = join(tmp(), "run");
-    const s = await runTraining({ out, train: trainSchema.parse({ ...tiny, steps: 4, mode: "fully_async", maxStaleness: 0 }), engines, baseDir: process.cwd() });
+    const s = await train(out, { steps: 4, mode: "fully_async", maxStaleness: 0 });
     expect(s.steps).toBe(4);
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(ms.map((m) => m.staleness_max)).toEqual([0, 0, 0, 0]);
@@ -259,7 +268,7 @@ describe("ooze train", () => {
 
   it("fully_async with the dynamic filter: dropped groups are recorded (samples and prompts) and never trained", async () => {
     const out = join(tmp(), "run");
-    const s = await runTraining({ out, train: trainSchema.parse({ ...tiny, steps: 3, mode: "fully_async", dropZeroVariance: true }), engines, baseDir: process.cwd() });
+    const s = await train(out, { steps: 3, mode: "fully_async", dropZeroVariance: true });
     expect(s.steps).toBe(3);
     const { records } = checkFullyAsyncAccounting(out);
     const droppedPrompts = new Set(records.flatMap((r) => r.droppedPrompts ?? []));

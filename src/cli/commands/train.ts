@@ -1,9 +1,10 @@
-// `ooze train FILE`: runs the RL loop a topology's `train:` section describes (embedded engines as
-// child processes, the native trainer worker, rollouts, buffer, weight sync), with a progress bar,
-// DIR/metrics.jsonl, DIR/reward.svg, checkpoints, and a summary at the end. `--resume DIR` continues
-// from DIR's last checkpoint at the same data position. `--mode` picks sync, async (one step
-// off-policy) or fully_async (continuous generation, partial rollout, staleness bound).
-import { dirname } from "node:path";
+// `ooze train FILE`: runs the RL loop a topology's `train:` section describes as a job of actors on an
+// embedded NATS JetStream (../train-job.ts: the fleet's embedded engines and the native trainer
+// worker as child processes; rollout, buffer, trainer and weight-sync actors exchanging messages on
+// the job's streams), with a progress bar fed by the trainer's step metrics, DIR/metrics.jsonl,
+// DIR/reward.svg, checkpoints, and a summary at the end. `--resume DIR` continues from DIR's last
+// checkpoint at the same data position. `--mode` picks sync, async (one step off-policy) or
+// fully_async (continuous generation, partial rollout, staleness bound).
 import type { Command } from "commander";
 import { SingleBar } from "cli-progress";
 import { OozeError } from "../../errors.ts";
@@ -19,6 +20,7 @@ interface TrainOptions {
   mode?: string;
   seed?: string;
   quiet?: boolean;
+  verbose?: boolean;
 }
 
 function num(name: string, v: string, min: number): number {
@@ -39,6 +41,7 @@ export function register(program: Command) {
     .option("--mode <mode>", "override train.mode (sync | async | fully_async)")
     .option("--seed <n>", "override train.seed (prompts, sampling and the model's initialisation)")
     .option("--quiet", "no progress bar or per-step lines")
+    .option("--verbose", "every actor's log lines (default: warnings and errors)")
     .action(async (file: string, opts: TrainOptions) => {
       const topo = loadTopology(file);
       const { train, engines } = trainConfigOf(topo);
@@ -51,17 +54,15 @@ export function register(program: Command) {
       if (opts.mode !== undefined) {
         if (opts.mode !== "sync" && opts.mode !== "async" && opts.mode !== "fully_async")
           throw new OozeError("CONFIG_INVALID", `--mode must be sync, async or fully_async (got '${opts.mode}')`);
-        if (opts.mode === "fully_async" && engines.client !== "fleet")
-          throw new OozeError("CONFIG_INVALID", `--mode fully_async needs engines.client: fleet (partial rollout); ${file} sets '${engines.client}'`);
         train.mode = opts.mode;
       }
       if (opts.resume && opts.out && opts.resume !== opts.out) throw new OozeError("CONFIG_INVALID", "give either --out or --resume (the run directory), not both");
       const out = opts.resume ?? opts.out ?? `runs/${topo.name}`;
-      const { runTraining } = await import("../../../actors/loop/loop.ts");
-      const stop = { stop: false };
+      const { runTrainJob } = await import("../train-job.ts");
+      const stop = new AbortController();
       const onSignal = () => {
-        if (stop.stop) process.exit(130);
-        stop.stop = true;
+        if (stop.signal.aborted) process.exit(130);
+        stop.abort();
         process.stderr.write("\n[ooze] stopping after this step (checkpoint and summary follow); Ctrl-C again to quit at once\n");
       };
       process.on("SIGINT", onSignal);
@@ -73,25 +74,24 @@ export function register(program: Command) {
       const say = (line: string) => {
         if (!opts.quiet) process.stderr.write(`${bar ? "\n" : ""}[ooze] ${line}\n`);
       };
-      const summary = await runTraining({
-        out,
+      const summary = await runTrainJob({
+        topology: topo,
         train,
         engines,
-        baseDir: dirname(topo.file ?? file),
+        out,
         resume: opts.resume !== undefined,
-        stopSignal: stop,
-        hooks: {
-          log: say,
-          onStart: ({ engines: urls, state }) => {
-            say(`${topo.name}: task ${train.task}, ${train.mode} mode, engines ${urls.join(", ")}, run dir ${out}`);
-            bar?.start(train.steps, state.step, { reward: "-", success: "-", sps: "-", secs: "0" });
-          },
-          onStep: (m: StepMetrics) => {
-            const vals = { reward: m.reward_mean.toFixed(3), success: m.success_rate.toFixed(2), sps: m.samples_per_s.toFixed(1), secs: m.seconds.toFixed(0) };
-            if (bar) bar.update(m.step, vals);
-            else if (!opts.quiet)
-              process.stderr.write(`[ooze] step ${m.step}/${train.steps} reward ${vals.reward} success ${vals.success} ${vals.sps} samples/s loss ${m.loss.toFixed(4)} entropy ${m.entropy.toFixed(3)}${train.mode === "fully_async" ? ` staleness ${m.staleness_max} partial ${m.partial_samples}` : ""} ${vals.secs}s\n`);
-          },
+        signal: stop.signal,
+        log: say,
+        verbose: opts.verbose === true,
+        onStart: ({ job, hosts, step }) => {
+          say(`${topo.name}: task ${train.task}, ${train.mode} mode, job ${job} (${hosts.length} node${hosts.length > 1 ? "s" : ""}), run dir ${out}`);
+          bar?.start(train.steps, step, { reward: "-", success: "-", sps: "-", secs: "0" });
+        },
+        onStep: (m: StepMetrics) => {
+          const vals = { reward: m.reward_mean.toFixed(3), success: m.success_rate.toFixed(2), sps: m.samples_per_s.toFixed(1), secs: m.seconds.toFixed(0) };
+          if (bar) bar.update(m.step, vals);
+          else if (!opts.quiet)
+            process.stderr.write(`[ooze] step ${m.step}/${train.steps} reward ${vals.reward} success ${vals.success} ${vals.sps} samples/s loss ${m.loss.toFixed(4)} entropy ${m.entropy.toFixed(3)}${train.mode === "fully_async" ? ` staleness ${m.staleness_max} partial ${m.partial_samples}` : ""} ${vals.secs}s\n`);
         },
       });
       bar?.stop();

@@ -1,0 +1,337 @@
+// The buffer's fully_async bookkeeping (train.mode fully_async): generation never stops. Prompt
+// groups are launched one by one onto the PROMPTS work queue, up to `maxInflightGroups` generating
+// and at most one batch more of complete groups waiting; a batch of `promptsPerStep` complete groups
+// is cut as soon as the previous step's weights are synced (so the staleness of every trained token
+// is exact: the trainer trains it at the synced version). The staleness bound keeps batches near the
+// trainer: a complete group whose oldest token is more than `maxStaleness` versions behind is never
+// trained — it is requeued (its prompt generated again under new sample indices; dropped after
+// MAX_REQUEUES). With `lateGroups: wait` (default) a batch waits for the groups still generating that
+// the next version would push beyond the bound (when they fit in it), so long episodes are trained,
+// not regenerated: no length bias and no generation for nothing. Every decision (trained, dropped,
+// requeued) is recorded in the next batch, and the messages of a group are acked only with that
+// batch, so a restarted buffer finds every undecided group again in the streams (recover()).
+import type { Sample } from "../../src/sample.ts";
+import { fullyAsyncLimits } from "../loop/config.ts";
+import { rewardStats as rewardStatsOf } from "../loop/metrics.ts";
+import type { LoopEnv } from "../loop-actors/context.ts";
+import type { BatchBody, PendingGroup, VersionRecord } from "../loop-actors/messages.ts";
+import { GroupBuffer, oldestVersion, type Batch } from "./groups.ts";
+
+/** Times a prompt may be requeued as stale before it is dropped. */
+export const MAX_REQUEUES = 3;
+
+/** A group attempt launched and not yet decided. */
+interface Live extends PendingGroup {
+  /** Version the engines served when it was launched (Infinity: unknown, found again after a restart). */
+  launchVersion: number;
+  /** Oldest token version of its samples so far (Infinity before the first). */
+  oldest: number;
+  samples: Sample[];
+  acks: (() => void)[];
+  complete: boolean;
+  /** Its prompt was requeued by an earlier incarnation: recorded as requeued once complete. */
+  superseded: boolean;
+}
+
+/** What the continuous feeder does on the streams (the buffer actor implements it). */
+export interface FeederIo {
+  publishPrompt(g: PendingGroup, step: number): Promise<void>;
+  publishBatch(body: BatchBody): Promise<void>;
+  log(line: string): void;
+}
+
+/** Where a (re)started buffer begins: the last batch, or the trainer's starting position. */
+export interface FeederStart {
+  batches: number;
+  nextPrompt: number;
+  nextSample: number;
+  pending: PendingGroup[];
+  /** Sample indices the last batch decided (trained, dropped, requeued): their messages may come back once. */
+  decided: Set<number>;
+  /** Prompt groups and group closes still on PROMPTS and SAMPLES (launched and undecided). */
+  inStreams: PendingGroup[];
+}
+
+const indices = (g: PendingGroup) => Array.from({ length: g.count }, (_, i) => g.firstSample + i);
+const minVersion = (s: Sample) => oldestVersion(s) ?? Infinity;
+
+/** fully_async feeding and batching; every call goes through the buffer actor's serial chain. */
+export class ContinuousFeeder {
+  private readonly groups: GroupBuffer;
+  private readonly bound: number;
+  private readonly maxInflight: number;
+  /** Undecided attempts by their first sample index (unique per attempt). */
+  private readonly live = new Map<number, Live>();
+  /** The current attempt of each prompt. */
+  private readonly current = new Map<number, Live>();
+  private queue: PendingGroup[] = [];
+  private synced: VersionRecord | null = null;
+  private batches = 0;
+  private nextPrompt = 0;
+  private nextSample = 0;
+  private decided = new Set<number>();
+  /** Samples of attempts not known yet (after a restart, until their close names them). */
+  private readonly orphans = new Map<number, { s: Sample; ack: () => void }[]>();
+  // Since the last batch:
+  private requeued: number[] = [];
+  private requeuedPrompts: number[] = [];
+  private dropped: number[] = [];
+  private droppedPrompts: number[] = [];
+  private filtered: Sample[] = [];
+  private held: (() => void)[] = [];
+  private filteredSinceBatch = 0;
+  private roundStart = performance.now();
+  private promptTokens = 0;
+  private cachedTokens = 0;
+
+  constructor(private readonly env: LoopEnv, private readonly io: FeederIo) {
+    const t = env.train;
+    const limits = fullyAsyncLimits(t);
+    this.bound = limits.maxStaleness;
+    this.maxInflight = limits.maxInflightGroups;
+    this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, maxStaleness: this.bound });
+  }
+
+  /** Takes up where the last batch (or the trainer's position) left off; groups in the streams come back as they arrive. */
+  async start(from: FeederStart): Promise<void> {
+    this.batches = from.batches;
+    this.nextPrompt = from.nextPrompt;
+    this.nextSample = from.nextSample;
+    this.decided = from.decided;
+    const known = new Map<number, PendingGroup>();
+    for (const g of [...from.pending, ...from.inStreams]) if (!this.decided.has(g.firstSample)) known.set(g.firstSample, g);
+    for (const g of known.values()) {
+      this.nextPrompt = Math.max(this.nextPrompt, g.prompt + 1);
+      this.nextSample = Math.max(this.nextSample, g.firstSample + g.count);
+    }
+    // The newest attempt of a prompt is current; older ones were requeued by an earlier incarnation.
+    const newest = new Map<number, number>();
+    for (const g of known.values()) newest.set(g.prompt, Math.max(newest.get(g.prompt) ?? -1, g.attempt));
+    const inStreams = new Set(from.inStreams.map((g) => g.firstSample));
+    const relaunch: PendingGroup[] = [];
+    for (const g of [...known.values()].sort((a, b) => a.firstSample - b.firstSample)) {
+      const l = this.track(g, Infinity);
+      l.superseded = g.attempt < newest.get(g.prompt)!;
+      if (!inStreams.has(g.firstSample)) relaunch.push(g);
+    }
+    if (known.size > 0) this.io.log(`buffer: fully_async: ${known.size} groups in flight at the restart (${relaunch.length} launched again)`);
+    for (const g of relaunch) await this.io.publishPrompt(g, this.batches + 1);
+  }
+
+  async onVersion(r: VersionRecord): Promise<void> {
+    if (!this.synced || r.step > this.synced.step || r.version > this.synced.version) this.synced = r;
+    await this.fill();
+    await this.maybeBatch();
+  }
+
+  /** A sample: joins its attempt (acked with the batch that decides it); a copy is acked now. */
+  async onSample(s: Sample, defer: () => () => void): Promise<void> {
+    const l = this.attemptOf(s);
+    if (!l) {
+      if (this.decided.has(s.index)) return; // decided by the last batch: its ack was lost
+      const list = this.orphans.get(s.groupIndex) ?? [];
+      if (!list.some((o) => o.s.index === s.index)) list.push({ s, ack: defer() });
+      this.orphans.set(s.groupIndex, list);
+      return;
+    }
+    if (l.samples.some((x) => x.index === s.index)) return;
+    await this.addSample(l, s, defer());
+  }
+
+  /** A group's close (after its samples): the attempt is complete once all are in. */
+  async onClose(c: { groupIndex: number; count: number; firstSample: number; attempt: number; promptTokens: number; cachedTokens: number }, defer: () => () => void): Promise<void> {
+    if (this.decided.has(c.firstSample)) return;
+    this.promptTokens += c.promptTokens;
+    this.cachedTokens += c.cachedTokens;
+    let l = this.live.get(c.firstSample);
+    if (!l) {
+      // An attempt an earlier incarnation launched after its last batch.
+      l = this.track({ prompt: c.groupIndex, firstSample: c.firstSample, count: c.count, attempt: c.attempt }, Infinity);
+      const cur = this.current.get(c.groupIndex);
+      if (cur && cur !== l && cur.attempt > l.attempt) l.superseded = true;
+      this.nextSample = Math.max(this.nextSample, c.firstSample + c.count);
+      this.nextPrompt = Math.max(this.nextPrompt, c.groupIndex + 1);
+    }
+    l.acks.push(defer());
+    l.count = c.count;
+    const mine = (this.orphans.get(c.groupIndex) ?? []).filter((o) => o.s.index >= l.firstSample && o.s.index < l.firstSample + l.count);
+    this.orphans.set(c.groupIndex, (this.orphans.get(c.groupIndex) ?? []).filter((o) => !mine.includes(o)));
+    for (const o of mine) await this.addSample(l, o.s, o.ack);
+    await this.closeIfDone(l);
+  }
+
+  private attemptOf(s: Sample): Live | null {
+    const cur = this.current.get(s.groupIndex);
+    if (cur && s.index >= cur.firstSample && s.index < cur.firstSample + cur.count) return cur;
+    for (const l of this.live.values()) if (l.prompt === s.groupIndex && s.index >= l.firstSample && s.index < l.firstSample + l.count) return l;
+    return null;
+  }
+
+  private track(g: PendingGroup, launchVersion: number): Live {
+    const l: Live = { ...g, launchVersion, oldest: Infinity, samples: [], acks: [], complete: false, superseded: false };
+    this.live.set(g.firstSample, l);
+    const cur = this.current.get(g.prompt);
+    if (!cur || cur.attempt <= g.attempt) this.current.set(g.prompt, l);
+    return l;
+  }
+
+  private async addSample(l: Live, s: Sample, ack: () => void): Promise<void> {
+    l.samples.push(s);
+    l.acks.push(ack);
+    l.oldest = Math.min(l.oldest, minVersion(s));
+    await this.closeIfDone(l);
+  }
+
+  /** Hands a complete attempt to the group buffer (or records it requeued when superseded). */
+  private async closeIfDone(l: Live): Promise<void> {
+    const closed = l.acks.length > l.samples.length; // the close's ack is in too
+    if (l.complete || !closed || l.samples.length < l.count) return;
+    l.complete = true;
+    if (l.superseded) {
+      this.decide(l);
+      this.requeued.push(...indices(l));
+      this.requeuedPrompts.push(l.prompt);
+      return;
+    }
+    const before = this.groups.stats.dropped;
+    for (const s of l.samples) this.groups.add(s);
+    this.groups.close(l.prompt, l.count);
+    if (this.groups.stats.dropped > before) {
+      // the dynamic filter (or every episode failed): dropped, recorded with the next batch
+      this.decide(l);
+      this.filtered.push(...l.samples);
+      this.dropped.push(...indices(l));
+      this.droppedPrompts.push(l.prompt);
+      this.filteredSinceBatch++;
+    }
+    await this.fill();
+    await this.maybeBatch();
+  }
+
+  /** The attempt leaves the live set; its messages are acked with the next batch. */
+  private decide(l: Live): void {
+    this.live.delete(l.firstSample);
+    if (this.current.get(l.prompt) === l) this.current.delete(l.prompt);
+    this.held.push(...l.acks);
+  }
+
+  /** Launches groups while fewer than maxInflightGroups generate and at most one batch more waits. */
+  private async fill(): Promise<void> {
+    const t = this.env.train;
+    if (!this.synced || this.batches >= t.steps) return;
+    let generating = 0;
+    for (const l of this.live.values()) if (!l.complete) generating++;
+    while (generating < this.maxInflight && this.live.size < this.maxInflight + t.promptsPerStep) {
+      let g = this.queue.shift();
+      if (!g) {
+        g = { prompt: this.nextPrompt++, firstSample: this.nextSample, count: t.samplesPerPrompt, attempt: 0 };
+        this.nextSample += g.count;
+      }
+      this.track(g, this.synced.version);
+      generating++;
+      await this.io.publishPrompt(g, this.batches + 1);
+    }
+  }
+
+  /** A stale attempt: its prompt goes back to the queue under new sample indices, or is dropped after MAX_REQUEUES. */
+  private requeue(prompt: number): void {
+    const l = this.current.get(prompt);
+    if (!l) return;
+    this.decide(l);
+    if (l.attempt + 1 > MAX_REQUEUES) {
+      this.dropped.push(...indices(l));
+      this.droppedPrompts.push(prompt);
+      this.io.log(`buffer: prompt ${prompt} went stale ${l.attempt + 1} times (its generation outlasts the staleness bound ${this.bound}); dropped`);
+      return;
+    }
+    this.requeued.push(...indices(l));
+    this.requeuedPrompts.push(prompt);
+    this.queue.push({ prompt, firstSample: this.nextSample, count: l.count, attempt: l.attempt + 1 });
+    this.nextSample += l.count;
+  }
+
+  /** Cuts the next batch when the previous step is synced and enough fresh groups are complete. */
+  private async maybeBatch(): Promise<void> {
+    const t = this.env.train;
+    const P = t.promptsPerStep;
+    if (!this.synced || this.synced.step < this.batches || this.batches >= t.steps) return;
+    const v = this.synced.version;
+    // lateGroups wait: groups still generating that the next version pushes beyond the bound are waited for, when they fit.
+    if (t.lateGroups === "wait") {
+      const limit = v + 1 - this.bound;
+      let late = 0;
+      for (const l of this.live.values()) if (!l.complete && Math.min(l.oldest, l.launchVersion) < limit) late++;
+      const lateReady = this.groups.readyOldest(v).filter((o) => o < limit).length;
+      if (late > 0 && late + lateReady <= P) return;
+    }
+    const partial = this.filteredSinceBatch >= 3 * P;
+    const r = this.groups.takeBatch(v, { partial });
+    for (const p of r.requeue) this.requeue(p);
+    if (!r.batch && !(partial && this.filteredSinceBatch >= 4 * P && this.groups.readyGroups === 0)) {
+      if (r.requeue.length > 0) await this.fill();
+      return;
+    }
+    await this.publish(r.batch);
+  }
+
+  private async publish(batch: Batch | null): Promise<void> {
+    const step = this.batches + 1;
+    const trained = new Set(batch?.samples.map((s) => s.index) ?? []);
+    const all: Sample[] = [...this.filtered];
+    const dropped = [...this.dropped];
+    for (const p of batch?.groups ?? []) {
+      const l = this.current.get(p)!;
+      this.decide(l);
+      for (const s of l.samples) {
+        all.push(s);
+        if (!trained.has(s.index)) dropped.push(s.index); // failed episodes of a trained group
+      }
+    }
+    const pending = [...[...this.live.values()].map(({ prompt, firstSample, count, attempt }) => ({ prompt, firstSample, count, attempt })), ...this.queue];
+    await this.io.publishBatch({
+      step,
+      samples: batch?.samples ?? [],
+      groups: batch?.groups ?? [],
+      dropped: dropped.sort((a, b) => a - b),
+      stalenessMax: Math.max(0, batch?.stalenessMax ?? 0),
+      nextPrompt: this.nextPrompt,
+      nextSample: this.nextSample,
+      pending: pending.sort((a, b) => a.firstSample - b.firstSample),
+      requeued: this.requeued,
+      requeuedPrompts: this.requeuedPrompts,
+      trainedPrompts: batch?.groups ?? [],
+      droppedPrompts: this.droppedPrompts,
+      stats: {
+        generated: all.length + this.requeued.length,
+        ...statsOf(all),
+        droppedGroups: this.groups.stats.dropped,
+        rolloutSeconds: (performance.now() - this.roundStart) / 1000,
+        promptTokens: this.promptTokens,
+        cachedTokens: this.cachedTokens,
+      },
+    });
+    this.batches = step;
+    for (const ack of this.held) ack();
+    this.held = [];
+    this.requeued = [];
+    this.requeuedPrompts = [];
+    this.dropped = [];
+    this.droppedPrompts = [];
+    this.filtered = [];
+    this.filteredSinceBatch = 0;
+    this.decided = new Set();
+    this.roundStart = performance.now();
+    this.promptTokens = this.cachedTokens = 0;
+    this.io.log(`buffer: batch ${step} (${batch?.samples.length ?? 0} samples, ${batch?.groups.length ?? 0} groups) published`);
+    await this.fill();
+  }
+}
+
+/** Reward, length and failure figures of a batch's decided samples (metrics.jsonl). */
+export function statsOf(all: readonly Sample[]): Pick<BatchBody["stats"], "rewards" | "responseLengthMean" | "failed"> {
+  return {
+    rewards: rewardStatsOf(all),
+    responseLengthMean: all.length ? all.reduce((n, s) => n + s.responseLength, 0) / all.length : 0,
+    failed: all.filter((s) => s.status === "failed").length,
+  };
+}

@@ -122,11 +122,13 @@ class Feeder implements FeederLike {
 
   private async feed(prompts: number): Promise<void> {
     const n = this.env.train.samplesPerPrompt;
+    const sent: Promise<void>[] = [];
     for (let i = 0; i < prompts; i++) {
       const g = this.nextPrompt++;
       this.outstanding.add(g);
-      await publishPrompt(this.env, this.path, { prompt: g, firstSample: g * n, count: n, attempt: 0 }, this.batches + 1);
+      sent.push(publishPrompt(this.env, this.path, { prompt: g, firstSample: g * n, count: n, attempt: 0 }, this.batches + 1));
     }
+    await Promise.all(sent); // in flight together: one round trip for the step's prompts
   }
 
   /**
@@ -230,7 +232,7 @@ async function startingPosition(env: LoopEnv, log: (l: string) => void): Promise
   let from: FeederStart;
   if (last) {
     const b = last.body;
-    from = { batches: b.step, nextPrompt: b.nextPrompt, nextSample: b.nextSample, pending: b.pending, decided: new Set([...b.samples.map((s) => s.index), ...b.dropped, ...b.requeued]), inStreams: [] };
+    from = { batches: b.step, nextPrompt: b.nextPrompt, nextSample: b.nextSample, pending: b.pending, floor: b.nextSample, inStreams: [] };
   } else {
     let w = await lastMessage(bus, names.streamWeights, weightsRegistry);
     for (let waited = 0; !w; waited += 250) {
@@ -239,7 +241,7 @@ async function startingPosition(env: LoopEnv, log: (l: string) => void): Promise
       w = await lastMessage(bus, names.streamWeights, weightsRegistry);
     }
     const p = w.body.position;
-    from = { batches: w.body.step, nextPrompt: p.nextPrompt, nextSample: p.nextSample, pending: p.pending, decided: new Set(), inStreams: [] };
+    from = { batches: w.body.step, nextPrompt: p.nextPrompt, nextSample: p.nextSample, pending: p.pending, floor: p.nextSample, inStreams: [] };
   }
   if (env.train.mode === "fully_async") {
     for (const m of await scanStream(bus, names.streamPrompts, promptRegistry))

@@ -9,7 +9,7 @@
 // the next version would push beyond the bound (when they fit in it), so long episodes are trained,
 // not regenerated: no length bias and no generation for nothing. Every decision (trained, dropped,
 // requeued) is recorded in the next batch, and the messages of a group are acked only with that
-// batch, so a restarted buffer finds every undecided group again in the streams (recover()).
+// batch, so a restarted buffer finds every undecided group again in the streams (start()).
 import type { Sample } from "../../src/sample.ts";
 import { fullyAsyncLimits } from "../loop/config.ts";
 import { rewardStats as rewardStatsOf } from "../loop/metrics.ts";
@@ -46,8 +46,12 @@ export interface FeederStart {
   nextPrompt: number;
   nextSample: number;
   pending: PendingGroup[];
-  /** Sample indices the last batch decided (trained, dropped, requeued): their messages may come back once. */
-  decided: Set<number>;
+  /**
+   * Sample indices below this were allocated before the last batch: unless a `pending` group holds
+   * them, their groups are decided (trained, dropped or requeued) and their messages, which may come
+   * back when an ack was lost, are acked and ignored.
+   */
+  floor: number;
   /** Prompt groups and group closes still on PROMPTS and SAMPLES (launched and undecided). */
   inStreams: PendingGroup[];
 }
@@ -69,7 +73,10 @@ export class ContinuousFeeder {
   private batches = 0;
   private nextPrompt = 0;
   private nextSample = 0;
-  private decided = new Set<number>();
+  /** See FeederStart.floor. */
+  private floor = 0;
+  /** Attempts decided by this incarnation, by prompt: their messages may come back when an ack was lost. */
+  private readonly done = new Map<number, { firstSample: number; count: number }[]>();
   /** Samples of attempts not known yet (after a restart, until their close names them). */
   private readonly orphans = new Map<number, { s: Sample; ack: () => void }[]>();
   // Since the last batch:
@@ -97,9 +104,10 @@ export class ContinuousFeeder {
     this.batches = from.batches;
     this.nextPrompt = from.nextPrompt;
     this.nextSample = from.nextSample;
-    this.decided = from.decided;
+    this.floor = from.nextSample;
     const known = new Map<number, PendingGroup>();
-    for (const g of [...from.pending, ...from.inStreams]) if (!this.decided.has(g.firstSample)) known.set(g.firstSample, g);
+    for (const g of from.pending) known.set(g.firstSample, g);
+    for (const g of from.inStreams) if (g.firstSample >= this.floor && !known.has(g.firstSample)) known.set(g.firstSample, g);
     for (const g of known.values()) {
       this.nextPrompt = Math.max(this.nextPrompt, g.prompt + 1);
       this.nextSample = Math.max(this.nextSample, g.firstSample + g.count);
@@ -128,7 +136,7 @@ export class ContinuousFeeder {
   async onSample(s: Sample, defer: () => () => void): Promise<void> {
     const l = this.attemptOf(s);
     if (!l) {
-      if (this.decided.has(s.index)) return; // decided by the last batch: its ack was lost
+      if (this.isDecided(s.groupIndex, s.index)) return; // its group was decided: an ack was lost
       const list = this.orphans.get(s.groupIndex) ?? [];
       if (!list.some((o) => o.s.index === s.index)) list.push({ s, ack: defer() });
       this.orphans.set(s.groupIndex, list);
@@ -140,7 +148,7 @@ export class ContinuousFeeder {
 
   /** A group's close (after its samples): the attempt is complete once all are in. */
   async onClose(c: { groupIndex: number; count: number; firstSample: number; attempt: number; promptTokens: number; cachedTokens: number }, defer: () => () => void): Promise<void> {
-    if (this.decided.has(c.firstSample)) return;
+    if (!this.live.has(c.firstSample) && this.isDecided(c.groupIndex, c.firstSample)) return;
     this.promptTokens += c.promptTokens;
     this.cachedTokens += c.cachedTokens;
     let l = this.live.get(c.firstSample);
@@ -158,6 +166,14 @@ export class ContinuousFeeder {
     this.orphans.set(c.groupIndex, (this.orphans.get(c.groupIndex) ?? []).filter((o) => !mine.includes(o)));
     for (const o of mine) await this.addSample(l, o.s, o.ack);
     await this.closeIfDone(l);
+  }
+
+  /** Whether sample index `index` of prompt `prompt` belongs to an attempt that is decided already. */
+  private isDecided(prompt: number, index: number): boolean {
+    if ((this.done.get(prompt) ?? []).some((d) => index >= d.firstSample && index < d.firstSample + d.count)) return true;
+    if (index >= this.floor) return false;
+    for (const l of this.live.values()) if (l.prompt === prompt && index >= l.firstSample && index < l.firstSample + l.count) return false;
+    return true;
   }
 
   private attemptOf(s: Sample): Live | null {
@@ -211,6 +227,9 @@ export class ContinuousFeeder {
   /** The attempt leaves the live set; its messages are acked with the next batch. */
   private decide(l: Live): void {
     this.live.delete(l.firstSample);
+    const done = this.done.get(l.prompt) ?? [];
+    done.push({ firstSample: l.firstSample, count: l.count });
+    this.done.set(l.prompt, done);
     if (this.current.get(l.prompt) === l) this.current.delete(l.prompt);
     this.held.push(...l.acks);
   }
@@ -221,6 +240,7 @@ export class ContinuousFeeder {
     if (!this.synced || this.batches >= t.steps) return;
     let generating = 0;
     for (const l of this.live.values()) if (!l.complete) generating++;
+    const sent: Promise<void>[] = [];
     while (generating < this.maxInflight && this.live.size < this.maxInflight + t.promptsPerStep) {
       let g = this.queue.shift();
       if (!g) {
@@ -229,8 +249,9 @@ export class ContinuousFeeder {
       }
       this.track(g, this.synced.version);
       generating++;
-      await this.io.publishPrompt(g, this.batches + 1);
+      sent.push(this.io.publishPrompt(g, this.batches + 1));
     }
+    await Promise.all(sent);
   }
 
   /** A stale attempt: its prompt goes back to the queue under new sample indices, or is dropped after MAX_REQUEUES. */
@@ -319,7 +340,6 @@ export class ContinuousFeeder {
     this.droppedPrompts = [];
     this.filtered = [];
     this.filteredSinceBatch = 0;
-    this.decided = new Set();
     this.roundStart = performance.now();
     this.promptTokens = this.cachedTokens = 0;
     this.io.log(`buffer: batch ${step} (${batch?.samples.length ?? 0} samples, ${batch?.groups.length ?? 0} groups) published`);

@@ -257,20 +257,35 @@ export class VersionsKv {
 
   /** Resolves with the first record whose step is at least `step`. */
   async waitForStep(step: number): Promise<VersionRecord> {
-    let done = false;
-    let resolveFn!: (r: VersionRecord) => void;
-    const p = new Promise<VersionRecord>((r) => (resolveFn = r));
+    const f = await this.follow();
+    try {
+      return await f.until(step);
+    } finally {
+      f.stop();
+    }
+  }
+
+  /**
+   * A standing watch: `until(step)` resolves with the first record whose step is at least `step`
+   * (at once when one was seen already); `stop()` ends the watch.
+   */
+  async follow(): Promise<{ until(step: number): Promise<VersionRecord>; stop(): void }> {
+    let latest: VersionRecord | null = null;
+    const waiters: { step: number; resolve: (r: VersionRecord) => void }[] = [];
     const stop = await this.watch((r) => {
-      if (!done && r.step >= step) {
-        done = true;
-        resolveFn(r);
+      if (latest && r.step <= latest.step) return;
+      latest = r;
+      for (let i = waiters.length - 1; i >= 0; i--) {
+        if (r.step >= waiters[i]!.step) {
+          waiters[i]!.resolve(r);
+          waiters.splice(i, 1);
+        }
       }
     });
-    try {
-      return await p;
-    } finally {
-      stop();
-    }
+    return {
+      until: (step) => (latest && latest.step >= step ? Promise.resolve(latest) : new Promise((resolve) => waiters.push({ step, resolve }))),
+      stop,
+    };
   }
 }
 

@@ -34,6 +34,7 @@ type Batch = z.output<typeof batchMsg.schema>;
 
 interface TrainerState {
   trainer: PolicyTrainer;
+  stopVersions: () => void;
   consumer: StreamConsumer;
   run: Run;
 }
@@ -69,7 +70,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version}`);
       try {
         await ensureTrainStreams(env.bus, env.names, env.train);
-        const versions = await VersionsKv.open(env.bus, env.names);
+        const versions = await (await VersionsKv.open(env.bus, env.names)).follow();
         const announce = (step: number, position: Position) =>
           publish(env.bus, env.names.trainWeights, weightsMsg, { version: trainer.version, modelDir: trainer.modelDir, step, position }, `weights-${step}`, ctx.path);
         await announce(from.step, from.position);
@@ -85,7 +86,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
           handle: (msg) => run.onBatch(msg.body),
         });
         ctx.log.info(`trainer: ${t.steps} steps of ${t.promptsPerStep}×${t.samplesPerPrompt} samples (${t.mode}), run directory ${out}`);
-        return { trainer, consumer, run };
+        return { trainer, consumer, run, stopVersions: versions.stop };
       } catch (e) {
         await trainer.close();
         throw e;
@@ -96,6 +97,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
     },
     async onStop(state, ctx) {
       await state.consumer.stop();
+      state.stopVersions();
       // Stopped between checkpoints (Ctrl-C, `ooze down`, a crash): keep what was trained.
       await state.run.checkpointLast().catch((e) => ctx.log.error(`trainer: final checkpoint failed: ${(e as Error).message}`));
       await state.trainer.close();
@@ -176,7 +178,7 @@ class Run {
     private readonly out: string,
     private readonly paths: { metrics: string; batches: string; svg: string },
     private readonly trainer: PolicyTrainer,
-    private readonly versions: VersionsKv,
+    private readonly versions: { until(step: number): Promise<unknown> },
     private readonly announce: (step: number, position: Position) => Promise<unknown>,
     private readonly publishMetrics: (m: StepMetrics) => Promise<unknown>,
     from: number,
@@ -201,7 +203,7 @@ class Run {
     const { result: trained, seconds: trainSeconds, restarts } = this.trained;
     const tSync = performance.now();
     await this.announce(b.step, { nextPrompt: b.nextPrompt, nextSample: b.nextSample, pending: b.pending });
-    await this.versions.waitForStep(b.step);
+    await this.versions.until(b.step);
     const syncSeconds = (performance.now() - tSync) / 1000;
     this.step = b.step;
     const now = performance.now();

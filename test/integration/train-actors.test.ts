@@ -14,7 +14,8 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { promptGroup, sampleMsg } from "../../actors/loop-actors/messages.ts";
 import { VersionsKv } from "../../actors/loop-actors/streams.ts";
-import { readJsonl, type StepMetrics } from "../../actors/loop/metrics.ts";
+import { readJsonl, type BatchRecord, type StepMetrics } from "../../actors/loop/metrics.ts";
+import type { RunState } from "../../actors/loop/state.ts";
 import { decode, type DeadLetter } from "../../src/codec/index.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { useNats, waitUntil } from "../harness/index.ts";
@@ -40,6 +41,9 @@ function accounted(out: string): number[] {
   expect(batches.map((b) => b.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
   return batches.flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b);
 }
+/** The pid of the latest process of node `host` in an `ooze up` log. */
+const nodePid = (log: string, host: string) => Number([...log.matchAll(new RegExp(`\\[${host}\\] running [^\\n]* \\(pid (\\d+)\\)`, "g"))].at(-1)?.[1]);
+
 const allIndices = Array.from({ length: STEPS * PROMPTS * N }, (_, i) => i);
 
 function topology(dir: string, out: string, o: { mode?: string; rollouts?: number; rolloutConfig?: string; bufferHost?: string } = {}): string {
@@ -102,7 +106,7 @@ describe("ooze up: the loop as actors on JetStream", () => {
     // are unacked, so the restarted buffer gets them back and continues after batch 1. Then kill the
     // rollout node: group 4 is redelivered and generated again with the same sample indices.
     await waitUntil(() => log.includes("holding group 4"), { timeoutMs: 60_000, what: "the rollout holding group 4", diagnostics });
-    const pidOf = (host: string) => Number([...log.matchAll(new RegExp(`\\[${host}\\] running [^\\n]* \\(pid (\\d+)\\)`, "g"))].at(-1)?.[1]);
+    const pidOf = (host: string) => nodePid(log, host);
     process.kill(pidOf("buffer"), "SIGKILL");
     await waitUntil(() => log.includes("buffer: continuing after batch 1"), { timeoutMs: 60_000, what: "the restarted buffer", diagnostics });
     // Kill the learner (fleet, trainer, weight-sync) after step 1, before any checkpoint: the restarted
@@ -158,6 +162,50 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(metrics.map((m) => m.weight_version)).toEqual([1, 2, 3, 4]);
     expect(Math.max(...metrics.map((m) => m.staleness_max))).toBeLessThanOrEqual(1);
   }, 120_000);
+
+  it("fully_async, three processes: SIGKILLed buffer, rollout and learner nodes and a nats-server restart lose and duplicate no sample; staleness bounded", async () => {
+    const dir = tmp();
+    const out = join(dir, "run");
+    const file = topology(dir, out, { mode: "fully_async", rolloutConfig: "{ ackWaitMs: 1500 }" });
+    writeFileSync(file, readFileSync(file, "utf8").replace("steps: 4,", "steps: 8,"));
+    const { server } = nats;
+    const up = spawn(process.execPath, ["bin/ooze.mjs", "up", file, "--job", "train-actors-fully-async", "--nats", server.url.replace("nats://", `nats://${server.token}@`), "--quiet"], {
+      env: { ...process.env, OOZE_HOME: dir },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    children.push(up);
+    let log = "";
+    up.stdout!.on("data", (d) => (log += d));
+    up.stderr!.on("data", (d) => (log += d));
+    const exited = new Promise<number | null>((r) => up.on("exit", (c) => r(c)));
+    const diagnostics = () => log.slice(-6000);
+    const pidOf = (host: string) => nodePid(log, host);
+    const afterStep = (n: number) => waitUntil(() => new RegExp(`trainer: step ${n}/8`).test(log), { timeoutMs: 60_000, what: `step ${n}`, diagnostics });
+    await afterStep(1);
+    process.kill(pidOf("buffer"), "SIGKILL");
+    await afterStep(3);
+    process.kill(pidOf("rollout"), "SIGKILL");
+    await afterStep(4);
+    process.kill(pidOf("learner"), "SIGKILL");
+    await waitUntil(() => (log.match(/trainer: step 5\/8/g)?.length ?? 0) >= 1, { timeoutMs: 60_000, what: "step 5 after the learner restart", diagnostics });
+    await server.restart();
+    expect(await exited, diagnostics()).toBe(0);
+    expect(log).toContain("node buffer killed by SIGKILL; restarting");
+    expect(log).toContain("node rollout killed by SIGKILL; restarting");
+    expect(log).toContain("node learner killed by SIGKILL; restarting");
+
+    // Every sample index below the data position: trained, dropped, requeued or pending at the end, once.
+    const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
+    expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    const latest = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as RunState;
+    const span = (g: { firstSample: number; count: number }) => Array.from({ length: g.count }, (_, i) => g.firstSample + i);
+    const seen = [...records.flatMap((r) => [...r.trained, ...r.dropped, ...(r.requeued ?? [])]), ...(latest.pending ?? []).flatMap(span)].sort((a, b) => a - b);
+    const twice = seen.filter((x, i) => seen[i + 1] === x);
+    expect(seen, `indices recorded twice: ${twice.join(",")}; records ${JSON.stringify(records)}; pending ${JSON.stringify(latest.pending)}\n${diagnostics()}`).toEqual(Array.from({ length: latest.nextSample }, (_, i) => i));
+    const metrics = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+    expect(metrics.map((m) => m.weight_version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(Math.max(...metrics.map((m) => m.staleness_max))).toBeLessThanOrEqual(2);
+  }, 180_000);
 
   it("the versions record only moves forward", async () => {
     const bus = await nats.connect();

@@ -2,20 +2,28 @@
 // `engines: [{url}]` (external servers, attached as "topology" engines, joining when reachable) and
 // `embedded: {count, preset | modelDir, …}` (child processes running `ooze serve`, attached once they
 // listen, killed when the actor stops) — and from runtime asks: {op:"attach", url}, {op:"detach", url},
-// {op:"list"}, {op:"updateWeights", modelDir, version, mode, delta?} (with `delta`: an object of the
-// job's object store that the fleet fetches to a temp file and has its engines load as "ooze-delta",
-// modelDir being the full fallback). The engine set lives in the job's KV bucket, so a restarted
-// actor recovers runtime-attached engines. Actors in the same process use the Fleet itself through
-// `localFleet(job)` for generation.
+// {op:"list"}, {op:"updateWeights", modelDir | full, version, mode, delta?}. A full checkpoint is a
+// model directory the engines read (`modelDir`) or an object of the job's object store (`full`) that
+// the fleet fetches into a local directory of its own (local-weights.ts), keeping the copy of the
+// version it serves for engines that join later; with `delta`, an object the fleet fetches to a
+// temp file and has its engines load as "ooze-delta", the full checkpoint being the fallback. The
+// engine set lives in the job's KV bucket, so a restarted actor recovers runtime-attached engines
+// (and fetches the served version's full checkpoint again when its local copy is gone). Actors in
+// the same process use the Fleet itself through `localFleet(job)` for generation.
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { z } from "zod";
 import { remoteLayer, defineActor, type ActorSystem } from "../../src/actor/index.ts";
 import { Fleet, type FleetOptions } from "../../src/engine/fleet.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import type { Bus } from "../../src/transport/bus.ts";
+import { jobNames } from "../../src/transport/names.ts";
 import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
 import { withDeltaObject } from "../weight-sync/delta-store.ts";
 import { DELTA_LOAD_FORMAT } from "../weight-sync/engine-loader.ts";
+import { fullObjectName } from "../weight-sync/full-store.ts";
 import { EmbeddedEngine, killOrphan } from "./embedded.ts";
+import { LocalWeights } from "./local-weights.ts";
 import { fleetMsg, type FleetMsg, type FleetReply } from "./messages.ts";
 
 /** The fleet actor's `config` in a topology. */
@@ -57,6 +65,75 @@ interface FleetState {
   embedded: EmbeddedEngine[];
   job: string;
   registry: FleetRegistry | null;
+  /** Local copies of full checkpoints fetched from the object store. */
+  weights: LocalWeights;
+}
+
+type UpdateMsg = Extract<FleetMsg, { op: "updateWeights" }>;
+type Fallbacks = { engine: string; reason: string }[];
+
+/**
+ * A restarted fleet whose recorded weights (KV) are a directory that is gone (a local copy of an
+ * earlier incarnation, or a trainer path this host cannot read): fetches the version's full
+ * checkpoint object from the job's object store as the served copy and records it, so that engines
+ * that join are brought to that version. When the object is not there either, it says so.
+ */
+async function restoreServed(registry: FleetRegistry, bus: Bus, weights: LocalWeights, job: string, log: { info(l: string): void; warn(l: string): void }): Promise<void> {
+  const v = await registry.version();
+  if (!v) return;
+  if (existsSync(join(v.modelDir, "model.safetensors"))) {
+    weights.adopt(v.version, v.modelDir);
+    return;
+  }
+  const ref = { bucket: jobNames(job).objWeights, name: fullObjectName(v.version) };
+  try {
+    const dir = await weights.restore(bus, ref, v.version);
+    await registry.putVersion({ version: v.version, modelDir: dir });
+    log.info(`fleet: fetched weight version ${v.version} from '${ref.bucket}/${ref.name}' (its recorded copy ${v.modelDir} is gone)`);
+  } catch (e) {
+    log.warn(`fleet: weight version ${v.version} was recorded at ${v.modelDir}, which is gone, and cannot be fetched (${(e as Error).message}); engines that join cannot be brought to it until the next weight update`);
+  }
+}
+
+/** Handles an updateWeights ask; returns the engines that refused a delta and loaded the full checkpoint. */
+async function updateWeights(state: FleetState, msg: UpdateMsg, path: string, log: (l: string) => void): Promise<Fallbacks | undefined> {
+  const { fleet, weights, bus } = state;
+  const mode = msg.mode ? { mode: msg.mode } : {};
+  if ((msg.modelDir === undefined) === (msg.full === undefined))
+    throw new OozeError("BAD_REQUEST", `fleet actor '${path}': updateWeights to '${msg.version}' needs exactly one of 'modelDir' (a directory the engines read) and 'full' (an object of the job's object store)`);
+  if (!bus && (msg.full || msg.delta))
+    throw new OozeError("CONFIG_INVALID", `fleet actor '${path}': weights in the object store need the job's NATS connection (run the fleet under ooze up / ooze node)`);
+  const delta = msg.delta;
+  if (msg.modelDir !== undefined) {
+    if (!delta) return void (await fleet.updateWeights(msg.modelDir, msg.version, mode));
+    // Fetched to a local temp file for this update; engines that refuse it load modelDir (reported).
+    const fullModelDir = msg.modelDir;
+    return (await withDeltaObject(bus!, delta, (file) => fleet.updateWeights(file, msg.version, { ...mode, loadFormat: DELTA_LOAD_FORMAT, fullModelDir }))).fullFallbacks;
+  }
+  const full = msg.full!;
+  /** Runs the update from the local copy `dir` of the version, then keeps the copy the fleet serves. */
+  const settled = async <T>(dir: string, run: () => Promise<T>): Promise<T> => {
+    try {
+      return await run();
+    } finally {
+      weights.settle(fleet.weightVersion, msg.version, dir);
+    }
+  };
+  if (!delta) {
+    const dir = await weights.fetch(bus!, full, msg.version);
+    return void (await settled(dir, () => fleet.updateWeights(dir, msg.version, mode)));
+  }
+  return withDeltaObject(bus!, delta, async (file) => {
+    let dir: string;
+    try {
+      dir = weights.fromDelta(file, msg.version);
+    } catch (e) {
+      log(`fleet: cannot make weight version ${msg.version} from the served copy and the delta (${(e as Error).message}); fetching '${full.bucket}/${full.name}'`);
+      dir = await weights.fetch(bus!, full, msg.version);
+    }
+    const fullModelDir = dir;
+    return (await settled(dir, () => fleet.updateWeights(file, msg.version, { ...mode, loadFormat: DELTA_LOAD_FORMAT, fullModelDir }))).fullFallbacks;
+  });
 }
 
 const local = new Map<string, Fleet>();
@@ -108,7 +185,15 @@ export function fleetActor(system: ActorSystem) {
           await registry.removeProcess(p.url);
         }
       }
-      const fleet = await Fleet.open(opts);
+      const weights = new LocalWeights(job);
+      if (registry && bus) await restoreServed(registry, bus, weights, job, ctx.log);
+      let fleet: Fleet;
+      try {
+        fleet = await Fleet.open(opts);
+      } catch (err) {
+        weights.close();
+        throw err;
+      }
       const embedded: EmbeddedEngine[] = [];
       const record = (url: string, pid: number) => void registry?.putProcess({ url, pid, startedAt: Date.now() }).catch(() => {});
       try {
@@ -127,11 +212,12 @@ export function fleetActor(system: ActorSystem) {
         await Promise.all(embedded.map((x) => x.stop()));
         for (const x of embedded) if (x.url) await registry?.removeProcess(x.url).catch(() => {});
         await fleet.close();
+        weights.close();
         throw err;
       }
       local.set(job, fleet);
       ctx.log.info(`fleet: ${fleet.list().length} engines (${embedded.length} embedded)`);
-      return { fleet, bus, embedded, job, registry };
+      return { fleet, bus, embedded, job, registry, weights };
     },
     async handle(state, msg, ctx) {
       const { fleet } = state;
@@ -151,18 +237,8 @@ export function fleetActor(system: ActorSystem) {
             ctx.reply(ok());
             break;
           case "updateWeights": {
-            const mode = msg.mode ? { mode: msg.mode } : {};
-            if (!msg.delta) {
-              await fleet.updateWeights(msg.modelDir, msg.version, mode);
-              ctx.reply(ok());
-              break;
-            }
-            if (!state.bus) throw new OozeError("CONFIG_INVALID", `fleet actor '${ctx.path}': a weight delta in the object store needs the job's NATS connection (run the fleet under ooze up / ooze node)`);
-            // Fetched to a local temp file for this update; engines that refuse it load modelDir (reported).
-            const report = await withDeltaObject(state.bus, msg.delta, (file) =>
-              fleet.updateWeights(file, msg.version, { ...mode, loadFormat: DELTA_LOAD_FORMAT, fullModelDir: msg.modelDir }),
-            );
-            ctx.reply(ok({ fullFallbacks: report.fullFallbacks }));
+            const fullFallbacks = await updateWeights(state, msg, ctx.path, (l) => ctx.log.warn(l));
+            ctx.reply(ok(fullFallbacks ? { fullFallbacks } : {}));
             break;
           }
         }
@@ -178,6 +254,7 @@ export function fleetActor(system: ActorSystem) {
       await Promise.all(state.embedded.map((e) => e.stop()));
       for (const e of state.embedded) if (e.url) await state.registry?.removeProcess(e.url).catch(() => {});
       await state.fleet.close();
+      state.weights.close();
     },
   });
 }

@@ -1,11 +1,14 @@
-// The fleet actor's protocol: attach / detach / list / update-weights (a model directory, or a delta
-// in the job's object store) asks, and their replies. A
-// refused request is a reply `{ok: false, error}` (not a crash of the actor); `askFleet` turns it
-// back into the OozeError the fleet raised.
+// The fleet actor's protocol: attach / detach / list / update-weights (the full checkpoint as a model
+// directory or as an object of the job's object store, optionally with a delta object) asks, and
+// their replies. A refused request is a reply `{ok: false, error}` (not a crash of the actor);
+// `askFleet` turns it back into the OozeError the fleet raised.
 import { z } from "zod";
 import type { ActorRef } from "../../src/actor/index.ts";
 import type { EngineEntry } from "../../src/engine/fleet.ts";
 import { OozeError, type WireError } from "../../src/errors.ts";
+
+/** An object of an object store bucket. */
+const objectRef = z.object({ bucket: z.string().min(1), name: z.string().min(1) });
 
 /** Asks the fleet actor answers. */
 export const fleetMsg = z.discriminatedUnion("op", [
@@ -14,12 +17,20 @@ export const fleetMsg = z.discriminatedUnion("op", [
   z.object({ op: z.literal("list") }),
   z.object({
     op: z.literal("updateWeights"),
-    /** The version as a model directory (with `delta`: the full checkpoint for engines that refuse the delta or join later). */
-    modelDir: z.string().min(1),
+    /**
+     * The version's full checkpoint as a model directory the engines read (with `delta`: for engines
+     * that refuse the delta or join later). Exactly one of `modelDir` and `full`.
+     */
+    modelDir: z.string().min(1).optional(),
+    /**
+     * The version's full checkpoint as an object of the job's object store (`full-v{N}`,
+     * actors/weight-sync/full-store.ts): the fleet fetches it to a local directory of its own.
+     */
+    full: objectRef.optional(),
     version: z.string().min(1),
     mode: z.enum(["abort", "in_place"]).optional(),
     /** A weight delta (actors/weight-sync/delta.ts) in the job's object store: fetched by the fleet and loaded as "ooze-delta". */
-    delta: z.object({ bucket: z.string().min(1), name: z.string().min(1) }).optional(),
+    delta: objectRef.optional(),
   }),
 ]);
 

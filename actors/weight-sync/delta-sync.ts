@@ -8,14 +8,16 @@
 // fails (e.g. the object cannot be fetched), the sync falls back to a full update of every engine.
 // Every fallback is logged and recorded in `history`. With the bf16 wire, the engines hold the
 // trainer's weights rounded to bf16 (fp32 containers whose low 16 bits are zero): each version is
-// also written as such a model directory, the full fallback.
+// also written as such a model directory, the full fallback. Each version's full checkpoint is put
+// in a FullStore (full-store.ts: the directory itself, or the job's object store) before the update.
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { loadNative } from "../../native/load.ts";
-import { encodeDelta, isBf16Exact, roundToBf16, type DeltaWire, type EncodeOptions, type TensorSlot } from "./delta.ts";
+import { encodeDelta, isBf16Exact, roundToBf16, tensorLayout, type DeltaWire, type EncodeOptions, type TensorSlot } from "./delta.ts";
 import { DirDeltaStore, type DeltaStore } from "./delta-store.ts";
 import { DELTA_LOAD_FORMAT } from "./engine-loader.ts";
 import { assertIncreasing, loadFull, type WeightTarget } from "./full.ts";
+import { directFullStore, type FullStore } from "./full-store.ts";
 
 /** Options of DeltaWeightSync. */
 export interface DeltaSyncOptions {
@@ -23,6 +25,8 @@ export interface DeltaSyncOptions {
   dir: string;
   /** Where the deltas go (default: files in `dir`, DirDeltaStore). */
   store?: DeltaStore;
+  /** Where each version's full checkpoint goes (the fallback and what engines join with; default: the directory itself). */
+  fullStore?: FullStore;
   /** The model directory the engines serve at the initial version (the first delta's base); without it the first push is full. */
   baseModelDir?: string;
   /** "fp32" (default): engines get the trainer's weights bit for bit; "bf16": rounded to bf16. */
@@ -57,9 +61,6 @@ interface Base {
   layout: TensorSlot[];
 }
 
-const layoutOf = (tensors: { name: string; offset: number; shape: number[] }[]): TensorSlot[] =>
-  tensors.map((t) => ({ name: t.name, offset: t.offset, numel: t.shape.reduce((a, b) => a * b, 1) }));
-
 const sameLayout = (a: TensorSlot[], b: TensorSlot[]) =>
   a.length === b.length && a.every((s, i) => s.name === b[i]!.name && s.offset === b[i]!.offset && s.numel === b[i]!.numel);
 
@@ -69,6 +70,7 @@ export class DeltaWeightSync {
   private base: Base | null = null;
   private readonly wire: DeltaWire;
   private readonly store: DeltaStore;
+  private readonly fullStore: FullStore;
   private readonly keep: number;
   private readonly log: (line: string) => void;
   /** Every push, oldest first (the newest 1000). */
@@ -80,10 +82,11 @@ export class DeltaWeightSync {
     this.keep = Math.max(1, opts.keep ?? 2);
     this.log = opts.log ?? (() => undefined);
     this.store = opts.store ?? new DirDeltaStore(opts.dir);
+    this.fullStore = opts.fullStore ?? directFullStore;
     if (opts.baseModelDir !== undefined) {
       const m = loadNative().loadModelDir(opts.baseModelDir);
       // With the bf16 wire, engines that hold unrounded weights take a full (rounded) checkpoint first.
-      if (this.wire === "fp32" || isBf16Exact(m.params)) this.base = { version: initialVersion, params: m.params, layout: layoutOf(m.tensors) };
+      if (this.wire === "fp32" || isBf16Exact(m.params)) this.base = { version: initialVersion, params: m.params, layout: tensorLayout(m.tensors) };
     }
   }
 
@@ -111,7 +114,7 @@ export class DeltaWeightSync {
     const t0 = performance.now();
     const native = loadNative();
     const m = native.loadModelDir(modelDir);
-    const layout = layoutOf(m.tensors);
+    const layout = tensorLayout(m.tensors);
     let params = m.params;
     let fullDir = modelDir;
     if (this.wire === "bf16") {
@@ -129,11 +132,13 @@ export class DeltaWeightSync {
     }
     const rec: PushRecord = { version, kind: "full", deltaBytes: bytes?.length ?? null, fullBytes, fallbacks: [], encodeMs: performance.now() - t0 };
     let done = false;
+    let fullLocation: string | null = null;
     if (base && bytes) {
       try {
         // Stored inside the try: a store that fails (NATS away) means a full update, like a refused delta.
         const location = await this.store.put(base.version, version, bytes);
-        const r = await this.target.updateWeights(location, String(version), { loadFormat: DELTA_LOAD_FORMAT, fullModelDir: fullDir });
+        fullLocation = await this.fullStore.put(fullDir, version);
+        const r = await this.target.updateWeights(location, String(version), { loadFormat: DELTA_LOAD_FORMAT, fullModelDir: fullLocation });
         rec.kind = "delta";
         rec.fallbacks = fullFallbacksOf(r);
         for (const f of rec.fallbacks) this.log(`weight sync: ${f.engine} loaded version ${version} in full (delta refused: ${f.reason})`);
@@ -141,10 +146,10 @@ export class DeltaWeightSync {
       } catch (e) {
         const reason = (e as Error).message;
         rec.fallbacks = [{ engine: "*", reason }];
-        this.log(`weight sync: delta update to version ${version} failed (${reason}); loading the full checkpoint ${fullDir} on every engine`);
+        this.log(`weight sync: delta update to version ${version} failed (${reason}); loading the full checkpoint ${fullLocation ?? fullDir} on every engine`);
       }
     } else if (this.base) rec.fallbacks = [{ engine: "*", reason: "the model's tensor layout changed" }];
-    if (!done) await loadFull(this.target, fullDir, version, attempts, this.log);
+    if (!done) await loadFull(this.target, this.fullStore, fullDir, version, attempts, this.log, fullLocation);
     this.base = { version, params, layout };
     this.last = version;
     this.history.push(rec);
@@ -153,7 +158,7 @@ export class DeltaWeightSync {
     return rec;
   }
 
-  /** Removes the deltas and bf16 directories of versions older than the newest `keep` (a failure is logged: the next push prunes again). */
+  /** Removes the deltas and bf16 directories of versions older than the newest `keep`, and the full store's old checkpoints (a failure is logged: the next push prunes again). */
   private async prune(): Promise<void> {
     const floor = this.last - this.keep + 1;
     for (const name of existsSync(this.opts.dir) ? readdirSync(this.opts.dir) : []) {
@@ -161,6 +166,7 @@ export class DeltaWeightSync {
       if (m && Number(m[1]) < floor) rmSync(join(this.opts.dir, name), { recursive: true, force: true });
     }
     await this.store.prune(floor).catch((e: unknown) => this.log(`weight sync: pruning old deltas failed (${(e as Error).message})`));
+    await this.fullStore.prune(this.last).catch((e: unknown) => this.log(`weight sync: pruning old full checkpoints failed (${(e as Error).message})`));
   }
 }
 

@@ -22,6 +22,11 @@ export interface TensorSlot {
   numel: number;
 }
 
+/** The slots of a model's tensors (as loadModelDir lists them: name, offset in floats, shape). */
+export function tensorLayout(tensors: readonly { name: string; offset: number; shape: readonly number[] }[]): TensorSlot[] {
+  return tensors.map((t) => ({ name: t.name, offset: t.offset, numel: t.shape.reduce((a, b) => a * b, 1) }));
+}
+
 /** How one tensor's change is coded. */
 export type DeltaEncoding = "same" | "sub" | "sub-exp" | "sub-ac" | "xor" | "overwrite";
 

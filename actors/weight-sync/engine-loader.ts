@@ -12,7 +12,7 @@ import type { LlamaHfConfig } from "../../native/index.d.ts";
 import type { InferenceBackend } from "../../src/engine/backend.ts";
 import type { LoadWeightsHook } from "../../src/engine/server.ts";
 import { OozeError } from "../../src/errors.ts";
-import { applyDelta, decodeDelta, type TensorSlot } from "./delta.ts";
+import { applyDelta, decodeDelta, tensorLayout, type TensorSlot } from "./delta.ts";
 
 /** The load_format value of ooze's delta files. */
 export const DELTA_LOAD_FORMAT = "ooze-delta";
@@ -31,8 +31,7 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
   const materialise = (): Current => {
     if (current) return current;
     const m = loadNative().loadModelDir(fullDir);
-    const layout = m.tensors.map((t) => ({ name: t.name, offset: t.offset, numel: t.shape.reduce((a, b) => a * b, 1) }));
-    current = { config: m.config, params: m.params, layout };
+    current = { config: m.config, params: m.params, layout: tensorLayout(m.tensors) };
     return current;
   };
   return async ({ modelPath, loadFormat, currentVersion }) => {

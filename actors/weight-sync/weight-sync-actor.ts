@@ -1,12 +1,15 @@
-// The weight-sync actor (kind `train.weight-sync`, one per job): consumes WEIGHTS in order and, for
-// each version above the engines' one, has the fleet actor walk every engine through pause →
-// update_weights_from_disk → continue, then records {version, modelDir, step} in the job's versions
-// KV bucket (compare-and-set, never backwards). The buffer feeds the next step once that record is
-// there. With `train.weightSync: full` the engines load the trainer's checkpoint directory
-// (FullWeightSync); with `delta`, each version goes as a lossless delta against the previous one
-// (DeltaWeightSync) through the job's JetStream object store: this actor puts the delta object, the
-// fleet actor fetches it and its engines apply it, and an engine that refuses it (other base,
-// corrupt object) loads the checkpoint directory instead, logged.
+// The weight-sync actor (kind `train.weight-sync`, one per job, beside the trainer: it reads the
+// trainer's model directories): consumes WEIGHTS in order and, for each version above the engines'
+// one, has the fleet actor walk every engine through pause → update_weights_from_disk → continue,
+// then records {version, modelDir, step} in the job's versions KV bucket (compare-and-set, never
+// backwards). The buffer feeds the next step once that record is there. With `train.weightSync:
+// full` every version goes as a full checkpoint (FullWeightSync); with `delta`, as a lossless delta
+// against the previous one (DeltaWeightSync) through the job's JetStream object store: this actor
+// puts the delta object, the fleet actor fetches it and its engines apply it, and an engine that
+// refuses it (other base, corrupt object) loads the full checkpoint instead, logged. Full
+// checkpoints travel as objects `full-v{N}` of the same object store (config `transport: object`,
+// the default; the fleet fetches them to a local directory of its own) or, with `transport:
+// directory`, as the trainer's directory, which the fleet's engines must then read.
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -22,6 +25,7 @@ import { DeltaWeightSync, type PushRecord } from "./delta-sync.ts";
 import { ObjectDeltaStore, parseObjectLocation } from "./delta-store.ts";
 import { DELTA_LOAD_FORMAT } from "./engine-loader.ts";
 import { FullWeightSync, type WeightTarget } from "./full.ts";
+import { directFullStore, ObjectFullStore } from "./full-store.ts";
 
 /** The weight-sync actor's `config`. */
 export const weightSyncActorConfig = z.object({
@@ -30,11 +34,21 @@ export const weightSyncActorConfig = z.object({
   /** Deadline of one fleet update (all engines). */
   updateTimeoutMs: z.number().int().min(1000).default(120_000),
   ackWaitMs: z.number().int().min(500).default(60_000),
+  /**
+   * How full checkpoints (version 0, weightSync full, fallbacks, engines that join later) reach the
+   * fleet: `object` (default) as objects `full-v{N}` of the job's object store, which the fleet fetches
+   * to a local directory of its own; `directory` as the trainer's model directory, a path the fleet's
+   * engines must read.
+   */
+  transport: z.enum(["object", "directory"]).default("object"),
+  /** transport object: full checkpoint objects kept in the job's object store (the newest ones, and always the one the engines serve). */
+  keepFull: z.number().int().min(1).default(2),
   /** weightSync delta: versions whose delta objects stay in the job's object store (the newest ones). */
   keepDeltas: z.number().int().min(1).default(2),
   /**
    * weightSync delta with weightSyncWire bf16: where each version rounded to bf16 is written (the full
-   * checkpoint engines fall back to or join with; a path the fleet's host sees). Relative to the
+   * checkpoint engines fall back to or join with; with transport directory, a path the fleet's host
+   * sees). Relative to the
    * topology file; `{job}` becomes the job id. Default: OS temp dir/ooze-{job}-weight-sync.
    */
   dir: z.string().min(1).optional(),
@@ -45,21 +59,27 @@ interface WeightSyncState {
 }
 
 /**
- * The fleet actor as a WeightTarget: a model directory is loaded as is; a delta (load_format
- * "ooze-delta") must be an object store location, which the fleet fetches (its reply lists the engines
- * that loaded `fullModelDir` instead). An update that failed after the fleet applied it (e.g.
+ * The fleet actor as a WeightTarget: a full checkpoint is a model directory (loaded as is) or an
+ * object store location (`full`: the fleet fetches it); a delta (load_format "ooze-delta") must be an
+ * object store location, which the fleet fetches (its reply lists the engines that loaded the full
+ * checkpoint, `fullModelDir`, instead). An update that failed after the fleet applied it (e.g.
  * recording it in KV while NATS restarted: the fleet then refuses the same version again) counts as
  * done when the fleet and its healthy engines report the version.
  */
 export function fleetTarget(ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>): WeightTarget {
+  /** A full checkpoint's location as the ask's field: an object store object, or a directory. */
+  const fullOf = (location: string) => {
+    const full = parseObjectLocation(location);
+    return full ? { full } : { modelDir: location };
+  };
   return {
     async updateWeights(path, version, opts = {}) {
-      let msg: FleetMsg = { op: "updateWeights", modelDir: path, version };
+      let msg: FleetMsg = { op: "updateWeights", version, ...fullOf(path) };
       if (opts.loadFormat !== undefined) {
         const delta = opts.loadFormat === DELTA_LOAD_FORMAT ? parseObjectLocation(path) : null;
         if (!delta || opts.fullModelDir === undefined)
           throw new OozeError("INTERNAL", `weight-sync: the fleet actor takes '${DELTA_LOAD_FORMAT}' updates from the object store with a full checkpoint; got '${opts.loadFormat}' at ${path}`);
-        msg = { op: "updateWeights", modelDir: opts.fullModelDir, version, delta };
+        msg = { op: "updateWeights", version, delta, ...fullOf(opts.fullModelDir) };
       }
       try {
         return { fullFallbacks: (await ask(msg)).fullFallbacks ?? [] };
@@ -96,6 +116,7 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
       const start = record?.version ?? -1;
       const target = fleetTarget((m) => askFleet(fleet, m, cfg.updateTimeoutMs));
       const log = (l: string) => ctx.log.warn(l);
+      const fullStore = cfg.transport === "object" ? await ObjectFullStore.open(env.bus, env.names.objWeights, cfg.keepFull) : directFullStore;
       let sync: FullWeightSync | DeltaWeightSync;
       if (env.train.weightSync === "delta") {
         // The engines serve the recorded version's checkpoint: the first delta's base (the first push
@@ -104,12 +125,13 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
         sync = new DeltaWeightSync(target, start, {
           dir: cfg.dir === undefined ? join(tmpdir(), `ooze-${env.job}-weight-sync`) : resolve(env.baseDir, cfg.dir.replaceAll("{job}", env.job)),
           store: await ObjectDeltaStore.open(env.bus, env.names.objWeights),
+          fullStore,
           wire: env.train.weightSyncWire,
           keep: cfg.keepDeltas,
           log,
           ...base,
         });
-      } else sync = new FullWeightSync(target, start, log);
+      } else sync = new FullWeightSync(target, start, log, fullStore);
       const consumer = consumeStream({
         bus: env.bus, names: env.names, stream: env.names.streamWeights, subject: env.names.trainWeights, durable: env.names.consumer("train_weight_sync"),
         registry: weightsRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),

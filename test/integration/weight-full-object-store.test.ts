@@ -1,0 +1,284 @@
+// Full checkpoints through the job's JetStream object store, with real components on both sides of a
+// real nats-server: `ooze serve` engine processes, each started in its own empty working directory,
+// owned by the fleet actor (its own actor system and NATS connection); on the trainer's side the
+// train.weight-sync actor (transport object, keepFull 2) consuming WEIGHTS messages that name the
+// trainer's model directories. Each engine sits behind a loopback HTTP relay that records every
+// /update_weights_from_disk request and, before passing one on, moves the trainer's directory of
+// that version away — so an engine can only load weights that came through the object store.
+// Checked: version 0 and later versions are served exactly (greedy ids and logprobs of a fixed
+// prompt equal those of the trainer's weights), no update names a trainer path, the fleet keeps only
+// its copy of the served version; an engine that joins late gets that copy; only the newest full
+// objects stay; a missing or corrupt object is a readable error that changes nothing, and the sync
+// stores a corrupt one again.
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fleetActor } from "../../actors/fleet/fleet-actor.ts";
+import { askFleet, type FleetMsg } from "../../actors/fleet/messages.ts";
+import { weightsMsg } from "../../actors/loop-actors/messages.ts";
+import { ensureTrainStreams, publish, VersionsKv } from "../../actors/loop-actors/streams.ts";
+import { FullWeightSync } from "../../actors/weight-sync/full.ts";
+import { fullObjectName, ObjectFullStore, type FullStore } from "../../actors/weight-sync/full-store.ts";
+import { fleetTarget, weightSyncActor } from "../../actors/weight-sync/weight-sync-actor.ts";
+import { createNativeBackend } from "../../native/engine.ts";
+import { attachBus, createSystem, remoteRef, type ActorRef, type ActorSystem } from "../../src/actor/index.ts";
+import { EngineClient } from "../../src/engine/client.ts";
+import { startEngineServer } from "../../src/engine/server.ts";
+import { OozeError } from "../../src/errors.ts";
+import type { Topology } from "../../src/topology/schema.ts";
+import type { Bus } from "../../src/transport/bus.ts";
+import { jobNames } from "../../src/transport/names.ts";
+import { writeWeightVersions } from "../fixtures/weight-versions.ts";
+import { useNats, waitUntil } from "../harness/index.ts";
+
+const nats = useNats();
+const job = "full-obj";
+const names = jobNames(job);
+const root = mkdtempSync(join(tmpdir(), "ooze-full-obj-"));
+const trainerRoot = join(root, "trainer");
+const dirs: string[] = []; // dirs[k]: the trainer's model directory of version k
+const moved = (k: number) => `${dirs[k]!}.moved`; // where the relay moves it (the reference weights)
+const logs: string[] = [];
+const children: ChildProcess[] = [];
+const relays: Relay[] = [];
+const systems: ActorSystem[] = [];
+let bus: Bus;
+let fleet: ActorRef<FleetMsg>;
+let versions: VersionsKv;
+
+/** A loopback relay in front of one engine: records the body of every weight update it passes on. */
+interface Relay {
+  url: string;
+  engine: string;
+  updates: { model_path: string; weight_version: string; load_format?: string }[];
+  server: Server;
+}
+
+/** Passes requests on to `engine`; before an update it moves the trainer's directory of that version away. */
+async function relay(engine: string): Promise<Relay> {
+  const r: Relay = { url: "", engine, updates: [], server: createServer() };
+  r.server.on("request", (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      void (async () => {
+        const body = Buffer.concat(chunks);
+        if (req.url === "/update_weights_from_disk") {
+          const u = JSON.parse(body.toString("utf8")) as Relay["updates"][number];
+          r.updates.push(u);
+          const k = Number(u.weight_version);
+          if (dirs[k] && existsSync(dirs[k])) renameSync(dirs[k], moved(k));
+        }
+        const headers: Record<string, string> = {};
+        for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string" && k !== "host" && k !== "content-length") headers[k] = v;
+        const init: RequestInit = { method: req.method ?? "GET", headers };
+        if (body.length > 0) init.body = body;
+        const out = await fetch(`${engine}${req.url ?? "/"}`, init);
+        res.writeHead(out.status, { "content-type": out.headers.get("content-type") ?? "application/json" });
+        res.end(Buffer.from(await out.arrayBuffer()));
+      })().catch((e: Error) => {
+        res.writeHead(502);
+        res.end(e.message);
+      });
+    });
+  });
+  await new Promise<void>((ok) => r.server.listen(0, "127.0.0.1", ok));
+  const addr = r.server.address() as { port: number };
+  r.url = `http://127.0.0.1:${addr.port}`;
+  relays.push(r);
+  return r;
+}
+
+/** `ooze serve --preset tiny` (weights unlike any version's) in its own empty working directory; resolves with its URL. */
+function serveEngine(seed: number): Promise<string> {
+  const cwd = mkdtempSync(join(root, "engine-cwd-"));
+  const bin = resolve("bin/ooze.mjs");
+  const c = spawn(process.execPath, [bin, "serve", "--preset", "tiny", "--seed", String(seed), "--port", "0", "--max-running", "8", "--cache-tokens", "4096"], { cwd, stdio: ["ignore", "pipe", "pipe"] });
+  children.push(c);
+  let out = "";
+  c.stdout!.on("data", (d) => (out += d));
+  c.stderr!.on("data", (d) => (out += d));
+  return waitUntil(() => /at (http:\/\/\S+)/.exec(out)?.[1] ?? (c.exitCode !== null ? Promise.reject(new Error(out)) : null), {
+    timeoutMs: 60_000,
+    what: "an `ooze serve` engine listening",
+    diagnostics: () => out,
+    intervalMs: 50,
+  });
+}
+
+const PROMPT = [5, 17, 42, 99, 7, 3];
+
+/** Greedy ids and logprobs of the fixed prompt on the engine at `url`. */
+async function fingerprint(url: string): Promise<{ ids: number[]; logprobs: number[] }> {
+  const r = await new EngineClient(url).generate({ inputIds: PROMPT, sampling: { max_new_tokens: 6, temperature: 0 }, returnLogprob: true });
+  return { ids: [...r.outputIds], logprobs: [...r.logprobs!] };
+}
+
+const references = new Map<number, { ids: number[]; logprobs: number[] }>();
+/** The fingerprint of the trainer's weights of version k (its directory, wherever the relay moved it), on the same native engine in this process. */
+async function reference(k: number): Promise<{ ids: number[]; logprobs: number[] }> {
+  const have = references.get(k);
+  if (have) return have;
+  const backend = createNativeBackend({ modelDir: existsSync(moved(k)) ? moved(k) : dirs[k]!, maxRunning: 8, cacheTokens: 4096 });
+  const server = await startEngineServer({ backend, weightVersion: String(k) });
+  try {
+    const f = await fingerprint(server.url);
+    references.set(k, f);
+    return f;
+  } finally {
+    await server.close();
+    backend.close();
+  }
+}
+
+/** Publishes the trainer's version k (as the trainer actor does) and waits until weight-sync recorded it. */
+async function train(k: number): Promise<void> {
+  await publish(bus, names.trainWeights, weightsMsg, { version: k, modelDir: dirs[k]!, step: k, position: { nextPrompt: 0, nextSample: 0, pending: [] } }, `weights-${k}`, "test");
+  await waitUntil(async () => ((await versions.get())?.version ?? -1) >= k, { timeoutMs: 60_000, what: `weight version ${k} recorded`, diagnostics: () => logs.slice(-20).join("\n") });
+}
+
+/** Names of the full checkpoint objects in the job's bucket. */
+async function fullObjects(): Promise<string[]> {
+  return (await (await bus.obj(names.objWeights)).list()).map((o) => o.name).filter((n) => n.startsWith("full-")).sort();
+}
+
+/** Every engine behind `rs` reports version k and serves exactly the trainer's weights of version k. */
+async function expectServing(rs: Relay[], k: number): Promise<void> {
+  for (const r of rs) {
+    expect(await new EngineClient(r.engine).weightVersion()).toBe(String(k));
+    expect(await fingerprint(r.engine), `${r.engine} at version ${k}`).toEqual(await reference(k));
+  }
+}
+
+beforeAll(async () => {
+  dirs.push(...(await writeWeightVersions(trainerRoot, 6, 5)).dirs);
+  const a = await relay(await serveEngine(11));
+  // The engines' side: the fleet actor of the job, on its own connection.
+  const fleetSide = createSystem({ name: job, log: (l) => logs.push(l) });
+  systems.push(fleetSide);
+  await attachBus(fleetSide, await nats.connect());
+  fleetSide.spawn(fleetActor(fleetSide), { name: "fleet", config: { healthIntervalMs: 0, engines: [a.url] } });
+  // The trainer's side: the weight-sync actor on another system and connection.
+  const trainerSide = createSystem({ name: job, log: (l) => logs.push(l) });
+  systems.push(trainerSide);
+  bus = await nats.connect();
+  await attachBus(trainerSide, bus);
+  fleet = remoteRef<FleetMsg>(trainerSide, "fleet");
+  expect((await askFleet(fleet, { op: "list" }, 30_000)).engines.filter((e) => e.healthy)).toHaveLength(1);
+  const topology = { file: join(root, "t.yaml"), hosts: [{ name: "learner" }], actors: [], train: { preset: "tiny" } } as unknown as Topology;
+  await ensureTrainStreams(bus, names, { checkpointEvery: 0 });
+  versions = await VersionsKv.open(bus, names);
+  trainerSide.spawn(weightSyncActor(trainerSide, topology), { name: "weight-sync", config: { transport: "object", keepFull: 2, updateTimeoutMs: 60_000 } });
+}, 90_000);
+
+afterAll(async () => {
+  for (const s of systems.reverse()) await s.stop();
+  for (const r of relays) await new Promise((ok) => r.server.close(ok));
+  for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe("full checkpoints through the job's object store", () => {
+  it("engines in their own empty directories load version 0 and later versions only from the object store", async () => {
+    const a = relays[0]!;
+    for (const k of [0, 1, 2]) {
+      await train(k);
+      await expectServing([a], k);
+      // The trainer's directory was moved away before the engine loaded the version.
+      expect(existsSync(dirs[k]!)).toBe(false);
+    }
+    expect(await reference(1)).not.toEqual(await reference(2)); // the check above tells versions apart
+    expect(a.updates.map((u) => u.weight_version)).toEqual(["0", "1", "2"]);
+    for (const u of a.updates) {
+      expect(resolve(u.model_path).startsWith(root), u.model_path).toBe(false);
+      expect(u.model_path).toMatch(/ooze-fleet-full-obj-weights-/);
+    }
+    // The fleet keeps its copy of the version it serves, and only that one.
+    const served = a.updates.at(-1)!.model_path;
+    expect(readdirSync(dirname(served))).toEqual([served.slice(dirname(served).length + 1)]);
+    expect(await fullObjects()).toEqual(["full-v1", "full-v2"]);
+    expect(logs.join("\n")).toMatch(/weight-sync: engines serve version 2/);
+  }, 120_000);
+
+  it("an engine that joins after version 2 gets version 2 from the fleet's local copy", async () => {
+    const a = relays[0]!;
+    const b = await relay(await serveEngine(12));
+    const r = await askFleet(fleet, { op: "attach", url: b.url }, 60_000);
+    expect(r.engine).toMatchObject({ healthy: true, weightVersion: "2" });
+    expect(b.updates).toEqual([expect.objectContaining({ model_path: a.updates.at(-1)!.model_path, weight_version: "2" })]);
+    expect(existsSync(dirs[2]!)).toBe(false);
+    await expectServing([a, b], 2);
+  }, 90_000);
+
+  it("keeps only the newest keepFull full objects, and never the served one", async () => {
+    for (const k of [3, 4]) await train(k);
+    await expectServing(relays, 4);
+    expect(await fullObjects()).toEqual(["full-v3", "full-v4"]);
+    // A version stored but never served (its update failed) does not push out the served one.
+    const store = await ObjectFullStore.open(bus, names.objWeights, 1);
+    await store.put(moved(3), 6);
+    await store.prune(4);
+    expect(await fullObjects()).toEqual(["full-v4", "full-v6"]);
+    await (await bus.obj(names.objWeights)).delete("full-v6");
+  }, 120_000);
+
+  it("a missing or corrupt full object is a readable error that changes nothing; the sync stores a corrupt one again", async () => {
+    const os = await bus.obj(names.objWeights);
+    const store = await ObjectFullStore.open(bus, names.objWeights, 2);
+    const served = relays[0]!.updates.at(-1)!.model_path;
+    const before = { updates: relays.map((r) => r.updates.length), local: readdirSync(dirname(served)) };
+    const unchanged = async () => {
+      expect(relays.map((r) => r.updates.length)).toEqual(before.updates);
+      expect(readdirSync(dirname(served))).toEqual(before.local);
+      expect((await askFleet(fleet, { op: "list" })).weightVersion).toBe("4");
+      await expectServing(relays, 4);
+    };
+    const refused = async (name: string): Promise<OozeError> => {
+      const e = await askFleet(fleet, { op: "updateWeights", version: "5", full: { bucket: names.objWeights, name } }).then(() => null, (x: unknown) => x);
+      expect(e).toBeInstanceOf(OozeError);
+      expect((e as OozeError).code).toBe("CHECKPOINT_INVALID");
+      return e as OozeError;
+    };
+
+    expect((await refused("full-v99")).message).toMatch(/full checkpoint object 'ooze_full_obj_weights\/full-v99' is not in the object store/);
+    await unchanged();
+
+    // Corrupt at rest: an extra chunk (the object's SHA-256 digest no longer matches; the reader sees the extra bytes first).
+    await store.put(dirs[5]!, 5);
+    const info = (await os.info(fullObjectName(5)))!;
+    await bus.js.publish(`$O.${names.objWeights}.C.${info.nuid}`, new Uint8Array([1, 2, 3]));
+    expect((await refused("full-v5")).message).toMatch(/'ooze_full_obj_weights\/full-v5' is corrupt: 3 bytes follow its last file; store the checkpoint again/);
+    await unchanged();
+
+    // Garbled before it was stored (the digest covers the garbage): a file's CRC32 does not match.
+    await store.put(dirs[5]!, 5);
+    const bytes = (await os.getBlob(fullObjectName(5)))!;
+    bytes[bytes.length - 100]! ^= 0xff;
+    await os.putBlob({ name: fullObjectName(5) }, bytes);
+    expect((await refused("full-v5")).message).toMatch(/'ooze_full_obj_weights\/full-v5' is corrupt: the CRC32 of model.safetensors does not match its manifest/);
+    await unchanged();
+
+    // A sync whose first stored copy is garbled on the way: the fleet refuses it, the sync stores it again.
+    let garble = true;
+    const flaky: FullStore = {
+      async put(dir, version) {
+        const location = await store.put(dir, version);
+        if (garble) {
+          garble = false;
+          const b = (await os.getBlob(fullObjectName(version)))!;
+          b[b.length - 100]! ^= 0xff;
+          await os.putBlob({ name: fullObjectName(version) }, b);
+        }
+        return location;
+      },
+      prune: (served) => store.prune(served),
+    };
+    const sync = new FullWeightSync(fleetTarget((m) => askFleet(fleet, m, 60_000)), 4, (l) => logs.push(l), flaky);
+    await sync.push(dirs[5]!, 5);
+    expect(logs.join("\n")).toMatch(/weight sync to version 5 failed \(.*CRC32 of model.safetensors does not match.*\); storing the checkpoint again and retrying/);
+    await expectServing(relays, 5);
+  }, 120_000);
+});

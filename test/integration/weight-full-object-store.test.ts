@@ -35,19 +35,16 @@ import { writeWeightVersions } from "../fixtures/weight-versions.ts";
 import { useNats, waitUntil } from "../harness/index.ts";
 
 const nats = useNats();
-const job = "full-obj";
-const names = jobNames(job);
 const root = mkdtempSync(join(tmpdir(), "ooze-full-obj-"));
 const trainerRoot = join(root, "trainer");
 const dirs: string[] = []; // dirs[k]: the trainer's model directory of version k
-const moved = (k: number) => `${dirs[k]!}.moved`; // where the relay moves it (the reference weights)
+/** Where the relay moves the trainer's directory of version k (the reference weights). */
+const moved = (d: string[], k: number) => `${d[k]!}.moved`;
 const logs: string[] = [];
 const children: ChildProcess[] = [];
 const relays: Relay[] = [];
 const systems: ActorSystem[] = [];
 let bus: Bus;
-let fleet: ActorRef<FleetMsg>;
-let versions: VersionsKv;
 
 /** A loopback relay in front of one engine: records the body of every weight update it passes on. */
 interface Relay {
@@ -58,7 +55,7 @@ interface Relay {
 }
 
 /** Passes requests on to `engine`; before an update it moves the trainer's directory of that version away. */
-async function relay(engine: string): Promise<Relay> {
+async function relay(engine: string, dirs: string[]): Promise<Relay> {
   const r: Relay = { url: "", engine, updates: [], server: createServer() };
   r.server.on("request", (req, res) => {
     const chunks: Buffer[] = [];
@@ -70,7 +67,7 @@ async function relay(engine: string): Promise<Relay> {
           const u = JSON.parse(body.toString("utf8")) as Relay["updates"][number];
           r.updates.push(u);
           const k = Number(u.weight_version);
-          if (dirs[k] && existsSync(dirs[k])) renameSync(dirs[k], moved(k));
+          if (dirs[k] && existsSync(dirs[k])) renameSync(dirs[k], moved(dirs, k));
         }
         const headers: Record<string, string> = {};
         for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string" && k !== "host" && k !== "content-length") headers[k] = v;
@@ -117,16 +114,16 @@ async function fingerprint(url: string): Promise<{ ids: number[]; logprobs: numb
   return { ids: [...r.outputIds], logprobs: [...r.logprobs!] };
 }
 
-const references = new Map<number, { ids: number[]; logprobs: number[] }>();
+const references = new Map<string, { ids: number[]; logprobs: number[] }>();
 /** The fingerprint of the trainer's weights of version k (its directory, wherever the relay moved it), on the same native engine in this process. */
-async function reference(k: number): Promise<{ ids: number[]; logprobs: number[] }> {
-  const have = references.get(k);
+async function reference(d: string[], k: number): Promise<{ ids: number[]; logprobs: number[] }> {
+  const have = references.get(d[k]!);
   if (have) return have;
-  const backend = createNativeBackend({ modelDir: existsSync(moved(k)) ? moved(k) : dirs[k]!, maxRunning: 8, cacheTokens: 4096 });
+  const backend = createNativeBackend({ modelDir: existsSync(moved(d, k)) ? moved(d, k) : d[k]!, maxRunning: 8, cacheTokens: 4096 });
   const server = await startEngineServer({ backend, weightVersion: String(k) });
   try {
     const f = await fingerprint(server.url);
-    references.set(k, f);
+    references.set(d[k]!, f);
     return f;
   } finally {
     await server.close();
@@ -134,44 +131,61 @@ async function reference(k: number): Promise<{ ids: number[]; logprobs: number[]
   }
 }
 
-/** Publishes the trainer's version k (as the trainer actor does) and waits until weight-sync recorded it. */
-async function train(k: number): Promise<void> {
-  await publish(bus, names.trainWeights, weightsMsg, { version: k, modelDir: dirs[k]!, step: k, position: { nextPrompt: 0, nextSample: 0, pending: [] } }, `weights-${k}`, "test");
-  await waitUntil(async () => ((await versions.get())?.version ?? -1) >= k, { timeoutMs: 60_000, what: `weight version ${k} recorded`, diagnostics: () => logs.slice(-20).join("\n") });
+/** One job: its fleet actor (on the engines' side) and weight-sync actor (on the trainer's side), each on its own system and connection. */
+interface Job {
+  names: ReturnType<typeof jobNames>;
+  fleet: ActorRef<FleetMsg>;
+  versions: VersionsKv;
+  relays: Relay[];
+  dirs: string[];
 }
 
-/** Names of the full checkpoint objects in the job's bucket. */
-async function fullObjects(): Promise<string[]> {
-  return (await (await bus.obj(names.objWeights)).list()).map((o) => o.name).filter((n) => n.startsWith("full-")).sort();
+/** Starts `job`'s fleet actor over the engines behind `rs` and its weight-sync actor with `train` and `config`. */
+async function startJob(name: string, rs: Relay[], d: string[], train: Record<string, unknown>, config: Record<string, unknown>): Promise<Job> {
+  const names = jobNames(name);
+  const fleetSide = createSystem({ name, log: (l) => logs.push(l) });
+  systems.push(fleetSide);
+  await attachBus(fleetSide, await nats.connect());
+  fleetSide.spawn(fleetActor(fleetSide), { name: "fleet", config: { healthIntervalMs: 0, engines: rs.map((r) => r.url) } });
+  const trainerSide = createSystem({ name, log: (l) => logs.push(l) });
+  systems.push(trainerSide);
+  await attachBus(trainerSide, bus);
+  const fleet = remoteRef<FleetMsg>(trainerSide, "fleet");
+  expect((await askFleet(fleet, { op: "list" }, 30_000)).engines.filter((e) => e.healthy)).toHaveLength(rs.length);
+  const topology = { file: join(root, "t.yaml"), hosts: [{ name: "learner" }], actors: [], train: { preset: "tiny", ...train } } as unknown as Topology;
+  await ensureTrainStreams(bus, names, { checkpointEvery: 0 });
+  const versions = await VersionsKv.open(bus, names);
+  trainerSide.spawn(weightSyncActor(trainerSide, topology), { name: "weight-sync", config: { updateTimeoutMs: 60_000, ...config } });
+  return { names, fleet, versions, relays: rs, dirs: d };
+}
+
+/** Publishes the trainer's version k (as the trainer actor does) and waits until weight-sync recorded it. */
+async function train(j: Job, k: number): Promise<void> {
+  const body = { version: k, modelDir: j.dirs[k]!, step: k, position: { nextPrompt: 0, nextSample: 0, pending: [] } };
+  await publish(bus, j.names.trainWeights, weightsMsg, body, `weights-${k}`, "test");
+  await waitUntil(async () => ((await j.versions.get())?.version ?? -1) >= k, { timeoutMs: 60_000, what: `weight version ${k} recorded`, diagnostics: () => logs.slice(-20).join("\n") });
+}
+
+/** Names of the objects in the job's bucket whose names start with `prefix`. */
+async function objects(j: Job, prefix: string): Promise<string[]> {
+  return (await (await bus.obj(j.names.objWeights)).list()).map((o) => o.name).filter((n) => n.startsWith(prefix)).sort();
 }
 
 /** Every engine behind `rs` reports version k and serves exactly the trainer's weights of version k. */
-async function expectServing(rs: Relay[], k: number): Promise<void> {
+async function expectServing(j: Job, rs: Relay[], k: number): Promise<void> {
   for (const r of rs) {
     expect(await new EngineClient(r.engine).weightVersion()).toBe(String(k));
-    expect(await fingerprint(r.engine), `${r.engine} at version ${k}`).toEqual(await reference(k));
+    expect(await fingerprint(r.engine), `${r.engine} at version ${k}`).toEqual(await reference(j.dirs, k));
   }
 }
 
+let job: Job;
+
 beforeAll(async () => {
   dirs.push(...(await writeWeightVersions(trainerRoot, 6, 5)).dirs);
-  const a = await relay(await serveEngine(11));
-  // The engines' side: the fleet actor of the job, on its own connection.
-  const fleetSide = createSystem({ name: job, log: (l) => logs.push(l) });
-  systems.push(fleetSide);
-  await attachBus(fleetSide, await nats.connect());
-  fleetSide.spawn(fleetActor(fleetSide), { name: "fleet", config: { healthIntervalMs: 0, engines: [a.url] } });
-  // The trainer's side: the weight-sync actor on another system and connection.
-  const trainerSide = createSystem({ name: job, log: (l) => logs.push(l) });
-  systems.push(trainerSide);
   bus = await nats.connect();
-  await attachBus(trainerSide, bus);
-  fleet = remoteRef<FleetMsg>(trainerSide, "fleet");
-  expect((await askFleet(fleet, { op: "list" }, 30_000)).engines.filter((e) => e.healthy)).toHaveLength(1);
-  const topology = { file: join(root, "t.yaml"), hosts: [{ name: "learner" }], actors: [], train: { preset: "tiny" } } as unknown as Topology;
-  await ensureTrainStreams(bus, names, { checkpointEvery: 0 });
-  versions = await VersionsKv.open(bus, names);
-  trainerSide.spawn(weightSyncActor(trainerSide, topology), { name: "weight-sync", config: { transport: "object", keepFull: 2, updateTimeoutMs: 60_000 } });
+  const a = await relay(await serveEngine(11), dirs);
+  job = await startJob("full-obj", [a], dirs, {}, { transport: "object", keepFull: 2 });
 }, 90_000);
 
 afterAll(async () => {
@@ -183,14 +197,14 @@ afterAll(async () => {
 
 describe("full checkpoints through the job's object store", () => {
   it("engines in their own empty directories load version 0 and later versions only from the object store", async () => {
-    const a = relays[0]!;
+    const a = job.relays[0]!;
     for (const k of [0, 1, 2]) {
-      await train(k);
-      await expectServing([a], k);
+      await train(job, k);
+      await expectServing(job, [a], k);
       // The trainer's directory was moved away before the engine loaded the version.
       expect(existsSync(dirs[k]!)).toBe(false);
     }
-    expect(await reference(1)).not.toEqual(await reference(2)); // the check above tells versions apart
+    expect(await reference(dirs, 1)).not.toEqual(await reference(dirs, 2)); // the check above tells versions apart
     expect(a.updates.map((u) => u.weight_version)).toEqual(["0", "1", "2"]);
     for (const u of a.updates) {
       expect(resolve(u.model_path).startsWith(root), u.model_path).toBe(false);
@@ -199,45 +213,46 @@ describe("full checkpoints through the job's object store", () => {
     // The fleet keeps its copy of the version it serves, and only that one.
     const served = a.updates.at(-1)!.model_path;
     expect(readdirSync(dirname(served))).toEqual([served.slice(dirname(served).length + 1)]);
-    expect(await fullObjects()).toEqual(["full-v1", "full-v2"]);
+    expect(await objects(job, "full-")).toEqual(["full-v1", "full-v2"]);
     expect(logs.join("\n")).toMatch(/weight-sync: engines serve version 2/);
   }, 120_000);
 
   it("an engine that joins after version 2 gets version 2 from the fleet's local copy", async () => {
-    const a = relays[0]!;
-    const b = await relay(await serveEngine(12));
-    const r = await askFleet(fleet, { op: "attach", url: b.url }, 60_000);
+    const a = job.relays[0]!;
+    const b = await relay(await serveEngine(12), dirs);
+    const r = await askFleet(job.fleet, { op: "attach", url: b.url }, 60_000);
+    job.relays.push(b);
     expect(r.engine).toMatchObject({ healthy: true, weightVersion: "2" });
     expect(b.updates).toEqual([expect.objectContaining({ model_path: a.updates.at(-1)!.model_path, weight_version: "2" })]);
     expect(existsSync(dirs[2]!)).toBe(false);
-    await expectServing([a, b], 2);
+    await expectServing(job, [a, b], 2);
   }, 90_000);
 
   it("keeps only the newest keepFull full objects, and never the served one", async () => {
-    for (const k of [3, 4]) await train(k);
-    await expectServing(relays, 4);
-    expect(await fullObjects()).toEqual(["full-v3", "full-v4"]);
+    for (const k of [3, 4]) await train(job, k);
+    await expectServing(job, job.relays, 4);
+    expect(await objects(job, "full-")).toEqual(["full-v3", "full-v4"]);
     // A version stored but never served (its update failed) does not push out the served one.
-    const store = await ObjectFullStore.open(bus, names.objWeights, 1);
-    await store.put(moved(3), 6);
+    const store = await ObjectFullStore.open(bus, job.names.objWeights, 1);
+    await store.put(moved(dirs, 3), 6);
     await store.prune(4);
-    expect(await fullObjects()).toEqual(["full-v4", "full-v6"]);
-    await (await bus.obj(names.objWeights)).delete("full-v6");
+    expect(await objects(job, "full-")).toEqual(["full-v4", "full-v6"]);
+    await (await bus.obj(job.names.objWeights)).delete("full-v6");
   }, 120_000);
 
   it("a missing or corrupt full object is a readable error that changes nothing; the sync stores a corrupt one again", async () => {
-    const os = await bus.obj(names.objWeights);
-    const store = await ObjectFullStore.open(bus, names.objWeights, 2);
-    const served = relays[0]!.updates.at(-1)!.model_path;
-    const before = { updates: relays.map((r) => r.updates.length), local: readdirSync(dirname(served)) };
+    const os = await bus.obj(job.names.objWeights);
+    const store = await ObjectFullStore.open(bus, job.names.objWeights, 2);
+    const served = job.relays[0]!.updates.at(-1)!.model_path;
+    const before = { updates: job.relays.map((r) => r.updates.length), local: readdirSync(dirname(served)) };
     const unchanged = async () => {
-      expect(relays.map((r) => r.updates.length)).toEqual(before.updates);
+      expect(job.relays.map((r) => r.updates.length)).toEqual(before.updates);
       expect(readdirSync(dirname(served))).toEqual(before.local);
-      expect((await askFleet(fleet, { op: "list" })).weightVersion).toBe("4");
-      await expectServing(relays, 4);
+      expect((await askFleet(job.fleet, { op: "list" })).weightVersion).toBe("4");
+      await expectServing(job, job.relays, 4);
     };
     const refused = async (name: string): Promise<OozeError> => {
-      const e = await askFleet(fleet, { op: "updateWeights", version: "5", full: { bucket: names.objWeights, name } }).then(() => null, (x: unknown) => x);
+      const e = await askFleet(job.fleet, { op: "updateWeights", version: "5", full: { bucket: job.names.objWeights, name } }).then(() => null, (x: unknown) => x);
       expect(e).toBeInstanceOf(OozeError);
       expect((e as OozeError).code).toBe("CHECKPOINT_INVALID");
       return e as OozeError;
@@ -249,7 +264,7 @@ describe("full checkpoints through the job's object store", () => {
     // Corrupt at rest: an extra chunk (the object's SHA-256 digest no longer matches; the reader sees the extra bytes first).
     await store.put(dirs[5]!, 5);
     const info = (await os.info(fullObjectName(5)))!;
-    await bus.js.publish(`$O.${names.objWeights}.C.${info.nuid}`, new Uint8Array([1, 2, 3]));
+    await bus.js.publish(`$O.${job.names.objWeights}.C.${info.nuid}`, new Uint8Array([1, 2, 3]));
     expect((await refused("full-v5")).message).toMatch(/'ooze_full_obj_weights\/full-v5' is corrupt: 3 bytes follow its last file; store the checkpoint again/);
     await unchanged();
 
@@ -276,9 +291,41 @@ describe("full checkpoints through the job's object store", () => {
       },
       prune: (served) => store.prune(served),
     };
-    const sync = new FullWeightSync(fleetTarget((m) => askFleet(fleet, m, 60_000)), 4, (l) => logs.push(l), flaky);
+    const sync = new FullWeightSync(fleetTarget((m) => askFleet(job.fleet, m, 60_000)), 4, (l) => logs.push(l), flaky);
     await sync.push(dirs[5]!, 5);
     expect(logs.join("\n")).toMatch(/weight sync to version 5 failed \(.*CRC32 of model.safetensors does not match.*\); storing the checkpoint again and retrying/);
-    await expectServing(relays, 5);
+    await expectServing(job, job.relays, 5);
+  }, 120_000);
+});
+
+describe("weightSync delta with full checkpoints in the object store", () => {
+  it("the fleet makes each version from its copy and the delta; an engine on another base falls back to that copy", async () => {
+    const d = (await writeWeightVersions(join(root, "trainer-delta"), 2, 6)).dirs;
+    const c = await relay(await serveEngine(13), d);
+    const j = await startJob("full-obj-delta", [c], d, { weightSync: "delta", weightSyncWire: "fp32" }, { transport: "object", keepFull: 2, keepDeltas: 2 });
+
+    await train(j, 0); // the first version goes in full: there is no base yet
+    await expectServing(j, [c], 0);
+    const local = dirname(c.updates[0]!.model_path);
+    await train(j, 1);
+    await expectServing(j, [c], 1);
+    expect(c.updates.map((u) => u.load_format ?? null)).toEqual([null, "ooze-delta"]);
+    // Version 1 was made from the fleet's copy of version 0 and the delta: one copy, not version 0's.
+    expect(readdirSync(local)).toHaveLength(1);
+    expect(join(local, readdirSync(local)[0]!)).not.toBe(c.updates[0]!.model_path);
+
+    // The engine goes back to version 0 behind the fleet's back (as after a restart): it refuses the
+    // delta 1→2 and loads the fleet's copy of version 2, made from its copy of 1 and the delta.
+    expect((await new EngineClient(c.engine).updateWeightsFromDisk({ modelPath: moved(d, 0), weightVersion: "0" })).success).toBe(true);
+    await train(j, 2);
+    await expectServing(j, [c], 2);
+    const last = c.updates.slice(-2);
+    expect(last.map((u) => [u.weight_version, u.load_format ?? null])).toEqual([["2", "ooze-delta"], ["2", null]]);
+    expect(dirname(last[1]!.model_path)).toBe(local);
+    expect(readdirSync(local)).toEqual([last[1]!.model_path.slice(local.length + 1)]);
+    for (const u of c.updates) expect(resolve(u.model_path).startsWith(root), u.model_path).toBe(false);
+    expect(logs.join("\n")).toMatch(/weight-sync: engines serve version 2 \(step 2; delta, delta \d+ of \d+ bytes, full fallbacks: /);
+    expect(logs.join("\n")).not.toMatch(/cannot make weight version/); // the fleet never fetched a full object after version 0
+    expect(await objects(j, "")).toEqual(["delta-v0-v1", "delta-v1-v2", "full-v1", "full-v2"]);
   }, 120_000);
 });

@@ -72,7 +72,9 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
     for (let v = 2; v <= STEPS; v++) expect(after, diagnostics()).toMatch(new RegExp(`weight-sync: engines serve version ${v} \\(step ${v}; delta, delta \\d+ of \\d+ bytes`));
 
     const kept = (await (await bus.obj(names.objWeights)).list()).map((o) => o.name).sort();
-    expect(kept).toEqual([`delta-v${STEPS - 2}-v${STEPS - 1}`, `delta-v${STEPS - 1}-v${STEPS}`]);
+    // keepDeltas 2 and keepFull 2: the newest deltas, and the full checkpoints fallbacks and late
+    // engines load (stored with every version; the served one is never pruned).
+    expect(kept).toEqual([`delta-v${STEPS - 2}-v${STEPS - 1}`, `delta-v${STEPS - 1}-v${STEPS}`, `full-v${STEPS - 1}`, `full-v${STEPS}`]);
     expect((await versions.get())?.version).toBe(STEPS);
   }, 180_000);
 

@@ -1,10 +1,11 @@
 // The buffer actor (kind `train.buffer`, one per job): feeds prompt groups to the PROMPTS work queue
 // (sync and async: one step's worth at a time; in sync mode only after the previous step's weights
-// are synced, in async mode one step ahead; fully_async: continuously, ./continuous.ts), consumes SAMPLES (samples and group closes) into a GroupBuffer, and
-// when a step's groups are complete publishes one batch with advantages computed over it to BATCHES.
+// are synced, in async mode one step ahead; fully_async: continuously, ./continuous.ts), consumes SAMPLES
+// (one message per prompt group) into a GroupBuffer, and when a step's groups are complete publishes
+// one batch with advantages computed over it to BATCHES.
 // Groups the dynamic filter drops are refilled (at most 3 rounds, as `ooze train` does). Sample
 // indices are a function of the group (groupIndex · samplesPerPrompt + k), so a regenerated group
-// reproduces the same indices. Samples and closes are acked only once their batch is published, so a
+// reproduces the same indices. Group messages are acked only once their batch is published, so a
 // restarted buffer gets back every message of the round in progress; it recovers its position from
 // the last batch on BATCHES (in a new job, e.g. `ooze train --resume`, from the position the trainer
 // announces with its weights), and re-fed prompts are deduplicated by their msgID.
@@ -14,8 +15,8 @@ import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
 import {
-  batchMsg, batchRegistry, groupClosed, promptGroup, promptMsgId, promptRegistry, sampleMsg, sampleRegistry, weightsRegistry,
-  type BatchBody, type PendingGroup, type VersionRecord,
+  batchMsg, batchRegistry, groupRegistry, promptGroup, promptMsgId, promptRegistry, weightsRegistry,
+  type BatchBody, type GroupBody, type PendingGroup, type VersionRecord,
 } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, lastMessage, publish, scanStream, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { ContinuousFeeder, statsOf, type FeederStart } from "./continuous.ts";
@@ -25,14 +26,14 @@ import { z } from "zod";
 /** The buffer actor's `config`. */
 export const bufferActorConfig = z.object({
   ackWaitMs: z.number().int().min(500).default(30_000),
-  /** Sample and close messages held unacked until their batch is published, at most (≥ a step's samples and closes, refills included). */
-  maxAckPending: z.number().int().min(1).default(50_000),
+  /** Group messages held unacked until their batch is published, at most (≥ a step's groups, refills included). */
+  maxAckPending: z.number().int().min(1).default(10_000),
 });
 
 /** The round of rollouts that becomes the next batch. */
 interface Round {
   all: Map<number, Sample>;
-  /** Acks of the round's sample and close messages (sent once its batch is published). */
+  /** Acks of the round's group messages (sent once its batch is published). */
   acks: (() => void)[];
   refills: number;
   started: number;
@@ -50,8 +51,8 @@ interface BufferState {
 interface FeederLike {
   start(from: FeederStart): void | Promise<void>;
   onVersion(r: VersionRecord): Promise<void>;
-  onSample(s: Sample, defer: () => () => void): Promise<void>;
-  onClose(c: { groupIndex: number; count: number; firstSample: number; attempt: number; promptTokens: number; cachedTokens: number }, defer: () => () => void): Promise<void>;
+  /** A prompt group's samples; `defer` holds its message's ack until the call's owner decides the group. */
+  onGroup(g: GroupBody, defer: () => () => void): Promise<void>;
 }
 
 /**
@@ -143,23 +144,19 @@ class Feeder implements FeederLike {
     return this.openRound();
   }
 
-  /** A sample: joins its group (acked with the round's batch); a copy or a sample of a finished group is acked now. */
-  async onSample(s: Sample, defer: () => () => void): Promise<void> {
-    const round = this.adopt(s.groupIndex);
-    if (!round || round.all.has(s.index)) return;
-    round.all.set(s.index, s);
-    round.acks.push(defer());
-    const done = this.groups.add(s);
-    if (done !== null) await this.groupDone(done);
-  }
-
-  async onClose(c: { groupIndex: number; count: number; promptTokens: number; cachedTokens: number }, defer: () => () => void): Promise<void> {
-    const round = this.adopt(c.groupIndex);
+  /** A group's samples: they join the round (acked with its batch); a copy, or a group already finished, is acked now. */
+  async onGroup(g: GroupBody, defer: () => () => void): Promise<void> {
+    const round = this.adopt(g.groupIndex);
     if (!round) return;
     round.acks.push(defer());
-    round.promptTokens += c.promptTokens;
-    round.cachedTokens += c.cachedTokens;
-    const done = this.groups.close(c.groupIndex, c.count);
+    for (const s of g.samples) {
+      if (round.all.has(s.index)) continue;
+      round.all.set(s.index, s);
+      this.groups.add(s);
+    }
+    round.promptTokens += g.promptTokens;
+    round.cachedTokens += g.cachedTokens;
+    const done = this.groups.close(g.groupIndex, g.samples.length);
     if (done !== null) await this.groupDone(done);
   }
 
@@ -246,8 +243,8 @@ async function startingPosition(env: LoopEnv, log: (l: string) => void): Promise
   if (env.train.mode === "fully_async") {
     for (const m of await scanStream(bus, names.streamPrompts, promptRegistry))
       from.inStreams.push({ prompt: m.body.groupIndex, firstSample: m.body.firstSample, count: m.body.samples, attempt: m.body.attempt });
-    for (const m of await scanStream(bus, names.streamSamples, sampleRegistry))
-      if (groupClosed.is(m)) from.inStreams.push({ prompt: m.body.groupIndex, firstSample: m.body.firstSample, count: Math.max(1, m.body.count), attempt: m.body.attempt });
+    for (const m of await scanStream(bus, names.streamSamples, groupRegistry))
+      from.inStreams.push({ prompt: m.body.groupIndex, firstSample: m.body.firstSample, count: Math.max(1, m.body.samples.length), attempt: m.body.attempt });
   }
   return from;
 }
@@ -278,14 +275,12 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
       const stopWatch = await versions.watch((r) => void feeder.run((f) => f.onVersion(r)).catch((e: unknown) => fail(e)));
       const consumer = consumeStream({
         bus: env.bus, names: env.names, stream: env.names.streamSamples, subject: env.names.trainSamples, durable: env.names.consumer("train_buffer"),
-        registry: sampleRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, maxAckPending: cfg.maxAckPending, prefetch: 512, log: (l) => ctx.log.warn(l),
+        registry: groupRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, maxAckPending: cfg.maxAckPending, prefetch: 64, log: (l) => ctx.log.warn(l),
         // A failure half-way (a publish while NATS is away) leaves the bookkeeping unsure: crash, and
         // let the restarted buffer recover from BATCHES and the redelivered samples.
         handle: (msg, info) =>
           feeder
-            .run((f) =>
-              sampleMsg.is(msg) ? f.onSample(msg.body.sample, info.defer) : groupClosed.is(msg) ? f.onClose(msg.body, info.defer) : Promise.resolve(),
-            )
+            .run((f) => f.onGroup(msg.body, info.defer))
             .catch((e: unknown) => {
               fail(e);
               throw e;

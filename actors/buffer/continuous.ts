@@ -14,7 +14,7 @@ import type { Sample } from "../../src/sample.ts";
 import { fullyAsyncLimits } from "../loop/config.ts";
 import { rewardStats as rewardStatsOf } from "../loop/metrics.ts";
 import type { LoopEnv } from "../loop-actors/context.ts";
-import type { BatchBody, PendingGroup, VersionRecord } from "../loop-actors/messages.ts";
+import type { BatchBody, GroupBody, PendingGroup, VersionRecord } from "../loop-actors/messages.ts";
 import { GroupBuffer, oldestVersion, type Batch } from "./groups.ts";
 
 /** Times a prompt may be requeued as stale before it is dropped. */
@@ -24,7 +24,7 @@ export const MAX_REQUEUES = 3;
 interface Live extends PendingGroup {
   /** Version the engines served when it was launched (Infinity: unknown, found again after a restart). */
   launchVersion: number;
-  /** Oldest token version of its samples so far (Infinity before the first). */
+  /** Oldest token version of its samples (Infinity until they arrive). */
   oldest: number;
   samples: Sample[];
   acks: (() => void)[];
@@ -52,7 +52,7 @@ export interface FeederStart {
    * back when an ack was lost, are acked and ignored.
    */
   floor: number;
-  /** Prompt groups and group closes still on PROMPTS and SAMPLES (launched and undecided). */
+  /** Prompt groups and group messages still on PROMPTS and SAMPLES (launched and undecided). */
   inStreams: PendingGroup[];
 }
 
@@ -77,8 +77,6 @@ export class ContinuousFeeder {
   private floor = 0;
   /** Attempts decided by this incarnation, by prompt: their messages may come back when an ack was lost. */
   private readonly done = new Map<number, { firstSample: number; count: number }[]>();
-  /** Samples of attempts not known yet (after a restart, until their close names them). */
-  private readonly orphans = new Map<number, { s: Sample; ack: () => void }[]>();
   // Since the last batch:
   private requeued: number[] = [];
   private requeuedPrompts: number[] = [];
@@ -132,40 +130,28 @@ export class ContinuousFeeder {
     await this.maybeBatch();
   }
 
-  /** A sample: joins its attempt (acked with the batch that decides it); a copy is acked now. */
-  async onSample(s: Sample, defer: () => () => void): Promise<void> {
-    const l = this.attemptOf(s);
-    if (!l) {
-      if (this.isDecided(s.groupIndex, s.index)) return; // its group was decided: an ack was lost
-      const list = this.orphans.get(s.groupIndex) ?? [];
-      if (!list.some((o) => o.s.index === s.index)) list.push({ s, ack: defer() });
-      this.orphans.set(s.groupIndex, list);
-      return;
-    }
-    if (l.samples.some((x) => x.index === s.index)) return;
-    await this.addSample(l, s, defer());
-  }
-
-  /** A group's close (after its samples): the attempt is complete once all are in. */
-  async onClose(c: { groupIndex: number; count: number; firstSample: number; attempt: number; promptTokens: number; cachedTokens: number }, defer: () => () => void): Promise<void> {
+  /** A group attempt's samples: it is complete (acked with the batch that decides it); a copy of a decided one is acked now. */
+  async onGroup(c: GroupBody, defer: () => () => void): Promise<void> {
     if (!this.live.has(c.firstSample) && this.isDecided(c.groupIndex, c.firstSample)) return;
-    this.promptTokens += c.promptTokens;
-    this.cachedTokens += c.cachedTokens;
     let l = this.live.get(c.firstSample);
     if (!l) {
       // An attempt an earlier incarnation launched after its last batch.
-      l = this.track({ prompt: c.groupIndex, firstSample: c.firstSample, count: c.count, attempt: c.attempt }, Infinity);
+      l = this.track({ prompt: c.groupIndex, firstSample: c.firstSample, count: c.samples.length, attempt: c.attempt }, Infinity);
       const cur = this.current.get(c.groupIndex);
       if (cur && cur !== l && cur.attempt > l.attempt) l.superseded = true;
-      this.nextSample = Math.max(this.nextSample, c.firstSample + c.count);
+      this.nextSample = Math.max(this.nextSample, c.firstSample + c.samples.length);
       this.nextPrompt = Math.max(this.nextPrompt, c.groupIndex + 1);
     }
     l.acks.push(defer());
-    l.count = c.count;
-    const mine = (this.orphans.get(c.groupIndex) ?? []).filter((o) => o.s.index >= l.firstSample && o.s.index < l.firstSample + l.count);
-    this.orphans.set(c.groupIndex, (this.orphans.get(c.groupIndex) ?? []).filter((o) => !mine.includes(o)));
-    for (const o of mine) await this.addSample(l, o.s, o.ack);
-    await this.closeIfDone(l);
+    if (l.complete) return; // a copy (an ack lost to a nats-server restart): acked with the decision
+    this.promptTokens += c.promptTokens;
+    this.cachedTokens += c.cachedTokens;
+    l.count = c.samples.length;
+    for (const s of c.samples) {
+      l.samples.push(s);
+      l.oldest = Math.min(l.oldest, minVersion(s));
+    }
+    await this.complete(l);
   }
 
   /** Whether sample index `index` of prompt `prompt` belongs to an attempt that is decided already. */
@@ -176,13 +162,6 @@ export class ContinuousFeeder {
     return true;
   }
 
-  private attemptOf(s: Sample): Live | null {
-    const cur = this.current.get(s.groupIndex);
-    if (cur && s.index >= cur.firstSample && s.index < cur.firstSample + cur.count) return cur;
-    for (const l of this.live.values()) if (l.prompt === s.groupIndex && s.index >= l.firstSample && s.index < l.firstSample + l.count) return l;
-    return null;
-  }
-
   private track(g: PendingGroup, launchVersion: number): Live {
     const l: Live = { ...g, launchVersion, oldest: Infinity, samples: [], acks: [], complete: false, superseded: false };
     this.live.set(g.firstSample, l);
@@ -191,17 +170,8 @@ export class ContinuousFeeder {
     return l;
   }
 
-  private async addSample(l: Live, s: Sample, ack: () => void): Promise<void> {
-    l.samples.push(s);
-    l.acks.push(ack);
-    l.oldest = Math.min(l.oldest, minVersion(s));
-    await this.closeIfDone(l);
-  }
-
   /** Hands a complete attempt to the group buffer (or records it requeued when superseded). */
-  private async closeIfDone(l: Live): Promise<void> {
-    const closed = l.acks.length > l.samples.length; // the close's ack is in too
-    if (l.complete || !closed || l.samples.length < l.count) return;
+  private async complete(l: Live): Promise<void> {
     l.complete = true;
     if (l.superseded) {
       this.decide(l);

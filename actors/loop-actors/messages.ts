@@ -1,5 +1,5 @@
 // The protocol of the training loop's actors on JetStream (msgpack, typed arrays intact, validated
-// once at the edge): prompt groups to generate, finished samples and group closes, training batches,
+// once at the edge): prompt groups to generate, each group's finished samples, training batches,
 // and new weight versions; plus the version record kept in the job's versions KV bucket.
 import { z } from "zod";
 import { createRegistry, defineMessage, zFloat32Array, zInt32Array, zUint8Array } from "../../src/codec/index.ts";
@@ -66,24 +66,35 @@ export const promptGroup = defineMessage({
   }),
 });
 
-/** One finished episode (SAMPLES; msgID `sample-<index>`, so a regenerated sample is stored once). */
-export const sampleMsg = defineMessage({ kind: "train.sample", v: 1, schema: z.object({ sample: sampleSchema }) });
+/** The msgID of a prompt group's samples: one per prompt and attempt, so a regenerated group is stored once. */
+export const groupMsgId = (prompt: number, attempt: number) => (attempt === 0 ? `group-${prompt}` : `group-${prompt}-a${attempt}`);
 
-/** A group is complete after `count` samples (SAMPLES, after the group's samples; msgID `close-<groupIndex>`). */
-export const groupClosed = defineMessage({
-  kind: "train.group-closed",
+/**
+ * One prompt group's finished episodes, as one message (SAMPLES; msgID groupMsgId(groupIndex,
+ * attempt)): its samples in index order (a failed episode is a sample with status "failed"), then
+ * what the buffer needs to decide the group.
+ */
+export const groupMsg = defineMessage({
+  kind: "train.group",
   v: 1,
-  schema: z.object({
-    groupIndex: index,
-    count: z.number().int().min(0),
-    /** The group's first sample index and attempt, as its prompt message said. */
-    firstSample: index.default(0),
-    attempt: index.default(0),
-    /** Prefix-cache counters of the rollout's engines since its previous close (approximate per group). */
-    promptTokens: index,
-    cachedTokens: index,
-  }),
+  schema: z
+    .object({
+      groupIndex: index,
+      /** The group's first sample index and attempt, as its prompt message said. */
+      firstSample: index,
+      attempt: index.default(0),
+      samples: z.array(sampleSchema),
+      /** Prefix-cache counters of the rollout's engines while it generated the group (approximate per group). */
+      promptTokens: index,
+      cachedTokens: index,
+    })
+    .superRefine((g, ctx) => {
+      for (const [i, s] of g.samples.entries())
+        if (s.groupIndex !== g.groupIndex) ctx.addIssue({ code: "custom", path: ["samples", i, "groupIndex"], message: `sample ${s.index} has groupIndex ${s.groupIndex}, not the group's ${g.groupIndex}` });
+    }),
 });
+/** A group message's body. */
+export type GroupBody = z.output<typeof groupMsg.schema>;
 
 /** Counters of the rollouts behind one batch, for metrics.jsonl. */
 export const rolloutStats = z.object({
@@ -156,7 +167,7 @@ export const stepMetricsMsg = defineMessage({
 /** What the rollout consumes. */
 export const promptRegistry = createRegistry(promptGroup);
 /** What the buffer consumes. */
-export const sampleRegistry = createRegistry(sampleMsg, groupClosed);
+export const groupRegistry = createRegistry(groupMsg);
 /** What the trainer consumes. */
 export const batchRegistry = createRegistry(batchMsg);
 /** What weight-sync consumes. */

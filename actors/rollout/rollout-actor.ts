@@ -1,20 +1,19 @@
 // The rollout actor (kind `train.rollout`): consumes prompt groups from the PROMPTS work queue (a
 // durable consumer shared by every rollout instance, `concurrency` groups in flight each), runs the
 // group's episodes on the job's engines (the ones the fleet actor registered in the engines KV
-// bucket) with rolloutRange, publishes each sample (msgID = sample index) and then the group's close,
-// and only then acks the prompt. A rollout killed mid-group leaves its prompt unacked: it comes back
-// after ackWaitMs and is generated again with the same sample indices, and the stream's duplicate
-// window keeps the samples already published from being stored twice.
+// bucket) with rolloutRange, publishes the group's samples as one message (msgID per prompt and
+// attempt), and only then acks the prompt. A rollout killed mid-group leaves its prompt unacked: it
+// comes back after ackWaitMs and is generated again with the same sample indices, and the stream's
+// duplicate window keeps a group published twice from being stored twice.
 import { z } from "zod";
 import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
 import type { Fleet } from "../../src/engine/fleet.ts";
 import { normalizeEngineUrl } from "../../src/engine/fleet-types.ts";
 import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
 import { OozeError } from "../../src/errors.ts";
-import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
-import { groupClosed, promptRegistry, sampleMsg } from "../loop-actors/messages.ts";
+import { groupMsg, groupMsgId, promptRegistry } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../loop-actors/streams.ts";
 import { fullyAsyncLimits } from "../loop/config.ts";
 import { FleetGenerator } from "../loop/engines.ts";
@@ -30,8 +29,8 @@ export const rolloutActorConfig = z.object({
   /** How long to wait for the fleet to register its first engine. */
   engineWaitMs: z.number().int().min(0).default(120_000),
   /**
-   * Fault injection for tests: on its first delivery, group `holdGroup` publishes half its samples
-   * and then never finishes (the process is meant to be killed there).
+   * Fault injection for tests: on its first delivery, group `holdGroup` is generated and then never
+   * published nor acked (the process is meant to be killed there).
    */
   holdGroup: z.number().int().min(0).optional(),
 });
@@ -99,30 +98,22 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
         await gen.close();
         throw e;
       }
-      const send = (s: Sample) => {
-        const p = publish(bus, names.trainSamples, sampleMsg, { sample: s }, `sample-${s.index}`, ctx.path);
-        p.catch(() => undefined); // awaited with the group; a failure fails the group (nak, redelivery)
-        return p;
-      };
       const concurrency = cfg.concurrency ?? (train.mode === "fully_async" ? fullyAsyncLimits(train).maxInflightGroups : train.promptsPerStep);
       const consumer = consumeStream({
         bus, names, stream: names.streamPrompts, subject: names.trainPrompts, durable: names.consumer("train_rollout"),
         registry: promptRegistry, actor: ctx.path, concurrency, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
         async handle(msg, info) {
           const p = msg.body;
-          const hold = cfg.holdGroup === p.groupIndex && info.deliveryCount === 1;
-          const sent: Promise<unknown>[] = [];
           const r = await rolloutRange(task, gen, { firstPrompt: p.groupIndex, prompts: 1, samplesPerPrompt: p.samples, firstSample: p.firstSample }, {
-            seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout, onSample: (s) => void (hold || sent.push(send(s))),
+            seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout,
           });
-          if (hold) {
-            await Promise.all(r.samples.slice(0, Math.floor(r.samples.length / 2)).map(send));
-            ctx.log.warn(`rollout: holding group ${p.groupIndex} after publishing half its samples (holdGroup fault injection)`);
+          if (cfg.holdGroup === p.groupIndex && info.deliveryCount === 1) {
+            ctx.log.warn(`rollout: holding group ${p.groupIndex} unpublished (holdGroup fault injection)`);
             await new Promise(() => undefined);
           }
-          await Promise.all(sent);
           const cache = gen.takeCacheStats();
-          await publish(bus, names.trainSamples, groupClosed, { groupIndex: p.groupIndex, count: r.samples.length, firstSample: p.firstSample, attempt: p.attempt, ...cache }, p.attempt === 0 ? `close-${p.groupIndex}` : `close-${p.groupIndex}-a${p.attempt}`, ctx.path);
+          const body = { groupIndex: p.groupIndex, firstSample: p.firstSample, attempt: p.attempt, samples: r.samples, ...cache };
+          await publish(bus, names.trainSamples, groupMsg, body, groupMsgId(p.groupIndex, p.attempt), ctx.path);
         },
       });
       const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l));

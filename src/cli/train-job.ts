@@ -74,11 +74,16 @@ export interface TrainSummary {
  */
 export function trainTopology(topo: Topology, train: TrainConfig, engines: EnginesConfig, out: string): Topology {
   const where = topo.file ?? "topology";
-  const actors: ActorSpec[] = topo.actors.map((a) => (a.kind === "train.trainer" ? { ...a, config: { ...a.config, out } } : a));
+  // Every node of `ooze train` runs on this machine: engines load full checkpoints from the trainer's
+  // directory (weight-sync transport `directory`) unless the topology says otherwise; `ooze up` passes
+  // them through the job's object store.
+  const actors: ActorSpec[] = topo.actors.map((a) =>
+    a.kind === "train.trainer" ? { ...a, config: { ...a.config, out } } : a.kind === "train.weight-sync" ? { ...a, config: { transport: "directory", ...a.config } } : a,
+  );
   const base = (name: string, kind: string): ActorSpec => ({ name, kind, count: 1, config: {}, durable: false });
   for (const kind of ROLES) {
     const n = actors.filter((a) => a.kind === kind).length;
-    if (n === 0) actors.push(kind === "train.trainer" ? { ...base("trainer", kind), config: { out } } : base(kind.slice("train.".length), kind));
+    if (n === 0) actors.push(kind === "train.trainer" ? { ...base("trainer", kind), config: { out } } : kind === "train.weight-sync" ? { ...base("weight-sync", kind), config: { transport: "directory" } } : base(kind.slice("train.".length), kind));
     else if (n > 1 && kind !== "train.rollout") throw new OozeError("TOPOLOGY_INVALID", `${where}: the loop runs one '${kind}' actor; the topology has ${n}`);
   }
   if (!actors.some((a) => a.kind === "fleet")) {

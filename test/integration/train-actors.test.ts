@@ -12,7 +12,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { promptGroup, sampleMsg } from "../../actors/loop-actors/messages.ts";
+import { groupMsg, promptGroup } from "../../actors/loop-actors/messages.ts";
 import { VersionsKv } from "../../actors/loop-actors/streams.ts";
 import { readJsonl, type BatchRecord, type StepMetrics } from "../../actors/loop/metrics.ts";
 import type { RunState } from "../../actors/loop/state.ts";
@@ -95,15 +95,15 @@ describe("ooze up: the loop as actors on JetStream", () => {
     await bus.jsPublish(names.trainSamples, new Uint8Array([0xc1, 0x01, 0x02]));
     const bad = { index: 999, groupIndex: 999, rolloutId: "r999", prompt: "x", tokens: new Int32Array([1, 2, 3]), responseLength: 2, lossMask: new Uint8Array(1),
       rolloutLogprobs: new Float32Array(2), reward: 0, status: "completed", weightVersions: [], metadata: {} };
-    await bus.jsPublish(names.trainSamples, sampleMsg.encode({ sample: bad } as never));
+    await bus.jsPublish(names.trainSamples, groupMsg.encode({ groupIndex: 999, firstSample: 999, attempt: 0, samples: [bad], promptTokens: 0, cachedTokens: 0 } as never));
     await waitUntil(() => letters.length >= 3, { timeoutMs: 30_000, what: "three dead letters", diagnostics });
     const errors = letters.map((l) => `${l.actor}: ${l.error.code}: ${l.error.message}`);
-    expect(errors.filter((e) => /^buffer: MALFORMED_MESSAGE: message 'train.sample' v1 .*lossMask has 1 entries, not 2/.test(e))).toHaveLength(1);
+    expect(errors.filter((e) => /^buffer: MALFORMED_MESSAGE: message 'train.group' v1 .*lossMask has 1 entries, not 2/.test(e))).toHaveLength(1);
     expect(errors.filter((e) => /^buffer: MALFORMED_MESSAGE: frame /.test(e))).toHaveLength(1);
     expect(errors.filter((e) => /^rollout: MALFORMED_MESSAGE: message 'train.prompt-group' v1 .*field 'body.groupIndex'/.test(e))).toHaveLength(1);
 
-    // While the rollout holds group 4 half published (step 2), kill the buffer: its round's samples
-    // are unacked, so the restarted buffer gets them back and continues after batch 1. Then kill the
+    // While the rollout holds group 4 unpublished (step 2), kill the buffer: its round's groups are
+    // unacked, so the restarted buffer gets them back and continues after batch 1. Then kill the
     // rollout node: group 4 is redelivered and generated again with the same sample indices.
     await waitUntil(() => log.includes("holding group 4"), { timeoutMs: 60_000, what: "the rollout holding group 4", diagnostics });
     const pidOf = (host: string) => nodePid(log, host);
@@ -129,10 +129,10 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(readFileSync(join(out, "reward.svg"), "utf8")).toMatch(/^<svg/);
     expect(JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8"))).toMatchObject({ step: 4, weightVersion: 4 });
 
-    // The samples stream stored each sample once (the held group's first half was regenerated and
-    // deduplicated), one close per group, and the two malformed frames; all acked and gone now.
+    // The samples stream stored each group once (one message with its samples) and the two malformed
+    // frames; all acked and gone now.
     const info = await (await bus.jsm()).streams.info(names.streamSamples);
-    expect(info.state.last_seq).toBe(STEPS * PROMPTS * (N + 1) + 2);
+    expect(info.state.last_seq).toBe(STEPS * PROMPTS + 2);
     expect(info.state.messages).toBe(0);
     const versions = await (await VersionsKv.open(bus, names)).get();
     expect(versions).toMatchObject({ version: 4, step: 4 });

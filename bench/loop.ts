@@ -46,13 +46,13 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { cpuBetween, machineCpu, type CpuTimes } from "./lib/cpu.ts";
+import { cpuBetween, machineCpu, processTreeCpu, type CpuTimes } from "./lib/cpu.ts";
 import { weightSyncFigures } from "./lib/weight-sync-figures.ts";
 import { GroupBuffer } from "../actors/buffer/groups.ts";
 import { enginesSchema, trainSchema, type TrainConfig } from "../actors/loop/config.ts";
 import { FleetGenerator, startEngineProcess } from "../actors/loop/engines.ts";
-import { runTraining, type BatchRecord } from "../actors/loop/loop.ts";
-import { readJsonl, type StepMetrics } from "../actors/loop/metrics.ts";
+import { runTraining } from "../actors/loop/loop.ts";
+import { readJsonl, type BatchRecord, type StepMetrics } from "../actors/loop/metrics.ts";
 import { loadTask } from "../actors/loop/task-loader.ts";
 import { rolloutRange } from "../actors/rollout/rollout.ts";
 import { runTrainJob } from "../src/cli/train-job.ts";
@@ -102,20 +102,32 @@ function cpuUse(c: CpuTimes | null, samples: number): CpuUse {
   return c && c.total > 0 ? { perSample: c.busy / samples, utilisation: c.busy / c.total } : { perSample: NaN, utilisation: NaN };
 }
 
-async function run(mode: TrainConfig["mode"], rep: number, maxStaleness = staleness): Promise<{ sps: number; out: string; ms: StepMetrics[]; cpu: CpuUse }> {
-  const out = join(root, `${mode}-${maxStaleness}-${rep}`);
+/** The loop's actors as `ooze train` runs them (topologies/quickstart.yaml's roles), with this bench's train: section. */
+const loopTopology = loadTopology(fileURLToPath(new URL("../topologies/quickstart.yaml", import.meta.url)));
+
+/** One mode's run through `ooze train`'s actors: trained samples/s over steps 2..N, its metrics, and the CPU it took. */
+async function run(mode: TrainConfig["mode"], rep: number, variant: Partial<TrainConfig> = {}): Promise<{ sps: number; out: string; ms: StepMetrics[]; cpu: CpuUse }> {
+  const cfg = { ...trainConfig(mode), ...variant };
+  const label = `${mode}${mode === "fully_async" ? ` (staleness bound ${cfg.maxStaleness}, lateGroups ${cfg.lateGroups})` : ""}`;
+  const out = join(root, `${mode}-${cfg.maxStaleness}-${cfg.lateGroups}-${rep}`);
   // the machine's CPU at the end of step 1 and of the last step: the window `rate` measures
   let c1: CpuTimes | null = null, cN: CpuTimes | null = null;
   const onStep = (m: StepMetrics) => {
     if (m.step === 1) c1 = machineCpu();
     cN = machineCpu();
   };
-  await runTraining({ out, train: trainConfig(mode, maxStaleness), engines, baseDir: process.cwd(), hooks: { onStep } });
+  await runTrainJob({ topology: loopTopology, train: cfg, engines, out, log: (l) => say(`${label}: ${l}`), onStep });
   const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
   const sps = rate(ms);
   const cpu = cpuUse(cpuBetween(c1, cN), ms.slice(1).reduce((n, m) => n + m.samples, 0));
-  say(`${mode}${mode === "fully_async" ? ` (staleness bound ${maxStaleness})` : ""}: ${sps.toFixed(1)} trained samples/s over steps 2..${ms.length} (mean step ${(ms.slice(1).reduce((n, m) => n + m.step_seconds, 0) / (ms.length - 1)).toFixed(2)} s)`);
+  say(`${label}: ${sps.toFixed(1)} trained samples/s over steps 2..${ms.length} (mean step ${(ms.slice(1).reduce((n, m) => n + m.step_seconds, 0) / (ms.length - 1)).toFixed(2)} s), trained response ${trainedLength(ms).toFixed(1)} tokens a sample`);
   return { sps, out, ms, cpu };
+}
+
+/** Mean response tokens of the samples trained in a run (every step). */
+function trainedLength(ms: StepMetrics[]): number {
+  const n = ms.reduce((a, m) => a + m.samples, 0);
+  return ms.reduce((a, m) => a + m.response_length_mean * m.samples, 0) / Math.max(1, n);
 }
 
 /** Generation alone: groups kept in flight up to `window`, as fully_async does, no trainer. */
@@ -190,21 +202,35 @@ async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): 
 /**
  * The quickstart topology (topologies/quickstart.yaml, `qsteps` steps of 32 x 16 samples) through the
  * in-process loop and through the actors on JetStream (`ooze train`), alternating, `reps` times each:
- * trained samples/s over steps 2..N.
+ * trained samples/s over steps 2..N, and the CPU seconds the run's process tree (this process, the
+ * engine, the trainer worker, nats-server) spent per trained sample over the same steps, which other
+ * work on the machine does not inflate.
  */
-async function quickstartPaths(qsteps: number): Promise<{ in_process: number[]; actors: number[] }> {
+async function quickstartPaths(qsteps: number): Promise<Record<"in_process" | "actors" | "in_process_cpu_ms" | "actors_cpu_ms", number[]>> {
   const topo = loadTopology(fileURLToPath(new URL("../topologies/quickstart.yaml", import.meta.url)));
   const { trainConfigOf } = await import("../actors/loop/config.ts");
   const { train, engines: eng } = trainConfigOf(topo);
   const cfg = { ...train, steps: qsteps, maxSeconds: 0, checkpointEvery: 1000 };
-  const res = { in_process: [] as number[], actors: [] as number[] };
+  const res = { in_process: [] as number[], actors: [] as number[], in_process_cpu_ms: [] as number[], actors_cpu_ms: [] as number[] };
+  /** A step hook that reads the process tree's CPU at the end of step 1 and of every later step. */
+  const cpuWindow = () => {
+    const w = { first: NaN, last: NaN };
+    return { w, onStep: (m: StepMetrics) => void (m.step === 1 ? (w.first = processTreeCpu() ?? NaN) : (w.last = processTreeCpu() ?? NaN)) };
+  };
+  const record = (path: "in_process" | "actors", out: string, w: { first: number; last: number }) => {
+    const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+    res[path].push(rate(ms));
+    res[`${path}_cpu_ms`].push(((w.last - w.first) / ms.slice(1).reduce((n, m) => n + m.samples, 0)) * 1000);
+  };
   for (let rep = 1; rep <= repetitions; rep++) {
     const a = join(root, `qs-inproc-${rep}`), b = join(root, `qs-actors-${rep}`);
-    await runTraining({ out: a, train: cfg, engines: eng, baseDir: process.cwd() });
-    res.in_process.push(rate(readJsonl<StepMetrics>(join(a, "metrics.jsonl"))));
-    await runTrainJob({ topology: topo, train: cfg, engines: eng, out: b, log: () => undefined });
-    res.actors.push(rate(readJsonl<StepMetrics>(join(b, "metrics.jsonl"))));
-    say(`quickstart ${qsteps} steps: in-process ${res.in_process.at(-1)!.toFixed(1)}, actors ${res.actors.at(-1)!.toFixed(1)} trained samples/s`);
+    const ca = cpuWindow();
+    await runTraining({ out: a, train: cfg, engines: eng, baseDir: process.cwd(), hooks: { onStep: ca.onStep } });
+    record("in_process", a, ca.w);
+    const cb = cpuWindow();
+    await runTrainJob({ topology: topo, train: cfg, engines: eng, out: b, log: () => undefined, onStep: cb.onStep });
+    record("actors", b, cb.w);
+    say(`quickstart ${qsteps} steps: in-process ${res.in_process.at(-1)!.toFixed(1)}, actors ${res.actors.at(-1)!.toFixed(1)} trained samples/s; CPU ${res.in_process_cpu_ms.at(-1)!.toFixed(3)} and ${res.actors_cpu_ms.at(-1)!.toFixed(3)} ms a sample`);
   }
   return res;
 }
@@ -220,6 +246,11 @@ if (phase === "quickstart") {
       quickstart_in_process: Number(mean(q.in_process).toFixed(1)),
       quickstart_actors: Number(mean(q.actors).toFixed(1)),
       actors_vs_in_process: Number((mean(q.actors) / mean(q.in_process)).toFixed(3)),
+      // CPU seconds of the run's process tree per trained sample (steps 2..N): in-process over actors,
+      // so above 1 means the actors spend less CPU on a sample
+      quickstart_in_process_cpu_ms: Number(mean(q.in_process_cpu_ms).toFixed(3)),
+      quickstart_actors_cpu_ms: Number(mean(q.actors_cpu_ms).toFixed(3)),
+      actors_vs_in_process_cpu: Number((mean(q.in_process_cpu_ms) / mean(q.actors_cpu_ms)).toFixed(3)),
       repetitions: q,
       load_before: Number(loadBefore.toFixed(2)),
       load_after: Number(loadavg()[0]!.toFixed(2)),
@@ -235,27 +266,33 @@ try {
   await initModelDir(preset, v0, 0);
   // Repetitions, each measuring every mode and both halves of the bound back to back, so a change
   // in the machine's other load hits them alike; figures are the means over repetitions.
-  const reps: { sync: number; async: number; fully_async: number; fully_async_staleness8: number; generation_only: number; training_only: number; bound: number }[] = [];
+  const reps: { sync: number; async: number; fully_async: number; fully_async_requeue: number; fully_async_staleness8: number; generation_only: number; training_only: number; bound: number }[] = [];
   /** Per repetition: CPU core-seconds per sample and busy fraction of the machine, by phase. */
   const cpuReps: Record<"sync" | "async" | "fully_async" | "generation_only" | "training_only", CpuUse>[] = [];
-  let lastSync = "", stalenessSeen = 0, partialSamples = 0, requeuedSamples = 0;
+  /** Per repetition: mean trained response tokens a sample, and samples generated and never trained (requeued as stale), by mode. */
+  const lengths: Record<"sync" | "async" | "fully_async" | "fully_async_requeue", number>[] = [];
+  const wasted: Record<"fully_async" | "fully_async_requeue", number>[] = [];
+  let lastSync = "", stalenessSeen = 0, partialSamples = 0;
+  const requeuedOf = (out: string) => readJsonl<BatchRecord>(join(out, "batches.jsonl")).reduce((n, x) => n + (x.requeued?.length ?? 0), 0);
   for (let rep = 1; rep <= repetitions; rep++) {
     say(`repetition ${rep}/${repetitions}`);
     const sync = await run("sync", rep);
     const async_ = await run("async", rep);
     const full = await run("fully_async", rep);
-    const loose = await run("fully_async", rep, looseBound);
+    // lateGroups requeue: a batch never waits for late groups (the length bias lateGroups wait removes)
+    const requeue = await run("fully_async", rep, { lateGroups: "requeue" });
+    const loose = await run("fully_async", rep, { maxStaleness: looseBound });
     const genOnly = await generationOnly(v0);
     say(`generation only: ${genOnly.sps.toFixed(1)} samples/s (window ${window} groups)`);
     const trainOnly = await trainingOnly(v0, genOnly.groups, rep);
     say(`training only: ${trainOnly.sps.toFixed(1)} samples/s`);
-    reps.push({ sync: sync.sps, async: async_.sps, fully_async: full.sps, fully_async_staleness8: loose.sps, generation_only: genOnly.sps, training_only: trainOnly.sps, bound: Math.min(genOnly.sps, trainOnly.sps) });
+    reps.push({ sync: sync.sps, async: async_.sps, fully_async: full.sps, fully_async_requeue: requeue.sps, fully_async_staleness8: loose.sps, generation_only: genOnly.sps, training_only: trainOnly.sps, bound: Math.min(genOnly.sps, trainOnly.sps) });
     cpuReps.push({ sync: sync.cpu, async: async_.cpu, fully_async: full.cpu, generation_only: genOnly.cpu, training_only: trainOnly.cpu });
+    lengths.push({ sync: trainedLength(sync.ms), async: trainedLength(async_.ms), fully_async: trainedLength(full.ms), fully_async_requeue: trainedLength(requeue.ms) });
+    wasted.push({ fully_async: requeuedOf(full.out), fully_async_requeue: requeuedOf(requeue.out) });
     say(`CPU ms/sample (machine busy): ${Object.entries(cpuReps.at(-1)!).map(([k, c]) => `${k} ${(c.perSample * 1000).toFixed(2)} (${(c.utilisation * 100).toFixed(0)} %)`).join(", ")}`);
-    const records = readJsonl<BatchRecord>(join(full.out, "batches.jsonl"));
     stalenessSeen = Math.max(stalenessSeen, ...full.ms.map((m) => m.staleness_max));
     partialSamples += full.ms.reduce((n, m) => n + m.partial_samples, 0);
-    requeuedSamples += records.reduce((n, x) => n + (x.requeued?.length ?? 0), 0);
     lastSync = sync.out;
   }
   const ws = await weightSyncFigures(join(lastSync, "weights"));
@@ -285,10 +322,17 @@ try {
       fully_async_window_groups: window,
       fully_async_staleness_bound: staleness,
       fully_async_staleness_max: stalenessSeen,
+      fully_async_partial_samples: partialSamples,
+      // Length bias: mean response tokens of the trained samples, and samples generated and never
+      // trained (requeued as stale), with lateGroups wait (the default) and requeue (no waiting).
+      trained_response_length: Object.fromEntries((["sync", "async", "fully_async", "fully_async_requeue"] as const).map((k) => [k, r(lengths.reduce((n, x) => n + x[k], 0) / lengths.length, 1)])),
+      fully_async_length_vs_sync: r(lengths.reduce((n, x) => n + x.fully_async, 0) / lengths.reduce((n, x) => n + x.sync, 0), 3),
+      fully_async_requeue_length_vs_sync: r(lengths.reduce((n, x) => n + x.fully_async_requeue, 0) / lengths.reduce((n, x) => n + x.sync, 0), 3),
+      fully_async_requeued_samples: wasted.reduce((n, x) => n + x.fully_async, 0),
+      fully_async_requeue_requeued_samples: wasted.reduce((n, x) => n + x.fully_async_requeue, 0),
+      fully_async_requeue: r(mean("fully_async_requeue")),
       fully_async_staleness8: r(mean("fully_async_staleness8")),
       fully_async_staleness8_vs_sync: r(mean("fully_async_staleness8") / m.sync, 3),
-      fully_async_partial_samples: partialSamples,
-      fully_async_requeued_samples: requeuedSamples,
       cores,
       cpu_bound: r(cpuBound),
       fully_async_vs_cpu_bound: r(m.full / cpuBound, 3),

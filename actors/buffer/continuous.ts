@@ -318,10 +318,9 @@ export class ContinuousFeeder {
 }
 
 /** Reward, length and failure figures of a batch's decided samples (metrics.jsonl). */
-export function statsOf(all: readonly Sample[]): Pick<BatchBody["stats"], "rewards" | "responseLengthMean" | "failed"> {
+export function statsOf(all: readonly Sample[]): Pick<BatchBody["stats"], "rewards" | "failed"> {
   return {
     rewards: rewardStatsOf(all),
-    responseLengthMean: all.length ? all.reduce((n, s) => n + s.responseLength, 0) / all.length : 0,
     failed: all.filter((s) => s.status === "failed").length,
   };
 }

@@ -102,7 +102,6 @@ export const rolloutStats = z.object({
   generated: index,
   /** reward_mean, reward_max_frac and success_rate of metrics.jsonl (actors/loop/metrics.ts). */
   rewards: z.object({ reward_mean: z.number(), reward_max_frac: z.number(), success_rate: z.number() }),
-  responseLengthMean: z.number(),
   failed: index,
   droppedGroups: index,
   rolloutSeconds: z.number().min(0),

@@ -31,6 +31,7 @@ export interface StepMetrics {
   entropy: number;
   clipfrac: number;
   grad_norm: number;
+  /** Mean response tokens (model and environment) of the trained samples. */
   response_length_mean: number;
   failed: number;
   dropped_groups: number;

@@ -218,7 +218,7 @@ class Run {
       weight_version: this.trainer.version, staleness_max: b.stalenessMax,
       partial_samples: b.samples.filter((x) => new Set(x.weightVersions.map((w) => w.version)).size > 1).length, cache_hit_rate: s.promptTokens > 0 ? s.cachedTokens / s.promptTokens : 0,
       loss: tm?.loss ?? 0, kl: tm?.ppoKl ?? 0, entropy: tm?.entropy ?? 0, clipfrac: tm?.clipfrac ?? 0, grad_norm: tm?.gradNorm ?? 0,
-      response_length_mean: s.responseLengthMean, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: restarts,
+      response_length_mean: b.samples.length ? b.samples.reduce((n, x) => n + x.responseLength, 0) / b.samples.length : 0, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: restarts,
     };
     this.metrics.push(m);
     appendJsonl(this.paths.metrics, m);

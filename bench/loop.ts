@@ -1,16 +1,20 @@
 // Loop benchmark (`npm run bench -- loop [--steps N] [--reps R] [--staleness B] [--preset NAME] [--window G]`):
-// trained samples/s of `ooze train`'s loop in sync, async (one step off-policy) and fully_async mode
-// (partial rollout, staleness bound B = 2, the mode's default; also with bound 8, as
-// fully_async_staleness8) on a workload with heavy-tailed generation lengths, against the ideal overlap
-// bound measured in the same run; and, for weight sync, one step's lossless delta against the full
-// checkpoint (bench/lib/weight-sync-figures.ts). Progress on stderr; one JSON line last on stdout.
+// trained samples/s of `ooze train` — the loop's actors on an embedded NATS JetStream — in sync, async
+// (one step off-policy) and fully_async mode (partial rollout, staleness bound B = 2, the mode's
+// default) on a workload with heavy-tailed generation lengths, against the ideal overlap bound measured
+// in the same run; the length bias of fully_async (mean response tokens of the trained samples against
+// sync's, with `lateGroups: wait`, the default, and `requeue`, which never waits for late groups) and
+// the samples it generated for nothing (requeued as stale); fully_async at bound 8 as a variant; and,
+// for weight sync, one step's lossless delta against the full checkpoint
+// (bench/lib/weight-sync-figures.ts). Progress on stderr; one JSON line last on stdout.
 //
 // Workload: bench/lib/long-tail-task.ts — prompt i asks for k_i turns of up to 8 tokens, k_i a
 // discrete Pareto draw (alpha 1.0, 1 to 16 turns: mean ≈ 3.4, the longest of 8 prompts ≈ 11 on
 // average), 8 prompts × 8 samples per step, tiny preset, 1 embedded engine (maxRunning 128). A group's
 // oldest token dates from its launch (partial rollout or not), and a 16-turn group at 128 requests in
-// flight spans several trainer steps: under a small bound the tail's longest groups are cut and
-// generated again (fully_async_requeued_samples); fully_async_staleness8 is the same run under bound 8.
+// flight spans several trainer steps: under a small bound the tail's longest groups go stale; with
+// lateGroups requeue they are generated again (and dropped after 3 tries), with wait the batch waits
+// for them when they fit in it.
 //
 // Trained samples/s: samples trained in steps 2..N over the wall time from the end of step 1 to the
 // end of step N (engine and worker start-up excluded), for every mode.
@@ -46,12 +50,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { cpuBetween, machineCpu, processTreeCpu, type CpuTimes } from "./lib/cpu.ts";
+import { cpuBetween, machineCpu, type CpuTimes } from "./lib/cpu.ts";
 import { weightSyncFigures } from "./lib/weight-sync-figures.ts";
 import { GroupBuffer } from "../actors/buffer/groups.ts";
 import { enginesSchema, trainSchema, type TrainConfig } from "../actors/loop/config.ts";
 import { FleetGenerator, startEngineProcess } from "../actors/loop/engines.ts";
-import { runTraining } from "../actors/loop/loop.ts";
 import { readJsonl, type BatchRecord, type StepMetrics } from "../actors/loop/metrics.ts";
 import { loadTask } from "../actors/loop/task-loader.ts";
 import { rolloutRange } from "../actors/rollout/rollout.ts";
@@ -199,67 +202,7 @@ async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): 
   }
 }
 
-/**
- * The quickstart topology (topologies/quickstart.yaml, `qsteps` steps of 32 x 16 samples) through the
- * in-process loop and through the actors on JetStream (`ooze train`), alternating, `reps` times each:
- * trained samples/s over steps 2..N, and the CPU seconds the run's process tree (this process, the
- * engine, the trainer worker, nats-server) spent per trained sample over the same steps, which other
- * work on the machine does not inflate.
- */
-async function quickstartPaths(qsteps: number): Promise<Record<"in_process" | "actors" | "in_process_cpu_ms" | "actors_cpu_ms", number[]>> {
-  const topo = loadTopology(fileURLToPath(new URL("../topologies/quickstart.yaml", import.meta.url)));
-  const { trainConfigOf } = await import("../actors/loop/config.ts");
-  const { train, engines: eng } = trainConfigOf(topo);
-  const cfg = { ...train, steps: qsteps, maxSeconds: 0, checkpointEvery: 1000 };
-  const res = { in_process: [] as number[], actors: [] as number[], in_process_cpu_ms: [] as number[], actors_cpu_ms: [] as number[] };
-  /** A step hook that reads the process tree's CPU at the end of step 1 and of every later step. */
-  const cpuWindow = () => {
-    const w = { first: NaN, last: NaN };
-    return { w, onStep: (m: StepMetrics) => void (m.step === 1 ? (w.first = processTreeCpu() ?? NaN) : (w.last = processTreeCpu() ?? NaN)) };
-  };
-  const record = (path: "in_process" | "actors", out: string, w: { first: number; last: number }) => {
-    const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
-    res[path].push(rate(ms));
-    res[`${path}_cpu_ms`].push(((w.last - w.first) / ms.slice(1).reduce((n, m) => n + m.samples, 0)) * 1000);
-  };
-  for (let rep = 1; rep <= repetitions; rep++) {
-    const a = join(root, `qs-inproc-${rep}`), b = join(root, `qs-actors-${rep}`);
-    const ca = cpuWindow();
-    await runTraining({ out: a, train: cfg, engines: eng, baseDir: process.cwd(), hooks: { onStep: ca.onStep } });
-    record("in_process", a, ca.w);
-    const cb = cpuWindow();
-    await runTrainJob({ topology: topo, train: cfg, engines: eng, out: b, log: () => undefined, onStep: cb.onStep });
-    record("actors", b, cb.w);
-    say(`quickstart ${qsteps} steps: in-process ${res.in_process.at(-1)!.toFixed(1)}, actors ${res.actors.at(-1)!.toFixed(1)} trained samples/s; CPU ${res.in_process_cpu_ms.at(-1)!.toFixed(3)} and ${res.actors_cpu_ms.at(-1)!.toFixed(3)} ms a sample`);
-  }
-  return res;
-}
-
 const loadBefore = loadavg()[0]!;
-const phase = arg("phase", "all");
-if (phase === "quickstart") {
-  try {
-    const q = await quickstartPaths(Number(arg("qsteps", "40")));
-    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-    console.log(JSON.stringify({
-      workload: `topologies/quickstart.yaml, ${arg("qsteps", "40")} steps, ${repetitions} repetitions alternating`,
-      quickstart_in_process: Number(mean(q.in_process).toFixed(1)),
-      quickstart_actors: Number(mean(q.actors).toFixed(1)),
-      actors_vs_in_process: Number((mean(q.actors) / mean(q.in_process)).toFixed(3)),
-      // CPU seconds of the run's process tree per trained sample (steps 2..N): in-process over actors,
-      // so above 1 means the actors spend less CPU on a sample
-      quickstart_in_process_cpu_ms: Number(mean(q.in_process_cpu_ms).toFixed(3)),
-      quickstart_actors_cpu_ms: Number(mean(q.actors_cpu_ms).toFixed(3)),
-      actors_vs_in_process_cpu: Number((mean(q.in_process_cpu_ms) / mean(q.actors_cpu_ms)).toFixed(3)),
-      repetitions: q,
-      load_before: Number(loadBefore.toFixed(2)),
-      load_after: Number(loadavg()[0]!.toFixed(2)),
-    }));
-  } finally {
-    rmSync(root, { recursive: true, force: true });
-  }
-  process.exit(0);
-}
 try {
   const v0 = join(root, "bound-v0");
   const { initModelDir } = await import("../native/model-dir.ts");

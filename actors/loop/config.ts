@@ -11,7 +11,7 @@ export const trainSchema = z
   .object({
     /**
      * sync: generate, train, sync, repeat. async: generation of step n+1 overlaps training of step n.
-     * fully_async: generation never stops (actors/loop/fully-async.ts); weight updates interrupt it
+     * fully_async: generation never stops (actors/buffer/continuous.ts); weight updates interrupt it
      * (partial rollout) and the staleness bound keeps batches near the trainer's version.
      */
     mode: z.enum(["sync", "async", "fully_async"]).default("sync"),

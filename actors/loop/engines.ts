@@ -1,7 +1,8 @@
 // The engines a training run generates with: embedded ones started as `ooze serve` child processes
 // (a native crash there kills an engine, not the run), external URLs, and the small Generator
 // interface the rollout side uses, implemented over the Fleet (cache-aware routing, partial-rollout
-// re-dispatch, pause → update → continue) or, as a minimal fallback, round-robin over EngineClients.
+// re-dispatch) or, as a minimal fallback, round-robin over EngineClients. Weight updates are the
+// weight-sync actor's (through the fleet actor), not the Generator's.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { EngineClient } from "../../src/engine/client.ts";
@@ -35,14 +36,6 @@ export interface Generator {
    * An aborted `signal` ends it early with status "aborted" (or rejects), never re-dispatched.
    */
   generate(req: GenRequest): Promise<GenOutput>;
-  /**
-   * Loads `modelDir` as weight version `version` on every engine; resolves when all report it.
-   * `opts.loadFormat` (e.g. "ooze-delta": modelDir is then a delta file) is sent as load_format;
-   * `opts.fullModelDir` is the same version as a model directory, for engines that refuse it or join later.
-   */
-  updateWeights(modelDir: string, version: string, opts?: { loadFormat?: string; fullModelDir?: string }): Promise<void>;
-  /** Replaces a dead engine by a new one (at the current weights). */
-  replace(oldUrl: string, newUrl: string): Promise<void>;
   /** Prefix-cache hits / prompt tokens since the last call (0 when nothing was generated). */
   takeCacheStats(): { promptTokens: number; cachedTokens: number };
 }
@@ -132,32 +125,9 @@ export class EnginePool implements Generator {
     };
   }
 
-  async replace(oldUrl: string, newUrl: string): Promise<void> {
-    const i = this.clients.findIndex((c) => c.url === oldUrl.replace(/\/+$/, ""));
-    if (i >= 0) this.clients[i] = new EngineClient(newUrl);
-  }
-
   /** Ends a session's affinity (the episode is over). */
   endSession(sessionId: string): void {
     this.affinity.delete(sessionId);
-  }
-
-  async updateWeights(modelDir: string, version: string, opts: { loadFormat?: string; fullModelDir?: string } = {}): Promise<void> {
-    await Promise.all(
-      this.clients.map(async (c) => {
-        await c.pauseGeneration("in_place");
-        try {
-          let r = await c.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version, ...(opts.loadFormat ? { loadFormat: opts.loadFormat } : {}) });
-          // an engine that refuses a delta (other base version, corrupt file) loads the full checkpoint
-          if (!r.success && opts.fullModelDir) r = await c.updateWeightsFromDisk({ modelPath: opts.fullModelDir, weightVersion: version });
-          if (!r.success) throw new OozeError("ENGINE_REJECTED", `${c.url}: update_weights_from_disk(${modelDir}) failed: ${r.message}`);
-        } finally {
-          await c.continueGeneration();
-        }
-        const got = await c.weightVersion();
-        if (got !== version) throw new OozeError("ENGINE_REJECTED", `${c.url}: reports weight_version ${got} after loading version ${version}`);
-      }),
-    );
   }
 
   takeCacheStats(): { promptTokens: number; cachedTokens: number } {
@@ -192,15 +162,6 @@ export class FleetGenerator implements Generator {
     this.promptTokens += req.inputIds.length;
     this.cachedTokens += Math.min(r.cachedTokens, req.inputIds.length);
     return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };
-  }
-
-  async updateWeights(modelDir: string, version: string, opts: { loadFormat?: string; fullModelDir?: string } = {}): Promise<void> {
-    await this.fleet.updateWeights(modelDir, version, opts);
-  }
-
-  async replace(oldUrl: string, newUrl: string): Promise<void> {
-    await this.fleet.detach(oldUrl).catch(() => undefined);
-    await this.fleet.attach(newUrl);
   }
 
   takeCacheStats(): { promptTokens: number; cachedTokens: number } {

@@ -55,7 +55,7 @@ async function interrupted(spec: EpisodeSpec): Promise<{ ref: Sample; got: Sampl
   await waitUntil(() => settled || gen.fleet.list()[0]!.inFlight > 0, { what: "the episode's request on the engine", intervalMs: 1 });
   const from = String(version);
   version++;
-  await gen.updateWeights(dirOf(version), String(version));
+  await gen.fleet.updateWeights(dirOf(version), String(version));
   return { ref, got: await running, from, to: String(version) };
 }
 

@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { EngineClient } from "../../src/engine/client.ts";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet, type FaultStats, type FleetOptions } from "../../src/engine/fleet.ts";
 import type { WireSamplingParams } from "../../src/engine/protocol.ts";
 import { OozeError } from "../../src/errors.ts";
 
@@ -175,9 +175,12 @@ export class FleetGenerator implements Generator {
 
   private constructor(readonly fleet: Fleet) {}
 
-  /** A fleet with the given engines attached. */
-  static async create(urls: readonly string[], log?: (line: string) => void): Promise<FleetGenerator> {
-    const fleet = new Fleet({ routing: "cache_aware", ...(log ? { log } : {}) });
+  /**
+   * A fleet with the given engines attached. `opts` tunes its retries and progress deadlines
+   * (FleetOptions: progressTimeoutMs, maxRetries, …); routing is cache-aware unless given.
+   */
+  static async create(urls: readonly string[], log?: (line: string) => void, opts: FleetOptions = {}): Promise<FleetGenerator> {
+    const fleet = new Fleet({ routing: "cache_aware", ...opts, ...(log ? { log } : {}) });
     try {
       for (const u of urls) await fleet.attach(u);
     } catch (e) {
@@ -208,6 +211,11 @@ export class FleetGenerator implements Generator {
     this.promptTokens = 0;
     this.cachedTokens = 0;
     return s;
+  }
+
+  /** Engine faults the fleet recovered from (and those that exhausted a request's retries) since the last call. */
+  takeFaultStats(): FaultStats {
+    return this.fleet.takeFaultStats();
   }
 
   async close(): Promise<void> {

@@ -41,7 +41,7 @@ export function describeFault(f: FaultSpec): string {
   }
 }
 
-/** The report as text: verdicts first, then the schedule, the replay, and the logs' tails. */
+/** The report as text: verdicts first, then the schedule, the replay, and the logs' last `logLines` lines (default 20; 0: none). */
 export function formatReport(r: FaultReport, opts: { logLines?: number } = {}): string {
   const out: string[] = [];
   out.push(reportOk(r) ? "all invariants held" : "INVARIANT VIOLATED");
@@ -53,7 +53,7 @@ export function formatReport(r: FaultReport, opts: { logLines?: number } = {}): 
   if (r.seed !== null) out.push(`seed ${r.seed}${r.path !== null ? `, path ${r.path}` : ""}`);
   if (r.replay !== null) out.push(`replay: ${r.replay}`);
   const n = opts.logLines ?? 20;
-  for (const [name, text] of Object.entries(r.logs)) {
+  for (const [name, text] of n > 0 ? Object.entries(r.logs) : []) {
     const lines = text.trimEnd().split("\n");
     out.push(`--- ${name} (last ${Math.min(n, lines.length)} of ${lines.length} lines)`);
     out.push(...lines.slice(-n));

@@ -4,6 +4,7 @@
 import type { Command } from "commander";
 import { OozeError } from "../../errors.ts";
 import { FAULT_KINDS, type FaultKind } from "../../testing/faults.ts";
+import { int } from "./rollout.ts";
 
 interface FuzzCliOptions {
   runs: string;
@@ -15,12 +16,6 @@ interface FuzzCliOptions {
   deadline: string;
   out: string;
   verbose?: boolean;
-}
-
-function int(name: string, v: string, min: number): number {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min) throw new OozeError("CONFIG_INVALID", `--${name} must be an integer ≥ ${min} (got '${v}')`);
-  return n;
 }
 
 export function register(program: Command) {

@@ -24,7 +24,8 @@ interface RolloutOptions {
   verbose?: boolean;
 }
 
-function int(name: string, v: string, min: number): number {
+/** The integer value of option `--name`, at least `min`; CONFIG_INVALID naming the flag otherwise. */
+export function int(name: string, v: string, min: number): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < min) throw new OozeError("CONFIG_INVALID", `--${name} must be an integer ≥ ${min} (got '${v}')`);
   return n;

@@ -688,7 +688,8 @@ export class Fleet {
     // The only engine in routing stays: its requests back off instead, and health checks watch it.
     if (!this.router.engines().some((id) => id !== e.id)) return;
     e.dispatchFailures = 0;
-    this.leave(e, `failed ${this.leaveAfterFailures} dispatches in a row (last: ${kind}: ${err.message})`, true);
+    e.lastError = `failed ${this.leaveAfterFailures} dispatches in a row (last: ${kind}: ${err.message})`;
+    this.leave(e, e.lastError, true);
   }
 
   /** Expires every non-streamed dispatch past its progress deadline (recomputed now: it tightens as durations are seen). */

@@ -1,10 +1,9 @@
 // The engines a training run generates with: embedded ones started as `ooze serve` child processes
 // (a native crash there kills an engine, not the run), external URLs, and the small Generator
 // interface the rollout side uses, implemented over the Fleet (cache-aware routing, partial-rollout
-// re-dispatch, pause → update → continue) or, as a minimal fallback, round-robin over EngineClients.
+// re-dispatch, retries of failed dispatches and progress deadlines, pause → update → continue).
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { EngineClient } from "../../src/engine/client.ts";
 import { Fleet, type FaultStats, type FleetOptions } from "../../src/engine/fleet.ts";
 import type { WireSamplingParams } from "../../src/engine/protocol.ts";
 import { OozeError } from "../../src/errors.ts";
@@ -95,77 +94,6 @@ export async function startEngineProcess(opts: { modelDir: string; maxRunning: n
       clearTimeout(t);
     },
   };
-}
-
-/** Generator over a fixed list of engines: session affinity, otherwise round-robin. */
-export class EnginePool implements Generator {
-  private readonly clients: EngineClient[];
-  private next = 0;
-  private readonly affinity = new Map<string, number>();
-  private promptTokens = 0;
-  private cachedTokens = 0;
-
-  constructor(urls: readonly string[]) {
-    if (urls.length === 0) throw new OozeError("CONFIG_INVALID", "EnginePool needs at least one engine URL");
-    this.clients = urls.map((u) => new EngineClient(u));
-  }
-
-  get urls(): string[] {
-    return this.clients.map((c) => c.url);
-  }
-
-  async generate(req: GenRequest): Promise<GenOutput> {
-    let i = this.affinity.get(req.sessionId);
-    if (i === undefined) {
-      i = this.next++ % this.clients.length;
-      this.affinity.set(req.sessionId, i);
-    }
-    const res = await this.clients[i]!.generate({
-      inputIds: req.inputIds, sampling: req.sampling, returnLogprob: true, routingKey: req.sessionId, ...(req.signal ? { signal: req.signal } : {}),
-    });
-    this.promptTokens += res.meta.promptTokens;
-    this.cachedTokens += res.meta.cachedTokens;
-    const n = res.outputIds.length;
-    return {
-      outputIds: res.outputIds, logprobs: res.logprobs, status: res.status,
-      weightVersions: n > 0 ? [{ start: 0, end: n, version: res.meta.weightVersion ?? "0" }] : [],
-    };
-  }
-
-  async replace(oldUrl: string, newUrl: string): Promise<void> {
-    const i = this.clients.findIndex((c) => c.url === oldUrl.replace(/\/+$/, ""));
-    if (i >= 0) this.clients[i] = new EngineClient(newUrl);
-  }
-
-  /** Ends a session's affinity (the episode is over). */
-  endSession(sessionId: string): void {
-    this.affinity.delete(sessionId);
-  }
-
-  async updateWeights(modelDir: string, version: string, opts: { loadFormat?: string; fullModelDir?: string } = {}): Promise<void> {
-    await Promise.all(
-      this.clients.map(async (c) => {
-        await c.pauseGeneration("in_place");
-        try {
-          let r = await c.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version, ...(opts.loadFormat ? { loadFormat: opts.loadFormat } : {}) });
-          // an engine that refuses a delta (other base version, corrupt file) loads the full checkpoint
-          if (!r.success && opts.fullModelDir) r = await c.updateWeightsFromDisk({ modelPath: opts.fullModelDir, weightVersion: version });
-          if (!r.success) throw new OozeError("ENGINE_REJECTED", `${c.url}: update_weights_from_disk(${modelDir}) failed: ${r.message}`);
-        } finally {
-          await c.continueGeneration();
-        }
-        const got = await c.weightVersion();
-        if (got !== version) throw new OozeError("ENGINE_REJECTED", `${c.url}: reports weight_version ${got} after loading version ${version}`);
-      }),
-    );
-  }
-
-  takeCacheStats(): { promptTokens: number; cachedTokens: number } {
-    const s = { promptTokens: this.promptTokens, cachedTokens: this.cachedTokens };
-    this.promptTokens = 0;
-    this.cachedTokens = 0;
-    return s;
-  }
 }
 
 /** Generator over a Fleet (src/engine/fleet.ts): cache-aware routing, partial rollout across engines. */

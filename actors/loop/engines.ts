@@ -1,12 +1,11 @@
 // The engines a training run generates with: embedded ones started as `ooze serve` child processes
 // (a native crash there kills an engine, not the run), external URLs, and the small Generator
 // interface the rollout side uses, implemented over the Fleet (cache-aware routing, partial-rollout
-// re-dispatch) or, as a minimal fallback, round-robin over EngineClients. Weight updates are the
+// re-dispatch, retries of failed dispatches and progress deadlines). Weight updates are the
 // weight-sync actor's (through the fleet actor), not the Generator's.
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { EngineClient } from "../../src/engine/client.ts";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet, type FaultStats, type FleetOptions } from "../../src/engine/fleet.ts";
 import type { WireSamplingParams } from "../../src/engine/protocol.ts";
 import { OozeError } from "../../src/errors.ts";
 
@@ -90,54 +89,6 @@ export async function startEngineProcess(opts: { modelDir: string; maxRunning: n
   };
 }
 
-/** Generator over a fixed list of engines: session affinity, otherwise round-robin. */
-export class EnginePool implements Generator {
-  private readonly clients: EngineClient[];
-  private next = 0;
-  private readonly affinity = new Map<string, number>();
-  private promptTokens = 0;
-  private cachedTokens = 0;
-
-  constructor(urls: readonly string[]) {
-    if (urls.length === 0) throw new OozeError("CONFIG_INVALID", "EnginePool needs at least one engine URL");
-    this.clients = urls.map((u) => new EngineClient(u));
-  }
-
-  get urls(): string[] {
-    return this.clients.map((c) => c.url);
-  }
-
-  async generate(req: GenRequest): Promise<GenOutput> {
-    let i = this.affinity.get(req.sessionId);
-    if (i === undefined) {
-      i = this.next++ % this.clients.length;
-      this.affinity.set(req.sessionId, i);
-    }
-    const res = await this.clients[i]!.generate({
-      inputIds: req.inputIds, sampling: req.sampling, returnLogprob: true, routingKey: req.sessionId, ...(req.signal ? { signal: req.signal } : {}),
-    });
-    this.promptTokens += res.meta.promptTokens;
-    this.cachedTokens += res.meta.cachedTokens;
-    const n = res.outputIds.length;
-    return {
-      outputIds: res.outputIds, logprobs: res.logprobs, status: res.status,
-      weightVersions: n > 0 ? [{ start: 0, end: n, version: res.meta.weightVersion ?? "0" }] : [],
-    };
-  }
-
-  /** Ends a session's affinity (the episode is over). */
-  endSession(sessionId: string): void {
-    this.affinity.delete(sessionId);
-  }
-
-  takeCacheStats(): { promptTokens: number; cachedTokens: number } {
-    const s = { promptTokens: this.promptTokens, cachedTokens: this.cachedTokens };
-    this.promptTokens = 0;
-    this.cachedTokens = 0;
-    return s;
-  }
-}
-
 /** Generator over a Fleet (src/engine/fleet.ts): cache-aware routing, partial rollout across engines. */
 export class FleetGenerator implements Generator {
   private promptTokens = 0;
@@ -145,9 +96,12 @@ export class FleetGenerator implements Generator {
 
   private constructor(readonly fleet: Fleet) {}
 
-  /** A fleet with the given engines attached. */
-  static async create(urls: readonly string[], log?: (line: string) => void): Promise<FleetGenerator> {
-    const fleet = new Fleet({ routing: "cache_aware", ...(log ? { log } : {}) });
+  /**
+   * A fleet with the given engines attached. `opts` tunes its retries and progress deadlines
+   * (FleetOptions: progressTimeoutMs, maxRetries, …); routing is cache-aware unless given.
+   */
+  static async create(urls: readonly string[], log?: (line: string) => void, opts: FleetOptions = {}): Promise<FleetGenerator> {
+    const fleet = new Fleet({ routing: "cache_aware", ...opts, ...(log ? { log } : {}) });
     try {
       for (const u of urls) await fleet.attach(u);
     } catch (e) {
@@ -169,6 +123,11 @@ export class FleetGenerator implements Generator {
     this.promptTokens = 0;
     this.cachedTokens = 0;
     return s;
+  }
+
+  /** Engine faults the fleet recovered from (and those that exhausted a request's retries) since the last call. */
+  takeFaultStats(): FaultStats {
+    return this.fleet.takeFaultStats();
   }
 
   async close(): Promise<void> {

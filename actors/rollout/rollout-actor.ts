@@ -29,6 +29,16 @@ export const rolloutActorConfig = z.object({
   /** How long to wait for the fleet to register its first engine. */
   engineWaitMs: z.number().int().min(0).default(120_000),
   /**
+   * Progress deadline of one generation dispatch, ms (the rollout's Fleet progressTimeoutMs, default
+   * 10 000 plus progressTimeoutPerTokenMs per token of budget, tightened by observed durations but
+   * not below minProgressTimeoutMs): a dispatch past it is aborted on its engine and re-dispatched.
+   */
+  progressTimeoutMs: z.number().int().min(1).optional(),
+  progressTimeoutPerTokenMs: z.number().min(0).optional(),
+  minProgressTimeoutMs: z.number().int().min(1).optional(),
+  /** Failed dispatches of one generation retried (elsewhere, or after a backoff) before the episode fails (default 10). */
+  maxRetries: z.number().int().min(0).optional(),
+  /**
    * Fault injection for tests: on its first delivery, group `holdGroup` is generated and then never
    * published nor acked (the process is meant to be killed there).
    */
@@ -90,7 +100,9 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const registry = await FleetRegistry.open(bus, env.job);
       // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
       const urls = await engineUrls(registry, cfg.engineWaitMs);
-      const gen = await FleetGenerator.create([], (l) => ctx.log.info(l));
+      const { progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries } = cfg;
+      const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries }).filter(([, v]) => v !== undefined));
+      const gen = await FleetGenerator.create([], (l) => ctx.log.info(l), faultOpts);
       try {
         for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
         await ensureTrainStreams(bus, names, train);

@@ -5,6 +5,7 @@
 import type { Generator } from "../loop/engines.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Task } from "../environment/task.ts";
+import { OozeError } from "../../src/errors.ts";
 import { runEpisode } from "./episode.ts";
 
 /** Where a rollout starts in the job's data stream, and how much it produces. */
@@ -73,7 +74,10 @@ export async function rolloutRange(task: Task, gen: Generator, range: RolloutRan
           const failed: Sample = {
             index, groupIndex, rolloutId: `r${index}`, prompt, tokens: promptIds.slice(), responseLength: 0,
             lossMask: new Uint8Array(0), rolloutLogprobs: new Float32Array(0), reward: null, status: "failed",
-            weightVersions: [], metadata: { error: lastErr instanceof Error ? lastErr.message : String(lastErr) },
+            weightVersions: [], metadata: {
+              error: lastErr instanceof Error ? lastErr.message : String(lastErr),
+              ...(lastErr instanceof OozeError ? { errorCode: lastErr.code } : {}),
+            },
           };
           opts.onSample?.(failed);
           return failed;

@@ -6,6 +6,38 @@ import { EngineProtocolError, OozeError, TimeoutError } from "../errors.ts";
 import type { FinishReason } from "./backend.ts";
 import { finishStatus, parseGenerateResponse, type GenerateOutput, type WireSamplingParams } from "./protocol.ts";
 
+/** An engine answered an HTTP error status (5xx and 429: ENGINE_UNAVAILABLE, retryable; other 4xx: ENGINE_REJECTED). */
+export class EngineHttpError extends OozeError {
+  readonly status: number;
+  readonly url: string;
+  constructor(url: string, status: number, message: string) {
+    super(status >= 500 || status === 429 ? "ENGINE_UNAVAILABLE" : "ENGINE_REJECTED", message, { retryable: status >= 500 || status === 429 });
+    this.name = "EngineHttpError";
+    this.status = status;
+    this.url = url;
+  }
+}
+
+/**
+ * What went wrong with an engine call, as a short fault name: `http-503` (an error status),
+ * `unreachable` (nothing listens: connection refused), `connection-lost` (reset or closed before
+ * a whole reply), `timeout`, `malformed-reply` (a body that breaks the protocol), `engine-error`
+ * (an error event mid-stream). null: not an engine fault (a rejected request, an abort, a bug).
+ */
+export function engineFaultKind(e: unknown): string | null {
+  if (!(e instanceof OozeError)) return null;
+  if (e instanceof EngineHttpError) return e.retryable ? `http-${e.status}` : null;
+  if (e.code === "TIMEOUT") return "timeout";
+  if (e.code === "ENGINE_PROTOCOL") return "malformed-reply";
+  if (e.code === "ENGINE_UNAVAILABLE") {
+    for (let c: unknown = e.cause; c && typeof c === "object"; c = (c as { cause?: unknown }).cause) {
+      if ((c as { code?: unknown }).code === "ECONNREFUSED") return "unreachable";
+    }
+    return "connection-lost";
+  }
+  return null;
+}
+
 /** Header that carries a session id so a router keeps an episode on one engine. */
 export const ROUTING_KEY_HEADER = "X-SMG-Routing-Key";
 
@@ -394,10 +426,8 @@ export class EngineClient {
 
   private statusError(endpoint: string, status: number, text: string): OozeError {
     const msg = errorMessageOf(text);
-    if (status >= 500 || status === 429) {
-      return new OozeError("ENGINE_UNAVAILABLE", `${endpoint}: the engine answered ${status}: ${msg}`, { retryable: true });
-    }
-    return new OozeError("ENGINE_REJECTED", `${endpoint}: the engine rejected the request with ${status}: ${msg}`, { retryable: false });
+    if (status >= 500 || status === 429) return new EngineHttpError(endpoint, status, `${endpoint}: the engine answered ${status}: ${msg}`);
+    return new EngineHttpError(endpoint, status, `${endpoint}: the engine rejected the request with ${status}: ${msg}`);
   }
 
   private fetchError(endpoint: string, e: unknown, timedOut: boolean, ms: number, signal?: AbortSignal): unknown {

@@ -37,6 +37,8 @@ export interface FleetGenerateResult {
   /** Prompt tokens served from the prefix cache, summed over dispatches. */
   cachedTokens: number;
   redispatches: number;
+  /** The fault kind of each failed dispatch that was retried, in order (e.g. ["http-503", "timeout"]). */
+  faults: string[];
 }
 
 /** What `list()` shows about one engine. */
@@ -81,11 +83,37 @@ export interface FleetOptions {
    * engine that dies loses the tokens of its current dispatch, which are generated again elsewhere.
    */
   stream?: boolean;
-  /** Longest silence between two streamed chunks before the engine counts as stuck, ms (default 120 000). */
+  /**
+   * Progress deadline, ms (default 10 000). A non-streamed dispatch that has not answered within
+   * `progressTimeoutMs + progressTimeoutPerTokenMs × max_new_tokens` (or, once dispatches have
+   * succeeded, 4 × the slowest recent one if that is shorter, but at least minProgressTimeoutMs) is
+   * abandoned: the engine is asked to abort it (a live engine answers with the tokens sampled so
+   * far, which are kept) and it is re-dispatched, on another engine where there is one. A streamed
+   * dispatch may be silent this long between chunks. Each deadline a request misses doubles its next.
+   */
+  progressTimeoutMs?: number;
+  /** Added to a non-streamed dispatch's deadline per token of its budget, ms (default 50). */
+  progressTimeoutPerTokenMs?: number;
+  /** Floor of the adaptive deadline, ms (default 1 000; set it to progressTimeoutMs to turn adaptation off). */
+  minProgressTimeoutMs?: number;
+  /** Cap of the silence between two streamed chunks, ms (default 120 000). */
   streamIdleTimeoutMs?: number;
-  /** Deadline of one non-streamed dispatch, ms (default 600 000); a hung engine is caught by health checks first. */
+  /** Cap of the deadline of one non-streamed dispatch, ms (default 600 000). */
   generateTimeoutMs?: number;
-  /** Re-dispatches of one request before it fails with ENGINE_UNAVAILABLE (default 32). */
+  /**
+   * Failed dispatches of one request (an error status, a lost or malformed reply, a missed
+   * deadline) retried before it fails with ENGINE_UNAVAILABLE naming the faults (default 10).
+   */
+  maxRetries?: number;
+  /** Base of the backoff before a retry on the same engine, ms (default 200; doubled per failure, capped by retryMaxMs, jittered ×[0.5, 1.5)). */
+  retryBaseMs?: number;
+  /** Cap of that backoff, ms (default 5 000). */
+  retryMaxMs?: number;
+  /** Failed dispatches in a row (no success between) that take an engine out of routing until a health check passes (default 5); a refused connection takes it out at once. */
+  leaveAfterFailures?: number;
+  /** Random source of the backoff's jitter (tests). */
+  random?: () => number;
+  /** Re-dispatches of one request, for any reason, before it fails with ENGINE_UNAVAILABLE (default 32). */
   maxRedispatches?: number;
   /** With `job`: the engine registry lives in the job's KV bucket. */
   bus?: Bus;
@@ -111,6 +139,10 @@ export interface Attempt {
   crossed: boolean;
   /** Fallback cut of a graceful abort. */
   cutTimer: NodeJS.Timeout | null;
+  /** Set when the dispatch missed its progress deadline (the message says which). */
+  expired: string | null;
+  /** A non-streamed dispatch under the progress deadline: when it was sent (performance.now()), its budget, the deadlines its request missed. */
+  watch: { start: number; budget: number; missed: number } | null;
 }
 
 /** An attached engine (internal). */
@@ -128,6 +160,8 @@ export interface Engine {
   weightVersion: string | null;
   lastError: string | null;
   failures: number;
+  /** Failed dispatches in a row, reset by a dispatch that succeeds. */
+  dispatchFailures: number;
   checking: boolean;
   joining: Promise<void> | null;
   attempts: Set<Attempt>;

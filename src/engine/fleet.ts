@@ -7,17 +7,20 @@
 // pause → update_weights_from_disk → continue; versions only increase. With a bus, the set of engines
 // lives in the job's KV bucket so a new fleet recovers it.
 import { randomUUID } from "node:crypto";
-import { OozeError } from "../errors.ts";
+import { OozeError, TimeoutError } from "../errors.ts";
 import type { FinishReason } from "./backend.ts";
-import { EngineClient } from "./client.ts";
+import { EngineClient, engineFaultKind } from "./client.ts";
 import { ExternalRouter } from "./fleet-external.ts";
 import { compareVersions, expectedSignature, modelSignature, signatureDiff, type ModelSignature } from "./fleet-model.ts";
 import { FleetRegistry, type EngineSource } from "./fleet-registry.ts";
+import { backoffMs, FaultCounter, faultSummary, ProgressDeadlines, type FaultStats, type RetrySettings } from "./fleet-retry.ts";
 import { PartialRollout } from "./partial.ts";
 import type { WireSamplingParams } from "./protocol.ts";
 import { Router } from "./router.ts";
 
 export type { EngineSource } from "./fleet-registry.ts";
+export type { FaultStats } from "./fleet-retry.ts";
+export { faultSummary } from "./fleet-retry.ts";
 export type { WeightVersionSpan } from "./partial.ts";
 export type { EngineEntry, FleetGenerateRequest, FleetGenerateResult, FleetOptions } from "./fleet-types.ts";
 export { normalizeEngineUrl } from "./fleet-types.ts";
@@ -56,6 +59,19 @@ const DONE = Symbol("done");
 /** How long a graceful abort (/abort_request) may take before the dispatch is cut locally, ms. */
 const GRACEFUL_ABORT_MS = 3_000;
 
+/** Interval of the progress-deadline sweep over in-flight non-streamed dispatches, ms. */
+const SWEEP_MS = 200;
+
+/** After an engine acknowledged the abort of a dispatch that missed its deadline, how long its reply may take, ms. */
+const ABORT_REPLY_GRACE_MS = 1_000;
+
+/** Occurrences of each string. */
+const countOf = (xs: readonly string[]): Record<string, number> => {
+  const out: Record<string, number> = {};
+  for (const x of xs) out[x] = (out[x] ?? 0) + 1;
+  return out;
+};
+
 /** An elastic set of engines with health checks, partial-rollout re-dispatch and weight updates. */
 export class Fleet {
   private readonly router: Router;
@@ -70,6 +86,11 @@ export class Fleet {
   private readonly generateTimeoutMs: number;
   private readonly stream: boolean;
   private readonly maxRedispatches: number;
+  private readonly maxRetries: number;
+  private readonly leaveAfterFailures: number;
+  private readonly settings: RetrySettings;
+  private readonly deadlines: ProgressDeadlines;
+  private readonly faultCounter = new FaultCounter();
   private readonly log: (line: string) => void;
   private readonly registry: Promise<FleetRegistry> | null;
   private readonly external: ExternalRouter | null;
@@ -78,6 +99,7 @@ export class Fleet {
   private updating: Promise<void> | null = null;
   private lockChain: Promise<unknown> = Promise.resolve();
   private timer: NodeJS.Timeout | null = null;
+  private readonly sweepTimer: NodeJS.Timeout;
   private closed = false;
 
   constructor(opts: FleetOptions = {}) {
@@ -90,12 +112,28 @@ export class Fleet {
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000;
     this.stream = opts.stream ?? false;
     this.maxRedispatches = opts.maxRedispatches ?? 32;
+    this.maxRetries = opts.maxRetries ?? 10;
+    this.leaveAfterFailures = Math.max(1, opts.leaveAfterFailures ?? 5);
+    const progressTimeoutMs = opts.progressTimeoutMs ?? 10_000;
+    this.settings = {
+      progressTimeoutMs,
+      progressTimeoutPerTokenMs: opts.progressTimeoutPerTokenMs ?? 50,
+      minProgressTimeoutMs: Math.min(progressTimeoutMs, opts.minProgressTimeoutMs ?? 1_000),
+      maxDispatchMs: this.generateTimeoutMs,
+      maxStreamIdleMs: this.streamIdleTimeoutMs,
+      retryBaseMs: opts.retryBaseMs ?? 200,
+      retryMaxMs: opts.retryMaxMs ?? 5_000,
+      random: opts.random ?? Math.random,
+    };
+    this.deadlines = new ProgressDeadlines(this.settings);
     this.log = opts.log ?? (() => {});
     this.reference = opts.expectModel ? expectedSignature(opts.expectModel) : null;
     this.external = opts.externalRouter ? new ExternalRouter(opts.externalRouter) : null;
     if (opts.bus && opts.job === undefined) throw new OozeError("CONFIG_INVALID", "Fleet: a bus needs a job id (opts.job) to name its KV bucket");
     this.registry = opts.bus && opts.job !== undefined ? FleetRegistry.open(opts.bus, opts.job) : null;
     this.registry?.catch(() => {}); // reported where it is awaited
+    this.sweepTimer = setInterval(() => this.sweep(), SWEEP_MS);
+    this.sweepTimer.unref();
     if (this.healthIntervalMs > 0) {
       this.timer = setInterval(() => this.healthTick(), this.healthIntervalMs);
       this.timer.unref();
@@ -228,7 +266,11 @@ export class Fleet {
    * Generates with partial rollout: an engine that aborts the request (weight update, /abort_request),
    * dies, or leaves the fleet keeps nothing from it — the fleet keeps the sampled ids and logprobs and
    * sends prompt + sampled ids to a healthy engine with the remaining budget, waiting for one up to
-   * requestTimeoutMs. Fails with ENGINE_UNAVAILABLE when no engine comes or re-dispatches run out,
+   * requestTimeoutMs. A dispatch that fails (an error status, a lost or malformed reply) or misses its
+   * progress deadline is retried with the same sampling params (seed included) from the tokens
+   * already held, on another engine where there is one and after a jittered backoff otherwise; a
+   * lost non-streamed reply held no tokens the fleet knows of, so none is recorded twice. Fails with
+   * ENGINE_UNAVAILABLE naming the faults when retries or re-dispatches run out or no engine comes,
    * and with ENGINE_REJECTED when an engine refuses the request itself.
    */
   async generate(req: FleetGenerateRequest): Promise<FleetGenerateResult> {
@@ -255,6 +297,10 @@ export class Fleet {
     let cachedTokens = 0;
     let engineId = "";
     let dispatched = false;
+    /** Failed dispatches of this request (the retry budget), and deadlines a live engine missed. */
+    const faults: string[] = [];
+    let missed = 0;
+    let avoid: string | null = null;
     const finish = (finishReason: FinishReason): FleetGenerateResult => ({
       outputIds: acc.outputIds(),
       logprobs: acc.logprobs(),
@@ -264,13 +310,14 @@ export class Fleet {
       engine: engineId,
       cachedTokens,
       redispatches,
+      faults,
     });
     try {
       for (;;) {
         if (st.userAborted) return finish({ type: "abort", message: "Aborted by the caller (fleet.abort)" });
         if (dispatched && acc.length >= maxNew) return finish({ type: "length", length: acc.length });
         const input = acc.continuation(req.inputIds);
-        const e = await this.acquire(input, req.sessionId, st, deadline, rid);
+        const e = await this.acquire(input, req.sessionId, st, deadline, rid, avoid);
         if (!e) continue;
         const attempt: Attempt = {
           rid: redispatches === 0 ? rid : `${rid}.${redispatches}`,
@@ -281,16 +328,19 @@ export class Fleet {
           version: e.weightVersion,
           crossed: false,
           cutTimer: null,
+          expired: null,
+          watch: null,
         };
         e.attempts.add(attempt);
         st.attempt = attempt;
         acc.beginAttempt();
         dispatched = true;
         engineId = e.id;
-        let outcome: { done: FinishReason } | { retry: string };
+        let outcome: { done: FinishReason } | { retry: string } | { fault: string; error: OozeError };
         let streamed = false;
         try {
-          const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: maxNew - acc.length };
+          const budget = maxNew - acc.length;
+          const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: budget };
           if (minNew > 0) sampling.min_new_tokens = Math.max(0, minNew - acc.length);
           const call = {
             inputIds: input,
@@ -301,7 +351,10 @@ export class Fleet {
             signal: attempt.ctl.signal,
           };
           if (!this.stream) {
-            const r = await e.gen.generate({ ...call, timeoutMs: this.generateTimeoutMs });
+            const t0 = performance.now();
+            attempt.watch = { start: t0, budget, missed };
+            const r = await e.gen.generate({ ...call, timeoutMs: this.generateTimeoutMs + GRACEFUL_ABORT_MS });
+            if (r.finishReason.type !== "abort") this.deadlines.observe(performance.now() - t0);
             cachedTokens += r.meta.cachedTokens;
             streamed = true;
             // One version per dispatch; a dispatch that crossed an in_place update is recorded under
@@ -310,7 +363,7 @@ export class Fleet {
             outcome = { done: r.finishReason };
             throw DONE;
           }
-          const gen = e.gen.generateStream({ ...call, timeoutMs: this.streamIdleTimeoutMs });
+          const gen = e.gen.generateStream({ ...call, timeoutMs: this.deadlines.streamIdleMs(missed) });
           for (;;) {
             const n = await gen.next();
             if (!streamed) {
@@ -324,16 +377,16 @@ export class Fleet {
             }
           }
         } catch (err) {
+          const kind = engineFaultKind(err);
           if (err === DONE) outcome = outcome!;
           else if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
+          else if (attempt.expired !== null) outcome = { fault: "timeout", error: new TimeoutError(attempt.expired) };
+          else if (kind !== null && !st.userAborted) outcome = { fault: kind, error: err as OozeError };
           else if (attempt.redispatch !== null) outcome = { retry: attempt.redispatch };
           else if (st.userAborted) outcome = { done: { type: "abort", message: "Aborted by the caller (fleet.abort)" } };
-          else if (err instanceof OozeError && (err.code === "ENGINE_UNAVAILABLE" || err.code === "TIMEOUT" || err.code === "ENGINE_PROTOCOL")) {
-            this.fail(e, err);
-            outcome = { retry: err.message };
-          } else if (err instanceof OozeError && err.code === "ENGINE_REJECTED" && streamed) {
+          else if (err instanceof OozeError && err.code === "ENGINE_REJECTED" && streamed) {
             // An error event after the request was accepted: the engine failed it, not the request itself.
-            outcome = { retry: err.message };
+            outcome = { fault: "engine-error", error: err };
           } else throw err;
         } finally {
           if (attempt.cutTimer) clearTimeout(attempt.cutTimer);
@@ -344,24 +397,55 @@ export class Fleet {
         if ("done" in outcome) {
           const f = outcome.done;
           if (f.type !== "abort" || st.userAborted || this.closed) {
+            e.dispatchFailures = 0;
             if (f.type === "length") return finish({ type: "length", length: acc.length });
             return finish(f);
           }
-          outcome = { retry: `${e.id} aborted the request: ${f.message}` };
+          if (attempt.expired !== null) {
+            // The engine answered the abort sent at the deadline: it is alive but slow (its tokens are
+            // kept), so this request's next deadline is doubled. A reply that never came doubles nothing.
+            missed++;
+            outcome = acc.attemptLength > 0 ? { retry: attempt.expired } : { fault: "timeout", error: new TimeoutError(attempt.expired) };
+          } else outcome = { retry: `${e.id} aborted the request: ${f.message}` };
         }
         if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
+        let why: string;
+        if ("fault" in outcome) {
+          faults.push(outcome.fault);
+          this.noteFailure(e, outcome.fault, outcome.error);
+          if (faults.length > this.maxRetries) {
+            this.faultCounter.record(outcome.fault, false);
+            throw new OozeError(
+              "ENGINE_UNAVAILABLE",
+              `fleet: request ${rid} failed ${faults.length} dispatches (${faultSummary(countOf(faults))}), retries exhausted (maxRetries ${this.maxRetries}); last: ${outcome.error.message}`,
+              { retryable: true, cause: outcome.error },
+            );
+          }
+          this.faultCounter.record(outcome.fault, true);
+          why = `${outcome.fault}: ${outcome.error.message}`;
+          avoid = e.id;
+          if (!this.router.engines().some((id) => id !== e.id)) await this.backoff(backoffMs(this.settings, faults.length), st);
+        } else {
+          why = outcome.retry;
+          avoid = null;
+        }
         redispatches++;
         if (redispatches > this.maxRedispatches) {
-          throw new OozeError("ENGINE_UNAVAILABLE", `fleet: request ${rid} was re-dispatched ${this.maxRedispatches} times (${acc.length} tokens sampled); last reason: ${outcome.retry}`, {
+          throw new OozeError("ENGINE_UNAVAILABLE", `fleet: request ${rid} was re-dispatched ${this.maxRedispatches} times (${acc.length} tokens sampled); last reason: ${why}`, {
             retryable: true,
           });
         }
-        this.log(`fleet: re-dispatching ${rid} after ${acc.length} tokens (${outcome.retry})`);
+        this.log(`fleet: re-dispatching ${rid} after ${acc.length} tokens (${why})`);
       }
     } finally {
       req.signal?.removeEventListener("abort", onSignal);
       this.requests.delete(rid);
     }
+  }
+
+  /** Engine faults met since the last call, by kind, with the count retried and exhausted. */
+  takeFaultStats(): FaultStats {
+    return this.faultCounter.take();
   }
 
   /**
@@ -420,6 +504,7 @@ export class Fleet {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
+    clearInterval(this.sweepTimer);
     for (const e of this.engines.values()) for (const a of e.attempts) a.ctl.abort();
     this.notify();
   }
@@ -445,6 +530,7 @@ export class Fleet {
       weightVersion: null,
       lastError: null,
       failures: 0,
+      dispatchFailures: 0,
       checking: false,
       joining: null,
       attempts: new Set(),
@@ -485,7 +571,7 @@ export class Fleet {
   }
 
   /** Routes a dispatch: waits out a weight update and for a healthy engine; null when aborted meanwhile. */
-  private async acquire(input: Int32Array, sessionId: string | undefined, st: ReqState, deadline: number, rid: string): Promise<Engine | null> {
+  private async acquire(input: Int32Array, sessionId: string | undefined, st: ReqState, deadline: number, rid: string, avoid: string | null): Promise<Engine | null> {
     for (;;) {
       if (st.userAborted) return null;
       if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was waiting for an engine`);
@@ -494,7 +580,7 @@ export class Fleet {
         continue;
       }
       if (this.router.engines().length > 0) {
-        const id = this.router.route(sessionId === undefined ? { inputIds: input } : { inputIds: input, routingKey: sessionId });
+        const id = this.router.route({ inputIds: input, ...(sessionId === undefined ? {} : { routingKey: sessionId }), ...(avoid === null ? {} : { avoid }) });
         const e = this.engines.get(id);
         if (e && e.healthy) return e;
         this.router.removeEngine(id); // stale: cannot happen while the two maps agree
@@ -586,11 +672,63 @@ export class Fleet {
     e.ctl.abort({ rid: a.rid }).catch(() => a.ctl.abort());
   }
 
-  /** A request found the engine unreachable: out of routing until a health check passes. */
-  private fail(e: Engine, err: OozeError): void {
+  /**
+   * A dispatch failed on `e`: a refused connection (nothing listens) takes it out of routing at once;
+   * other faults only after leaveAfterFailures in a row and while another engine is in routing, so
+   * one lost reply does not cut the requests running beside it. A health check that passes brings it back.
+   */
+  private noteFailure(e: Engine, kind: string, err: OozeError): void {
     e.lastError = err.message;
-    e.failures = Math.max(e.failures, this.unhealthyAfter);
-    this.leave(e, `failed a request: ${err.message}`);
+    if (kind === "unreachable") {
+      e.failures = Math.max(e.failures, this.unhealthyAfter);
+      this.leave(e, `refused a connection: ${err.message}`);
+      return;
+    }
+    if (++e.dispatchFailures < this.leaveAfterFailures) return;
+    // The only engine in routing stays: its requests back off instead, and health checks watch it.
+    if (!this.router.engines().some((id) => id !== e.id)) return;
+    e.dispatchFailures = 0;
+    e.lastError = `failed ${this.leaveAfterFailures} dispatches in a row (last: ${kind}: ${err.message})`;
+    this.leave(e, e.lastError, true);
+  }
+
+  /** Expires every non-streamed dispatch past its progress deadline (recomputed now: it tightens as durations are seen). */
+  private sweep(): void {
+    const now = performance.now();
+    for (const e of this.engines.values()) {
+      for (const a of e.attempts) {
+        if (a.watch === null || a.expired !== null) continue;
+        const ms = this.deadlines.dispatchMs(a.watch.budget, a.watch.missed);
+        if (now - a.watch.start > ms) this.expire(e, a, `no reply from ${e.id} within ${Math.round(ms)} ms (progress deadline)`);
+      }
+    }
+  }
+
+  /**
+   * A dispatch missed its progress deadline: the engine is asked to abort it (a live engine answers
+   * with the tokens sampled so far); the connection is cut ABORT_REPLY_GRACE_MS after the engine
+   * acknowledged the abort without answering the dispatch, or GRACEFUL_ABORT_MS after the deadline.
+   */
+  private expire(e: Engine, a: Attempt, why: string): void {
+    if (a.ctl.signal.aborted || a.expired !== null || !e.attempts.has(a)) return;
+    a.expired = why;
+    this.log(`fleet: ${a.rid}: ${why}; aborting it on the engine`);
+    if (a.cutTimer !== null) return; // a graceful cut is under way already
+    a.cutTimer = setTimeout(() => a.ctl.abort(), GRACEFUL_ABORT_MS);
+    e.ctl.abort({ rid: a.rid }).then(
+      () => {
+        if (!e.attempts.has(a) || a.ctl.signal.aborted) return;
+        if (a.cutTimer) clearTimeout(a.cutTimer);
+        a.cutTimer = setTimeout(() => a.ctl.abort(), ABORT_REPLY_GRACE_MS);
+      },
+      () => a.ctl.abort(),
+    );
+  }
+
+  /** Waits `ms` before a retry on the same engine; ends early when the request is aborted or the fleet closes. */
+  private async backoff(ms: number, st: ReqState): Promise<void> {
+    const until = Date.now() + ms;
+    while (!st.userAborted && !this.closed && Date.now() < until) await this.changed(until - Date.now());
   }
 
   private async updateOne(

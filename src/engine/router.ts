@@ -28,6 +28,8 @@ export interface RouteRequest {
   inputIds: ArrayLike<number>;
   /** Session id (X-SMG-Routing-Key): the session stays on its engine while that engine is in the set. */
   routingKey?: string;
+  /** An engine not to pick while another is in the set (a retry after a failure there). */
+  avoid?: string;
 }
 
 interface TreeNode {
@@ -256,11 +258,12 @@ export class Router {
       throw new OozeError("ENGINE_UNAVAILABLE", "router: no engines in the set; attach an engine or wait for one to recover", { retryable: true });
     }
     let id: string | undefined;
+    const set = req.avoid !== undefined && this.ids.length > 1 ? this.ids.filter((e) => e !== req.avoid) : this.ids;
     if (req.routingKey !== undefined) {
       const pinned = this.sessions.get(req.routingKey);
-      if (pinned !== undefined && this.inflight.has(pinned)) id = pinned;
+      if (pinned !== undefined && this.inflight.has(pinned) && set.includes(pinned)) id = pinned;
     }
-    id ??= this.pick(req.inputIds);
+    id ??= this.pick(req.inputIds, set);
     if (this.policy === "cache_aware") {
       this.tree.insert(req.inputIds, id);
       if (this.tree.size(id) > this.maxTreeTokens) this.tree.evict(id, Math.floor(this.maxTreeTokens * 0.9));
@@ -291,8 +294,7 @@ export class Router {
     return best;
   }
 
-  private pick(ids: ArrayLike<number>): string {
-    const set = this.ids;
+  private pick(ids: ArrayLike<number>, set: readonly string[]): string {
     switch (this.policy) {
       case "round_robin":
         return set[this.rr++ % set.length]!;

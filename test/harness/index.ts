@@ -1,5 +1,4 @@
-// ooze/testing: the test harness — a real nats-server per test file, fault injectors (kill/restart on
-// the server handle, a cuttable TCP proxy), and waits with deadlines.
-export { startTestNats, type TestNats, useNats } from "./nats.ts";
-export { type CutProxy, createCutProxy } from "./cut-proxy.ts";
-export { nextMessage, nextStatus, waitUntil, type WaitOptions, withDeadline } from "./wait.ts";
+// ooze's own test harness: the public ooze/testing module (src/testing: nats-server, cut proxy,
+// engine fault proxy, faults, waits) plus useNats, which ties a nats-server to a vitest file.
+export * from "../../src/testing/index.ts";
+export { type TestNats, useNats } from "./nats.ts";

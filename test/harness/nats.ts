@@ -1,13 +1,9 @@
-// A real nats-server per test file: startTestNats() for a handle, useNats() to get one started in
-// beforeAll and stopped (with every bus connected through it) in afterAll.
+// A real nats-server per vitest file: useNats() gets one (src/testing/nats.ts) started in beforeAll
+// and stopped (with every bus connected through it) in afterAll.
 import { afterAll, beforeAll } from "vitest";
 import { type Bus, type BusOptions, connectBus } from "../../src/transport/bus.ts";
-import { type NatsServerHandle, type NatsServerOptions, startNatsServer } from "../../src/transport/nats-server.ts";
-
-/** Starts nats-server on a free loopback port with a temp JetStream store. */
-export function startTestNats(opts: NatsServerOptions = {}): Promise<NatsServerHandle> {
-  return startNatsServer({ host: "127.0.0.1", ...opts });
-}
+import type { NatsServerHandle, NatsServerOptions } from "../../src/transport/nats-server.ts";
+import { startTestNats } from "../../src/testing/nats.ts";
 
 /** What `useNats` gives a test file. */
 export interface TestNats {

@@ -13,7 +13,7 @@ import { runEpisode, type EpisodeSpec } from "../../actors/rollout/episode.ts";
 import { initModelDir } from "../../native/model-dir.ts";
 import { encodeBytes } from "../../src/engine/tokenizer.ts";
 import type { Sample } from "../../src/sample.ts";
-import { waitUntil } from "../harness/wait.ts";
+import { waitUntil } from "../harness/index.ts";
 
 /** One turn of up to 400 tokens (the tiny model's context is 512). */
 const longTurn: Task<null> = {

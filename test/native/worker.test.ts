@@ -9,7 +9,7 @@ import { OozeError } from "../../src/errors.ts";
 import { checkTensor, randomPacked, tinyTrainConfig } from "../../native/reference/train-check.ts";
 import { packSamples, Trainer } from "../../native/trainer.ts";
 import { TrainerWorker } from "../../native/worker/client.ts";
-import { waitUntil } from "../harness/wait.ts";
+import { waitUntil } from "../harness/index.ts";
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));

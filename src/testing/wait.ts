@@ -1,7 +1,7 @@
 // Waits with deadlines for tests: poll a condition, or take the next matching event; on timeout they
 // throw naming what was awaited, with diagnostics. No bare sleeps.
-import type { Bus, BusMsg, BusStatus } from "../../src/transport/bus.ts";
-import { TimeoutError } from "../../src/errors.ts";
+import type { Bus, BusMsg, BusStatus } from "../transport/bus.ts";
+import { TimeoutError } from "../errors.ts";
 
 /** Options of `waitUntil`. */
 export interface WaitOptions {

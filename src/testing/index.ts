@@ -1,0 +1,45 @@
+// ooze/testing: fault testing of a job — a real nats-server, a cuttable TCP proxy, a fault-injecting
+// HTTP proxy in front of engines, faults as validated data played against real processes, fast-check
+// arbitraries for fault schedules, ready invariants over a job's recorded output, a report, and waits
+// with deadlines. See src/testing/README.md.
+export { startTestNats, type NatsServerHandle, type NatsServerOptions } from "./nats.ts";
+export { type CutProxy, createCutProxy } from "./cut-proxy.ts";
+export { nextMessage, nextStatus, waitUntil, type WaitOptions, withDeadline } from "./wait.ts";
+export {
+  ENGINE_FAULT_KINDS,
+  engineFaultSpec,
+  parseEngineFaultSpec,
+  startEngineFaultProxy,
+  type EngineFaultKind,
+  type EngineFaultProxy,
+  type EngineFaultProxyStats,
+  type EngineFaultSpec,
+} from "./engine-fault-proxy.ts";
+export {
+  FAULT_KINDS,
+  checkTargets,
+  faultSchedule,
+  faultSpec,
+  parseFaultSchedule,
+  playFaults,
+  type AppliedFault,
+  type FaultKind,
+  type FaultPlayer,
+  type FaultSpec,
+  type FaultTargets,
+} from "./faults.ts";
+export { checkSchedules, drawableKinds, faultArb, scheduleArb, type CheckOptions, type CheckResult, type ScheduleSpace } from "./arbitraries.ts";
+export {
+  checkInvariants,
+  everySampleOnce,
+  finishesWithin,
+  readJsonLines,
+  stalenessWithin,
+  versionsIncrease,
+  type BatchLine,
+  type Invariant,
+  type JobOutcome,
+  type MetricsLine,
+  type Verdict,
+} from "./invariants.ts";
+export { describeFault, formatReport, replaySchedule, reportOk, writeReport, type FaultReport } from "./report.ts";

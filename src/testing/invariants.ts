@@ -1,0 +1,155 @@
+// Ready invariants over a training job's recorded output, read through its public shapes: the
+// trainer's batches.jsonl (sample indices trained, dropped, requeued per step), metrics.jsonl
+// (weight version and staleness per step) and checkpoints/latest.json (the data position and, in
+// fully_async, the groups still pending); plus a deadline. Each gives a verdict with what it saw.
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { OozeError } from "../errors.ts";
+
+/** What a run of a job under faults left behind. */
+export interface JobOutcome {
+  /** The job's output directory (`ooze train --out`). */
+  dir: string;
+  /** Whether the job ended by itself (not killed at a deadline). */
+  finished: boolean;
+  /** Wall time from start to end (or to the kill), ms. */
+  durationMs: number;
+}
+
+/** An invariant's verdict: ok, and what it saw. */
+export interface Verdict {
+  name: string;
+  ok: boolean;
+  detail: string;
+}
+
+/** A named check over a job's outcome; write your own with the same shape. */
+export interface Invariant {
+  name: string;
+  check(job: JobOutcome): Omit<Verdict, "name"> | Promise<Omit<Verdict, "name">>;
+}
+
+/** One line of batches.jsonl (the fields the invariants read). */
+export interface BatchLine {
+  step: number;
+  trained: number[];
+  dropped: number[];
+  requeued?: number[];
+}
+
+/** One line of metrics.jsonl (the fields the invariants read). */
+export interface MetricsLine {
+  step: number;
+  weight_version: number;
+  staleness_max: number;
+}
+
+/** Reads a JSONL file (missing → []); a line that is not JSON throws naming file and line. */
+export function readJsonLines<T>(path: string): T[] {
+  if (!existsSync(path)) return [];
+  const out: T[] = [];
+  readFileSync(path, "utf8")
+    .split("\n")
+    .forEach((l, i) => {
+      if (l.trim() === "") return;
+      try {
+        out.push(JSON.parse(l) as T);
+      } catch (e) {
+        throw new OozeError("CONFIG_INVALID", `${path}:${i + 1}: not a JSON line (${(e as Error).message})`);
+      }
+    });
+  return out;
+}
+
+/** Indices in `xs` that occur more than once, and those of 0..n-1 missing. */
+function accounting(xs: readonly number[], n: number): { dup: number[]; missing: number[]; extra: number[] } {
+  const count = new Map<number, number>();
+  for (const x of xs) count.set(x, (count.get(x) ?? 0) + 1);
+  const dup = [...count].filter(([, c]) => c > 1).map(([x]) => x);
+  const missing: number[] = [];
+  for (let i = 0; i < n; i++) if (!count.has(i)) missing.push(i);
+  const extra = [...count.keys()].filter((x) => x < 0 || x >= n);
+  return { dup, missing, extra };
+}
+
+const head = (xs: readonly number[]) => (xs.length > 8 ? `${xs.slice(0, 8).join(", ")}, … (${xs.length})` : xs.join(", "));
+
+/**
+ * Every sample index from 0 to the data position is trained, dropped or requeued exactly once, or
+ * pending in the latest checkpoint (fully_async). Without a checkpoint, the position is one past the
+ * largest index seen.
+ */
+export const everySampleOnce: Invariant = {
+  name: "every sample trained or dropped exactly once",
+  check(job) {
+    const batches = readJsonLines<BatchLine>(join(job.dir, "batches.jsonl"));
+    const latestPath = join(job.dir, "checkpoints", "latest.json");
+    const latest = existsSync(latestPath) ? (JSON.parse(readFileSync(latestPath, "utf8")) as { nextSample?: number; step?: number; pending?: { firstSample: number; count: number }[] }) : null;
+    // Records past the checkpoint's step belong to no checkpoint yet: count them, the position grows.
+    const seen = batches.flatMap((b) => [...b.trained, ...b.dropped, ...(b.requeued ?? [])]);
+    const pending = (latest?.pending ?? []).flatMap((g) => Array.from({ length: g.count }, (_, k) => g.firstSample + k));
+    const all = [...seen, ...pending];
+    const n = Math.max(latest?.nextSample ?? 0, all.length > 0 ? Math.max(...all) + 1 : 0);
+    const a = accounting(all, n);
+    const ok = a.dup.length === 0 && a.missing.length === 0 && a.extra.length === 0;
+    const parts = [`${batches.length} batches, ${seen.length} samples recorded, ${pending.length} pending, position ${n}`];
+    if (a.dup.length) parts.push(`recorded twice: ${head(a.dup)}`);
+    if (a.missing.length) parts.push(`lost: ${head(a.missing)}`);
+    if (a.extra.length) parts.push(`beyond the position: ${head(a.extra)}`);
+    return { ok, detail: parts.join("; ") };
+  },
+};
+
+/** Weight versions only increase, one step after another (metrics.jsonl), and steps are recorded once each. */
+export const versionsIncrease: Invariant = {
+  name: "weight versions only increase",
+  check(job) {
+    const ms = readJsonLines<MetricsLine>(join(job.dir, "metrics.jsonl"));
+    for (let i = 1; i < ms.length; i++) {
+      const a = ms[i - 1]!;
+      const b = ms[i]!;
+      if (!(b.step > a.step)) return { ok: false, detail: `step ${b.step} recorded after step ${a.step}` };
+      if (!(b.weight_version > a.weight_version)) return { ok: false, detail: `step ${b.step}: weight version ${b.weight_version} after ${a.weight_version} at step ${a.step}` };
+    }
+    return { ok: true, detail: `${ms.length} steps, versions ${ms.map((m) => m.weight_version).join(" → ") || "none"}` };
+  },
+};
+
+/** No step trained on a sample more than `bound` versions older than the trainer (metrics staleness_max). */
+export function stalenessWithin(bound: number): Invariant {
+  return {
+    name: `no batch beyond staleness ${bound}`,
+    check(job) {
+      const ms = readJsonLines<MetricsLine>(join(job.dir, "metrics.jsonl"));
+      const bad = ms.filter((m) => m.staleness_max > bound);
+      return bad.length === 0
+        ? { ok: true, detail: `${ms.length} steps, max staleness ${Math.max(0, ...ms.map((m) => m.staleness_max))}` }
+        : { ok: false, detail: `steps ${bad.map((m) => `${m.step} (staleness ${m.staleness_max})`).join(", ")} beyond ${bound}` };
+    },
+  };
+}
+
+/** The job ended by itself within `ms` (no hang). */
+export function finishesWithin(ms: number): Invariant {
+  return {
+    name: `finishes within ${ms} ms`,
+    check(job) {
+      const ok = job.finished && job.durationMs <= ms;
+      return { ok, detail: job.finished ? `finished in ${Math.round(job.durationMs)} ms` : `still running after ${Math.round(job.durationMs)} ms (killed)` };
+    },
+  };
+}
+
+/** Runs every invariant; one that throws is a failed verdict carrying the error. */
+export async function checkInvariants(job: JobOutcome, invariants: readonly Invariant[]): Promise<Verdict[]> {
+  const out: Verdict[] = [];
+  for (const inv of invariants) {
+    try {
+      const v = await inv.check(job);
+      out.push({ name: inv.name, ...v });
+    } catch (e) {
+      out.push({ name: inv.name, ok: false, detail: `the check threw: ${e instanceof Error ? e.message : String(e)}` });
+    }
+  }
+  return out;
+}

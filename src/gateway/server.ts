@@ -119,6 +119,11 @@ export class Gateway {
     return { id, openaiBaseUrl: `${this.url}/s/${id}/v1`, anthropicBaseUrl: `${this.url}/s/${id}`, apiKey };
   }
 
+  /** A session's counters (requests, generations in flight, segments, sampled tokens), or null when not open. */
+  sessionStats(id: string): Session["stats"] | null {
+    return this.sessions.get(id)?.stats ?? null;
+  }
+
   /** Closes a session: later requests get 404; returns one sample per trajectory segment. */
   closeSession(id: string): SessionReport {
     const s = this.sessions.get(id);

@@ -111,6 +111,11 @@ export class Session {
     private readonly ctx: SessionContext,
   ) {}
 
+  /** Requests generating now, and trajectory segments so far. */
+  get stats(): { requests: number; inFlight: number; segments: number; sampledTokens: number } {
+    return { requests: this.requests, inFlight: this.inFlight.size, segments: this.segments.length, sampledTokens: this.sampledTokens };
+  }
+
   /** Runs one chat request: plan (extend or split), generate, record, and shape the choices. */
   async turn(req: ChatRequest, signal: AbortSignal): Promise<TurnResult> {
     const s = this.settings;

@@ -1,0 +1,153 @@
+// Property: token-in/token-out under the chat API, with trajectory merging and splitting, for a
+// tokenizer whose decode → encode is not the identity (a byte-level BPE built here with
+// @huggingface/tokenizers: sampled [a][b][c] decodes to "abc", which encodes to one token) and an
+// HF-style ChatML template. fast-check generates agent schedules over several conversations
+// (continue, compact, edit the last answer, start a sub-agent) against the gateway over a real
+// socket; the engine is the recording fake SGLang server answering random ids. Invariants: each
+// segment's trained tokens are exactly what the engine sampled for its requests (each sampled turn
+// trained once), loss masks are 1 exactly there, each request sent its segment's whole history,
+// extending requests stay in one segment and rewrites open a new one.
+import fc from "fast-check";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Fleet } from "../../src/engine/fleet.ts";
+import { Gateway, hfChatTokenizer, type ChatTokenizer } from "../../src/gateway/index.ts";
+import { sampleProblem } from "../../src/sample.ts";
+import { startHostileSglang, type HostileSglang } from "../fixtures/hostile-sglang.ts";
+
+const RUNS = Number(process.env.OOZE_PROPERTY_RUNS ?? 12);
+
+/** GPT-2's byte → printable-unicode map used by byte-level BPE vocabularies. */
+function byteSymbols(): string[] {
+  const keep: number[] = [];
+  for (let b = 33; b <= 126; b++) keep.push(b);
+  for (let b = 161; b <= 172; b++) keep.push(b);
+  for (let b = 174; b <= 255; b++) keep.push(b);
+  const out: string[] = new Array(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) out[b] = String.fromCodePoint(keep.includes(b) ? b : 256 + extra++);
+  return out;
+}
+
+const MERGES: [string, string][] = [
+  ["a", "b"],
+  ["ab", "c"],
+  ["Ġ", "t"],
+  ["e", "r"],
+];
+const BOS = 256 + MERGES.length;
+const EOS = BOS + 1;
+
+/** A byte-level BPE with four merges and two special tokens. */
+function bpeTokenizer(): ChatTokenizer {
+  const sym = byteSymbols();
+  const vocab: Record<string, number> = {};
+  sym.forEach((s, b) => (vocab[s] = b));
+  MERGES.forEach(([x, y], i) => (vocab[x + y] = 256 + i));
+  const special = (id: number, content: string) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  const json = {
+    version: "1.0",
+    truncation: null,
+    padding: null,
+    added_tokens: [special(BOS, "<s>"), special(EOS, "</s>")],
+    normalizer: null,
+    pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
+    post_processor: null,
+    decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
+    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: MERGES.map(([x, y]) => `${x} ${y}`) },
+  };
+  return hfChatTokenizer(json, { bos_token: "<s>", eos_token: "</s>" });
+}
+
+/** ChatML-style: each turn `<s>role\ncontent</s>\n`; the end-of-turn token is EOS. */
+const CHATML = "{% for m in messages %}{{ '<s>' + m.role + '\\n' + m.content + '</s>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<s>assistant\\n' }}{% endif %}";
+
+let fake: HostileSglang;
+let fleet: Fleet;
+let gw: Gateway;
+const tok = bpeTokenizer();
+
+beforeAll(async () => {
+  fake = await startHostileSglang();
+  fleet = new Fleet({ healthIntervalMs: 0, requestTimeoutMs: 10_000 });
+  await fleet.attach(fake.url);
+  gw = await Gateway.start({ fleet, tokenizer: tok, chatTemplate: CHATML, contextLength: 1 << 16 });
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await fleet?.close();
+  await fake?.close();
+});
+
+/** An agent step: on conversation `c` (mod the number open). */
+type Op = { kind: "new" } | { kind: "continue" | "tool" | "compact" | "edit"; c: number };
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  fc.constant<Op>({ kind: "new" }),
+  fc.record({ kind: fc.constantFrom("continue" as const, "tool" as const, "continue" as const, "compact" as const, "edit" as const), c: fc.nat(7) }),
+);
+/** Sampled ids: bytes that merge when re-encoded (a, b, c, space, t, e, r), a lone UTF-8 lead byte, digits. */
+const outputArb = fc.record({
+  ids: fc.array(fc.constantFrom(97, 98, 99, 32, 116, 101, 114, 0xc3, 48, 49), { minLength: 1, maxLength: 12 }),
+  stop: fc.boolean(),
+});
+
+describe("gateway TITO (property)", () => {
+  it("trains exactly the sampled ids, one segment per unbroken conversation, for a tokenizer whose decode→encode is not the identity", async () => {
+    expect(tok.encode(tok.decode([97, 98, 99]))).toEqual([257]); // the premise: not the identity
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.tuple(opArb, outputArb), { minLength: 1, maxLength: 10 }), async (steps) => {
+        const s = gw.openSession({ episodeId: "prop", groupIndex: 0 });
+        const ai = new OpenAI({ baseURL: s.openaiBaseUrl, apiKey: s.apiKey, maxRetries: 0 });
+        const convs: { history: OpenAI.Chat.Completions.ChatCompletionMessageParam[]; segment: number }[] = [];
+        let segments = 0;
+        const expected: { segment: number; output: number[]; rendered: string }[] = [];
+        const first = fake.count("/generate");
+        for (const [k, [op, out]] of steps.entries()) {
+          const ids = out.stop ? [...out.ids, EOS] : out.ids;
+          let conv = op.kind === "new" || convs.length === 0 ? null : convs[op.c % convs.length]!;
+          if (conv === null) {
+            conv = { history: [{ role: "user", content: `task ${k}` }], segment: segments++ };
+            convs.push(conv);
+          } else if (op.kind === "compact") {
+            conv.history = [{ role: "system", content: `summary before ${k}` }, { role: "user", content: `go on ${k}` }];
+            conv.segment = segments++;
+          } else if (op.kind === "edit") {
+            const last = conv.history[conv.history.length - 1]!;
+            conv.history[conv.history.length - 1] = { role: "assistant", content: `${String(last.content)} (edited)` };
+            conv.history.push({ role: "user", content: `next ${k}` });
+            conv.segment = segments++;
+          } else conv.history.push({ role: "user", content: op.kind === "tool" ? `tool output ${k}` : `next ${k}` });
+          fake.script("/generate", { kind: "tokens", ids, finish: out.stop ? "stop" : "length" });
+          const rendered = conv.history.map((m) => `<s>${m.role}\n${String(m.content)}</s>\n`).join("") + "<s>assistant\n";
+          const r = await ai.chat.completions.create({ model: "m", messages: conv.history, max_tokens: ids.length });
+          conv.history.push({ role: "assistant", content: r.choices[0]!.message.content });
+          expected.push({ segment: conv.segment, output: ids, rendered });
+        }
+        const rep = gw.closeSession(s.id);
+        const sent = fake.seen.filter((x) => x.path === "/generate").slice(first).map((x) => (x.body as { input_ids: number[] }).input_ids);
+        expect(sent).toHaveLength(steps.length);
+        // What each request sent reads as the template's rendering of the conversation it carried
+        // (the sampled ids inside it already hold their end-of-turn token: none doubled, none lost).
+        sent.forEach((ids, k) => expect(tok.decode(ids, false), `request ${k}`).toBe(expected[k]!.rendered));
+        expect(rep.samples.map((x) => x.index)).toEqual([...Array(segments).keys()]);
+        rep.samples.forEach((smp, i) => {
+          expect(sampleProblem(smp)).toBeNull();
+          const mine = expected.filter((e) => e.segment === i);
+          const resp = Array.from(smp.tokens.subarray(smp.tokens.length - smp.responseLength));
+          // Loss mask 1 exactly on the sampled ids, in order, each once.
+          const trained = resp.filter((_, j) => smp.lossMask[j] === 1);
+          expect(trained, `segment ${i}`).toEqual(mine.flatMap((e) => e.output));
+          expect(smp.lossMask.reduce((a, b) => a + b, 0)).toBe(mine.reduce((a, e) => a + e.output.length, 0));
+          // Each request of the segment sent a prefix of it: its history, as ids.
+          expected.forEach((e, k) => {
+            if (e.segment !== i) return;
+            const upto = [...sent[k]!, ...e.output];
+            expect(Array.from(smp.tokens.subarray(0, upto.length)), `request ${k} in segment ${i}`).toEqual(upto);
+          });
+        });
+      }),
+      { numRuns: RUNS },
+    );
+  });
+});

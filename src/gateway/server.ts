@@ -212,8 +212,10 @@ export class Gateway {
       req.on("data", (c: Buffer) => {
         size += c.length;
         if (size > this.maxBody) {
+          // Refused at once; the rest of the body is drained so the answer reaches the client.
           reject(new GatewayError("too_large", `the request body is over ${this.maxBody} bytes`));
-          req.destroy();
+          req.removeAllListeners("data");
+          req.resume();
           return;
         }
         chunks.push(c);

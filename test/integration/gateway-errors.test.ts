@@ -187,6 +187,48 @@ describe("gateway: errors", () => {
     expect(rep.samples).toEqual([]);
   });
 
+  it("refuses a body over the size limit with 413", async () => {
+    const small = await Gateway.start({ fleet, contextLength: 96, maxBodyBytes: 1024 });
+    try {
+      const s = small.openSession({ episodeId: "e", groupIndex: 0 });
+      const big = await raw(`${s.openaiBaseUrl}/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${s.apiKey}` },
+        body: JSON.stringify({ model: "m", messages: user("x".repeat(5000)) }),
+      });
+      expect(big.status).toBe(413);
+      expect(big.body).toMatchObject({ error: { code: "request_too_large" } });
+    } finally {
+      await small.close();
+    }
+  });
+
+  it("re-dispatches to another engine when one dies mid-request, and trains what the survivor sampled", async () => {
+    const dying = await startHostileSglang();
+    const spare = await startHostileSglang();
+    const two = new Fleet({ healthIntervalMs: 0, requestTimeoutMs: 10_000, routing: "round_robin" });
+    const g = await Gateway.start({ fleet: two, contextLength: 4096 });
+    try {
+      await two.attach(dying.url);
+      await two.attach(spare.url);
+      // round_robin sends the first request to the first engine attached.
+      dying.script("/generate", { kind: "reset" });
+      spare.script("/generate", { kind: "tokens", ids: ids("survived") });
+      const s = g.openSession({ episodeId: "e", groupIndex: 0 });
+      const r = await new OpenAI({ baseURL: s.openaiBaseUrl, apiKey: s.apiKey, maxRetries: 0 }).chat.completions.create({ model: "m", messages: user("hi") });
+      expect(r.choices[0]!.message.content).toBe("survived");
+      expect([dying.count("/generate"), spare.count("/generate")]).toEqual([1, 1]);
+      const rep = g.closeSession(s.id);
+      expect(rep.samples).toHaveLength(1);
+      expect(Array.from(rep.samples[0]!.tokens.subarray(-ids("survived").length))).toEqual(ids("survived"));
+    } finally {
+      await g.close();
+      await two.close();
+      await dying.close();
+      await spare.close();
+    }
+  });
+
   it("aborts the generation of a stream the agent abandons and records its turn once", async () => {
     const s = gw.openSession({ episodeId: "e", groupIndex: 0 });
     fake.script("/generate", { kind: "slow", ms: 500 });

@@ -11,61 +11,18 @@ import fc from "fast-check";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Fleet } from "../../src/engine/fleet.ts";
-import { Gateway, hfChatTokenizer, type ChatTokenizer } from "../../src/gateway/index.ts";
+import { Gateway, hfChatTokenizer } from "../../src/gateway/index.ts";
+import { BPE_EOS as EOS, bpeTokenizerJson, CHATML } from "../fixtures/bpe-tokenizer.ts";
 import { sampleProblem } from "../../src/sample.ts";
 import { startHostileSglang, type HostileSglang } from "../fixtures/hostile-sglang.ts";
 
 const RUNS = Number(process.env.OOZE_PROPERTY_RUNS ?? 12);
 
-/** GPT-2's byte → printable-unicode map used by byte-level BPE vocabularies. */
-function byteSymbols(): string[] {
-  const keep: number[] = [];
-  for (let b = 33; b <= 126; b++) keep.push(b);
-  for (let b = 161; b <= 172; b++) keep.push(b);
-  for (let b = 174; b <= 255; b++) keep.push(b);
-  const out: string[] = new Array(256);
-  let extra = 0;
-  for (let b = 0; b < 256; b++) out[b] = String.fromCodePoint(keep.includes(b) ? b : 256 + extra++);
-  return out;
-}
-
-const MERGES: [string, string][] = [
-  ["a", "b"],
-  ["ab", "c"],
-  ["Ġ", "t"],
-  ["e", "r"],
-];
-const BOS = 256 + MERGES.length;
-const EOS = BOS + 1;
-
-/** A byte-level BPE with four merges and two special tokens. */
-function bpeTokenizer(): ChatTokenizer {
-  const sym = byteSymbols();
-  const vocab: Record<string, number> = {};
-  sym.forEach((s, b) => (vocab[s] = b));
-  MERGES.forEach(([x, y], i) => (vocab[x + y] = 256 + i));
-  const special = (id: number, content: string) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
-  const json = {
-    version: "1.0",
-    truncation: null,
-    padding: null,
-    added_tokens: [special(BOS, "<s>"), special(EOS, "</s>")],
-    normalizer: null,
-    pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
-    post_processor: null,
-    decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
-    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: MERGES.map(([x, y]) => `${x} ${y}`) },
-  };
-  return hfChatTokenizer(json, { bos_token: "<s>", eos_token: "</s>" });
-}
-
-/** ChatML-style: each turn `<s>role\ncontent</s>\n`; the end-of-turn token is EOS. */
-const CHATML = "{% for m in messages %}{{ '<s>' + m.role + '\\n' + m.content + '</s>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<s>assistant\\n' }}{% endif %}";
 
 let fake: HostileSglang;
 let fleet: Fleet;
 let gw: Gateway;
-const tok = bpeTokenizer();
+const tok = hfChatTokenizer(bpeTokenizerJson(), { bos_token: "<s>", eos_token: "</s>" });
 
 beforeAll(async () => {
   fake = await startHostileSglang();

@@ -271,6 +271,8 @@ export class Session {
     choice: TurnChoice,
     messages: ChatMessage[],
   ): void {
+    // A generation aborted before its first token leaves no turn: the retried request plans afresh.
+    if (r.outputIds.length === 0) return;
     this.sampledTokens += r.outputIds.length;
     const last = r.outputIds[r.outputIds.length - 1];
     const turn: SampledTurn = {
@@ -280,7 +282,6 @@ export class Session {
     };
     let seg = plan.segment;
     if (!seg) {
-      if (r.outputIds.length === 0) return;
       seg = {
         builder: new SampleBuilder(this.segments.length, this.settings.groupIndex, this.settings.episodeId, messages.map(transcriptEntry), plan.envIds),
         pieces: [],

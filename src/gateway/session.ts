@@ -151,9 +151,9 @@ export class Session {
     signal.addEventListener("abort", onAbort, { once: true });
     this.inFlight.add(ctl);
     if (plan.segment) plan.segment.busy = true;
-    let results: FleetGenerateResult[];
+    let settled: PromiseSettledResult<FleetGenerateResult>[];
     try {
-      results = await Promise.all(
+      settled = await Promise.allSettled(
         Array.from({ length: req.n }, (_, k) =>
           this.ctx.generator.generate({
             inputIds: input,
@@ -164,21 +164,28 @@ export class Session {
           }),
         ),
       );
-    } catch (e) {
-      if (this.closed) throw new GatewayError("not_found", `session ${this.id} was closed while the request ran`);
-      throw this.fatal(new GatewayError("engine", `no engine could serve the request: ${(e as Error).message}`, null, { cause: e }));
     } finally {
       if (plan.segment) plan.segment.busy = false;
       signal.removeEventListener("abort", onAbort);
       this.inFlight.delete(ctl);
     }
     if (this.closed) throw new GatewayError("not_found", `session ${this.id} was closed while the request ran`);
+    // Choices that were sampled are recorded even when a sibling failed: nothing sampled is lost.
+    const results = settled.map((x) => (x.status === "fulfilled" ? x.value : null));
     const choices = results.map((r, k) => {
+      if (r === null) return null;
       const choice = this.shape(r, req);
-      this.record(k === 0 ? plan : { ...plan, segment: null, tail: plan.all, envIds: Array.from(input) }, r, choice, req.messages);
+      const first = k === 0 || results.slice(0, k).every((x) => x === null);
+      this.record(first ? plan : { ...plan, segment: null, tail: plan.all, envIds: Array.from(input) }, r, choice, req.messages);
       return choice;
     });
-    return { choices, promptTokens: input.length, cachedTokens: results.reduce((a, r) => a + r.cachedTokens, 0) };
+    const failed = settled.find((x): x is PromiseRejectedResult => x.status === "rejected");
+    if (failed) {
+      const e = failed.reason as Error;
+      throw this.fatal(new GatewayError("engine", `no engine could serve the request: ${e.message}`, null, { cause: e }));
+    }
+    const ok = results as FleetGenerateResult[];
+    return { choices: choices as TurnChoice[], promptTokens: input.length, cachedTokens: ok.reduce((a, r) => a + r.cachedTokens, 0) };
   }
 
   /** Ends the session: in-flight requests are aborted (their turns are not recorded); the segments become samples. */

@@ -2,7 +2,8 @@
 // tokenizer whose decode → encode is not the identity (a byte-level BPE built here with
 // @huggingface/tokenizers: sampled [a][b][c] decodes to "abc", which encodes to one token) and an
 // HF-style ChatML template. fast-check generates agent schedules over several conversations
-// (continue, compact, edit the last answer, start a sub-agent) against the gateway over a real
+// (continue, compact, edit the last answer, start a sub-agent; answers with tool calls echoed back
+// with tool results) against the gateway over a real
 // socket; the engine is the recording fake SGLang server answering random ids. Invariants: each
 // segment's trained tokens are exactly what the engine sampled for its requests (each sampled turn
 // trained once), loss masks are 1 exactly there, each request sent its segment's whole history,
@@ -44,10 +45,13 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constantFrom("continue" as const, "tool" as const, "continue" as const, "compact" as const, "edit" as const), c: fc.nat(7) }),
 );
 /** Sampled ids: bytes that merge when re-encoded (a, b, c, space, t, e, r), a lone UTF-8 lead byte, digits. */
+/** A tool call written by the model after them, sometimes. */
 const outputArb = fc.record({
   ids: fc.array(fc.constantFrom(97, 98, 99, 32, 116, 101, 114, 0xc3, 48, 49), { minLength: 1, maxLength: 12 }),
+  call: fc.option(fc.nat(99), { nil: null }),
   stop: fc.boolean(),
 });
+const tools: OpenAI.Chat.Completions.ChatCompletionTool[] = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { x: { type: "number" } } } } }];
 
 describe("gateway TITO (property)", () => {
   it("trains exactly the sampled ids, one segment per unbroken conversation, for a tokenizer whose decode→encode is not the identity", async () => {
@@ -60,8 +64,10 @@ describe("gateway TITO (property)", () => {
         let segments = 0;
         const expected: { segment: number; output: number[]; rendered: string }[] = [];
         const first = fake.count("/generate");
+        const sampledText = new Map<object, string>();
         for (const [k, [op, out]] of steps.entries()) {
-          const ids = out.stop ? [...out.ids, EOS] : out.ids;
+          const sampled = out.call === null ? out.ids : [...out.ids, ...tok.encode(`<tool_call>{"name": "f", "arguments": {"x": ${out.call}}}</tool_call>`)];
+          const ids = out.stop ? [...sampled, EOS] : sampled;
           let conv = op.kind === "new" || convs.length === 0 ? null : convs[op.c % convs.length]!;
           if (conv === null) {
             conv = { history: [{ role: "user", content: `task ${k}` }], segment: segments++ };
@@ -70,15 +76,23 @@ describe("gateway TITO (property)", () => {
             conv.history = [{ role: "system", content: `summary before ${k}` }, { role: "user", content: `go on ${k}` }];
             conv.segment = segments++;
           } else if (op.kind === "edit") {
-            const last = conv.history[conv.history.length - 1]!;
-            conv.history[conv.history.length - 1] = { role: "assistant", content: `${String(last.content)} (edited)` };
+            // The agent rewrites its last answer (dropping its tool calls and their results).
+            const at = conv.history.findLastIndex((m) => m.role === "assistant");
+            const last = conv.history[at]!;
+            conv.history.splice(at, conv.history.length - at, { role: "assistant", content: `${String(last.content)} (edited)` });
             conv.history.push({ role: "user", content: `next ${k}` });
             conv.segment = segments++;
           } else conv.history.push({ role: "user", content: op.kind === "tool" ? `tool output ${k}` : `next ${k}` });
           fake.script("/generate", { kind: "tokens", ids, finish: out.stop ? "stop" : "length" });
-          const rendered = conv.history.map((m) => `<s>${m.role}\n${String(m.content)}</s>\n`).join("") + "<s>assistant\n";
-          const r = await ai.chat.completions.create({ model: "m", messages: conv.history, max_tokens: ids.length });
-          conv.history.push({ role: "assistant", content: r.choices[0]!.message.content });
+          // An echoed answer renders as the sampled text (tool-call block included); others as their content.
+          const rendered = conv.history.map((m) => `<s>${m.role}\n${sampledText.get(m) ?? String(m.content)}</s>\n`).join("") + "<s>assistant\n";
+          const r = await ai.chat.completions.create({ model: "m", messages: conv.history, max_tokens: ids.length, tools });
+          const answer = r.choices[0]!.message;
+          expect(answer.tool_calls?.length ?? 0, `request ${k}: the call is parsed`).toBe(out.call === null ? 0 : 1);
+          const echoed: OpenAI.Chat.Completions.ChatCompletionMessageParam = { role: "assistant", content: answer.content, ...(answer.tool_calls ? { tool_calls: answer.tool_calls } : {}) };
+          sampledText.set(echoed, tok.decode(ids, true));
+          conv.history.push(echoed);
+          for (const c of answer.tool_calls ?? []) conv.history.push({ role: "tool", tool_call_id: c.id, content: `result ${k}` });
           expected.push({ segment: conv.segment, output: ids, rendered });
         }
         const rep = gw.closeSession(s.id);

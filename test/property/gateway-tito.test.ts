@@ -3,8 +3,8 @@
 // @huggingface/tokenizers: sampled [a][b][c] decodes to "abc", which encodes to one token) and an
 // HF-style ChatML template. fast-check generates agent schedules over several conversations
 // (continue, compact, edit the last answer, start a sub-agent; answers with tool calls echoed back
-// with tool results) against the gateway over a real
-// socket; the engine is the recording fake SGLang server answering random ids. Invariants: each
+// with tool results) against the gateway over a real socket; the engine is the recording fake
+// SGLang server answering random ids. Invariants: each
 // segment's trained tokens are exactly what the engine sampled for its requests (each sampled turn
 // trained once), loss masks are 1 exactly there, each request sent its segment's whole history,
 // extending requests stay in one segment and rewrites open a new one.

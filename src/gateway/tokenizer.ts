@@ -79,7 +79,7 @@ export function hfChatTokenizer(tokenizerJson: object, tokenizerConfig: Record<s
   };
 }
 
-/** A model directory's tokenizer and chat template (tokenizer.json, tokenizer_config.json, config.json). */
+/** A model directory's tokenizer and chat template (tokenizer.json, tokenizer_config.json, config.json, generation_config.json). */
 export interface HfChatModel {
   tokenizer: ChatTokenizer;
   /** The Jinja source of `chat_template`. */
@@ -87,8 +87,8 @@ export interface HfChatModel {
 }
 
 /**
- * Reads a Hugging Face model directory's tokenizer and chat template. The model's eos_token_id(s)
- * in config.json also end turns. Errors name the file and the field.
+ * Reads a Hugging Face model directory's tokenizer and chat template. The eos_token_id(s) of
+ * config.json and generation_config.json also end turns. Errors name the file and the field.
  */
 export function loadHfChatModel(dir: string): HfChatModel {
   const read = (name: string): Record<string, unknown> => {
@@ -111,12 +111,14 @@ export function loadHfChatModel(dir: string): HfChatModel {
   if (typeof template !== "string") {
     throw new OozeError("CHECKPOINT_INVALID", `${join(dir, "tokenizer_config.json")}: field 'chat_template' is missing or not a string; give the gateway a chatTemplate`);
   }
-  let extra: number[] = [];
-  try {
-    const eos = (JSON.parse(readFileSync(join(dir, "config.json"), "utf8")) as { eos_token_id?: unknown }).eos_token_id;
-    extra = (Array.isArray(eos) ? eos : [eos]).filter((x): x is number => Number.isInteger(x));
-  } catch {
-    // config.json is optional for the tokenizer
+  const extra: number[] = [];
+  for (const name of ["config.json", "generation_config.json"]) {
+    try {
+      const eos = (JSON.parse(readFileSync(join(dir, name), "utf8")) as { eos_token_id?: unknown }).eos_token_id;
+      extra.push(...(Array.isArray(eos) ? eos : [eos]).filter((x): x is number => Number.isInteger(x)));
+    } catch {
+      // optional for the tokenizer
+    }
   }
   return { tokenizer: hfChatTokenizer(read("tokenizer.json"), config, extra), chatTemplate: template };
 }

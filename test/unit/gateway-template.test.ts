@@ -23,15 +23,16 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 const msg = (role: ChatMessage["role"], content: string): ChatMessage => ({ role, content, toolCalls: [], toolCallId: null });
 
 describe("gateway: HF model directory", () => {
-  it("loads tokenizer.json, tokenizer_config.json's chat_template and config.json's eos", () => {
+  it("loads tokenizer.json, tokenizer_config.json's chat_template and the eos ids of config.json and generation_config.json", () => {
     const dir = join(root, "ok");
     mkdirSync(dir, { recursive: true });
     writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(bpeTokenizerJson()));
     writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify({ bos_token: "<s>", eos_token: { content: "</s>" }, chat_template: CHATML }));
     writeFileSync(join(dir, "config.json"), JSON.stringify({ eos_token_id: [BPE_EOS, 7] }));
+    writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: 9 }));
     const m = loadHfChatModel(dir);
     expect(m.chatTemplate).toBe(CHATML);
-    expect([...m.tokenizer.stopIds].sort((a, b) => a - b)).toEqual([7, BPE_EOS]);
+    expect([...m.tokenizer.stopIds].sort((a, b) => a - b)).toEqual([7, 9, BPE_EOS]);
     expect(m.tokenizer.encode("<s>abc</s>")).toEqual([BPE_EOS - 1, 257, BPE_EOS]);
     expect(m.tokenizer.specialText.get(BPE_EOS)).toBe("</s>");
     const t = new ChatTemplate(m.chatTemplate, m.tokenizer);

@@ -221,6 +221,9 @@ export class Gateway {
         chunks.push(c);
       });
       req.on("error", (e) => reject(new GatewayError("invalid_request", `reading the request failed: ${e.message}`)));
+      req.on("close", () => {
+        if (!req.complete) reject(new GatewayError("invalid_request", "the client closed the connection before the whole body arrived"));
+      });
       req.on("end", () => {
         const text = Buffer.concat(chunks).toString("utf8");
         try {

@@ -173,6 +173,33 @@ describe("gateway: OpenAI chat completions", () => {
     expect(trained).toEqual([...odd, ...ids("ok")]);
   });
 
+  it("keeps a main agent and a sub-agent running in parallel in their own segments", async () => {
+    const s = gw.openSession({ episodeId: "ep-par", groupIndex: 0 });
+    const ai = client(s);
+    const main: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [{ role: "user", content: "main task" }];
+    const sub: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [{ role: "user", content: "sub task" }];
+    const outs = ["m1", "s1", "m2", "s2"].map((t) => ids(`answer ${t}`));
+    fake.script("/generate", ...outs.map((x) => ({ kind: "tokens" as const, ids: x })));
+    const ask = async (h: OpenAI.Chat.Completions.ChatCompletionMessageParam[]) => {
+      const r = await ai.chat.completions.create({ model: "ooze-test", messages: h });
+      h.push({ role: "assistant", content: r.choices[0]!.message.content }, { role: "user", content: "continue" });
+      return r.choices[0]!.message.content!;
+    };
+    const first = await Promise.all([ask(main), ask(sub)]);
+    const second = await Promise.all([ask(main), ask(sub)]);
+    const rep = gw.closeSession(s.id);
+    expect(rep.samples).toHaveLength(2);
+    for (const [k, smp] of rep.samples.entries()) {
+      expect(sampleProblem(smp)).toBeNull();
+      expect(smp.metadata.turns).toBe(2);
+      // Which conversation opened segment k is up to the race; its two answers are its own, in order.
+      const conv = (smp.metadata.transcript as { content: string }[])[0]!.content === "main task" ? 0 : 1;
+      const mine = [first[conv]!, second[conv]!].map((t) => [...encodeBytes(t), EOS_ID]);
+      const trained = Array.from(smp.tokens.slice(smp.tokens.length - smp.responseLength)).filter((_, i) => smp.lossMask[i] === 1);
+      expect(trained, `segment ${k}`).toEqual(mine.flat());
+    }
+  });
+
   it("lists the model", async () => {
     const s = gw.openSession({ episodeId: "ep-4", groupIndex: 0 });
     const models = await client(s).models.list();

@@ -44,7 +44,8 @@ export function completionBody(id: string, model: string, req: ChatRequest, r: T
     model,
     choices: r.choices.map((c, index) => ({ index, message: message(c), logprobs: req.logprobs ? logprobs(c, tok) : null, finish_reason: finishReason(c) })),
     usage: usage(r),
-    system_fingerprint: null,
+    // The policy's weight version that sampled the answer.
+    system_fingerprint: r.weightVersion,
   };
 }
 
@@ -60,8 +61,10 @@ export class OpenAIStream {
     private readonly tok: ChatTokenizer,
   ) {}
 
+  private fingerprint: string | null = null;
+
   private chunk(choices: unknown[], usage: unknown = undefined): void {
-    const c: Record<string, unknown> = { id: this.id, object: "chat.completion.chunk", created: this.created, model: this.model, system_fingerprint: null, choices };
+    const c: Record<string, unknown> = { id: this.id, object: "chat.completion.chunk", created: this.created, model: this.model, system_fingerprint: this.fingerprint, choices };
     if (this.req.includeUsage) c.usage = usage ?? null;
     this.res.write(`data: ${JSON.stringify(c)}\n\n`);
   }
@@ -74,6 +77,7 @@ export class OpenAIStream {
 
   /** Content, tool calls, finish reasons, usage, [DONE]. */
   finish(r: TurnResult): void {
+    this.fingerprint = r.weightVersion;
     r.choices.forEach((c, index) => {
       if (c.content !== "") this.chunk([{ index, delta: { content: c.content }, logprobs: this.req.logprobs ? logprobs(c, this.tok) : null, finish_reason: null }]);
       c.toolCalls.forEach((t, k) =>

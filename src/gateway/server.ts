@@ -199,7 +199,10 @@ export class Gateway {
       }
       if (res.destroyed) return;
       if (stream) stream.finish(result);
-      else send(res, 200, anthropic ? messageBody(id, this.model, result) : completionBody(id, this.model, chatReq, result, this.tokenizer));
+      else {
+        const body = anthropic ? messageBody(id, this.model, result) : completionBody(id, this.model, chatReq, result, this.tokenizer);
+        send(res, 200, body, result.weightVersion === null ? {} : { [WEIGHT_VERSION_HEADER]: result.weightVersion });
+      }
     } finally {
       res.off("close", onClose);
     }
@@ -236,9 +239,12 @@ export class Gateway {
   }
 }
 
-function send(res: ServerResponse, status: number, body: unknown): void {
+/** Response header naming the weight version that sampled a non-streamed answer. */
+export const WEIGHT_VERSION_HEADER = "x-ooze-weight-version";
+
+function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   if (res.destroyed) return;
   const text = JSON.stringify(body);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers });
   res.end(text);
 }

@@ -77,6 +77,8 @@ export interface TurnChoice {
 /** The result of one chat request. */
 export interface TurnResult {
   choices: TurnChoice[];
+  /** Weight version that sampled the last tokens of the first choice (null when the engine reports none). */
+  weightVersion: string | null;
   promptTokens: number;
   cachedTokens: number;
 }
@@ -185,7 +187,13 @@ export class Session {
       throw this.fatal(new GatewayError("engine", `no engine could serve the request: ${e.message}`, null, { cause: e }));
     }
     const ok = results as FleetGenerateResult[];
-    return { choices: choices as TurnChoice[], promptTokens: input.length, cachedTokens: ok.reduce((a, r) => a + r.cachedTokens, 0) };
+    const spans = ok[0]?.weightVersions ?? [];
+    return {
+      choices: choices as TurnChoice[],
+      weightVersion: spans[spans.length - 1]?.version ?? null,
+      promptTokens: input.length,
+      cachedTokens: ok.reduce((a, r) => a + r.cachedTokens, 0),
+    };
   }
 
   /** Ends the session: in-flight requests are aborted (their turns are not recorded); the segments become samples. */

@@ -39,7 +39,8 @@ describe("gateway: Anthropic messages", () => {
     const out1 = ids('I will read it.<tool_call>{"name": "read_file", "arguments": {"path": "a.txt"}}</tool_call>');
     fake.script("/generate", { kind: "tokens", ids: out1 });
     const messages: Anthropic.MessageParam[] = [{ role: "user", content: "What is in a.txt?" }];
-    const r1 = await ai.messages.create({ model: "ooze-test", max_tokens: 200, system: "You read files.", messages, tools });
+    const { data: r1, response } = await ai.messages.create({ model: "ooze-test", max_tokens: 200, system: "You read files.", messages, tools }).withResponse();
+    expect(response.headers.get("x-ooze-weight-version")).toBe("v0");
     expect(r1.type).toBe("message");
     expect(r1.role).toBe("assistant");
     expect(r1.stop_reason).toBe("tool_use");

@@ -64,6 +64,8 @@ describe("gateway: OpenAI chat completions", () => {
     const input1 = lastInput();
     expect(generateBodies().at(-1)!.sampling_params.temperature).toBe(0.7);
     expect(r1.usage).toMatchObject({ prompt_tokens: input1.length, completion_tokens: out1.length });
+    // The answer carries the policy version that sampled it.
+    expect(r1.system_fingerprint).toBe("v0");
     // The rendered prompt carries the tools in the system turn.
     expect(Buffer.from(input1.filter((t) => t < 256)).toString()).toContain('"get_weather"');
 
@@ -123,6 +125,7 @@ describe("gateway: OpenAI chat completions", () => {
     expect(chunks.flatMap((c) => c.choices.map((ch) => ch.finish_reason)).filter(Boolean)).toEqual(["tool_calls"]);
     const last = chunks.at(-1)!;
     expect(last.choices).toEqual([]);
+    expect(last.system_fingerprint).toBe("v0");
     expect(last.usage?.completion_tokens).toBeGreaterThan(0);
 
     // The model writes a broken call: it comes back as text, not dropped.

@@ -69,8 +69,7 @@ export class Gateway {
   private readonly model: string;
   private readonly maxBody: number;
   private readonly ctx: ConstructorParameters<typeof Session>[3];
-  /** Base URL of the server, e.g. http://127.0.0.1:PORT. */
-  url = "";
+  private base = "";
 
   private constructor(
     private readonly server: Server,
@@ -93,6 +92,11 @@ export class Gateway {
     };
   }
 
+  /** Base URL of the server, e.g. http://127.0.0.1:PORT. */
+  get url(): string {
+    return this.base;
+  }
+
   /** Starts the server (127.0.0.1 and a free port unless given). */
   static async start(opts: GatewayOptions): Promise<Gateway> {
     const server = createServer();
@@ -104,7 +108,7 @@ export class Gateway {
       server.listen(opts.port ?? 0, host, () => resolve());
     });
     const a = server.address() as AddressInfo;
-    g.url = `http://${a.family === "IPv6" ? `[${a.address}]` : a.address}:${a.port}`;
+    g.base = `http://${a.family === "IPv6" ? `[${a.address}]` : a.address}:${a.port}`;
     return g;
   }
 

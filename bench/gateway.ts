@@ -1,0 +1,163 @@
+// Gateway benchmark (`npm run bench -- gateway [--requests N] [--max-tokens T] [--turns K] [--preset NAME]`):
+// per-request latency of an OpenAI chat completion through the agent gateway vs the engine's own
+// /generate called directly with the same token ids and sampling, on the same `ooze serve` engine
+// process in the same run, interleaved (ABAB, then BABA) so both see the same load and prefix cache.
+// As in production the agent is its own process: a forked client process times both arms with
+// fetch; this process hosts the gateway and its fleet; the engine is a third process. The
+// conversation carries K earlier turns as text, so each request renders a realistic history.
+// Progress on stderr; one JSON line last on stdout: p50/p99 of each and their ratios (goal ≤ 1.1 at p50).
+import { fork, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { Fleet } from "../src/engine/fleet.ts";
+import type { FleetGenerateRequest } from "../src/engine/fleet-types.ts";
+import { Gateway } from "../src/gateway/index.ts";
+
+function arg(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && process.argv[i + 1] !== undefined ? Number(process.argv[i + 1]) : fallback;
+}
+function sarg(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : fallback;
+}
+const log = (msg: string): void => void process.stderr.write(`[bench gateway] ${msg}\n`);
+
+const quantile = (xs: number[], q: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+};
+
+/** What the parent hands the client process. */
+interface ClientJob {
+  gateway: { url: string; key: string; body: string }[];
+  direct: { url: string; body: string };
+  warmup: number;
+}
+
+async function timed(url: string, body: string, headers: Record<string, string>): Promise<number> {
+  const t0 = performance.now();
+  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
+  const text = await res.text();
+  const ms = performance.now() - t0;
+  if (res.status !== 200) throw new Error(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
+  return ms;
+}
+
+/** The client process: times both arms, interleaved, and sends the latencies back. */
+async function client(job: ClientJob): Promise<{ gateway: number[]; direct: number[] }> {
+  const g = job.gateway;
+  const one = (i: number) => timed(g[i]!.url, g[i]!.body, { authorization: `Bearer ${g[i]!.key}` });
+  const dir = () => timed(job.direct.url, job.direct.body, {});
+  for (let i = 0; i < job.warmup; i++) {
+    await one(i);
+    await dir();
+  }
+  const out = { gateway: [] as number[], direct: [] as number[] };
+  for (let i = job.warmup; i < g.length; i++) {
+    if (i % 2 === 0) {
+      out.gateway.push(await one(i));
+      out.direct.push(await dir());
+    } else {
+      out.direct.push(await dir());
+      out.gateway.push(await one(i));
+    }
+  }
+  return out;
+}
+
+if (process.argv.includes("--client")) {
+  process.once("message", (job: ClientJob) => {
+    client(job).then(
+      (r) => process.send!(r, () => process.exit(0)),
+      (e: unknown) => {
+        process.stderr.write(`[bench gateway client] ${(e as Error).stack ?? String(e)}\n`);
+        process.exit(1);
+      },
+    );
+  });
+} else {
+  const requests = arg("requests", 60);
+  const maxTokens = arg("max-tokens", 64);
+  const turns = arg("turns", 4);
+  const preset = sarg("preset", "quickstart");
+  const warmup = 5;
+
+  const engine = spawn(process.execPath, ["bin/ooze.mjs", "serve", "--preset", preset, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  engine.stdout.on("data", (d) => (out += d));
+  engine.stderr.on("data", (d) => (out += d));
+  const engineUrl = await new Promise<string>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`ooze serve did not start within 60 s:\n${out}`)), 60_000);
+    const check = () => {
+      const m = /at (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+      if (m) {
+        clearTimeout(t);
+        resolve(m[1]!);
+      }
+    };
+    engine.stdout.on("data", check);
+    engine.stderr.on("data", check);
+    engine.once("exit", (c) => reject(new Error(`ooze serve exited (${c}):\n${out}`)));
+  });
+  log(`engine (${preset}) at ${engineUrl}`);
+
+  const fleet = new Fleet({ healthIntervalMs: 0 });
+  await fleet.attach(engineUrl);
+  // Remembers what the gateway sent, so the direct call sends the very same ids and sampling.
+  let sent: FleetGenerateRequest | null = null;
+  const gw = await Gateway.start({
+    fleet: { generate: (req) => ((sent = req), fleet.generate(req)), endSession: (id) => fleet.endSession(id) },
+    contextLength: 512,
+    model: preset,
+  });
+  const kid = fork(fileURLToPath(import.meta.url), ["--client"], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  try {
+    const messages: { role: string; content: string }[] = [{ role: "system", content: "You add numbers." }];
+    for (let t = 0; t < turns; t++) messages.push({ role: "user", content: `${t}+${t + 1}=?` }, { role: "assistant", content: `${2 * t + 1}` });
+    messages.push({ role: "user", content: "7+8=?" });
+    const body = JSON.stringify({ model: preset, messages, max_tokens: maxTokens });
+    // One request here records the ids and sampling the gateway sends for this conversation.
+    const probe = gw.openSession({ episodeId: "bench", groupIndex: 0, temperature: 0 });
+    await timed(`${probe.openaiBaseUrl}/chat/completions`, body, { authorization: `Bearer ${probe.apiKey}` });
+    gw.closeSession(probe.id);
+    const req = sent as FleetGenerateRequest | null;
+    if (!req) throw new Error("the gateway sent nothing to the fleet");
+    const sessions = Array.from({ length: warmup + requests }, () => gw.openSession({ episodeId: "bench", groupIndex: 0, temperature: 0 }));
+    const job: ClientJob = {
+      gateway: sessions.map((s) => ({ url: `${s.openaiBaseUrl}/chat/completions`, key: s.apiKey, body })),
+      direct: { url: `${engineUrl}/generate`, body: JSON.stringify({ input_ids: Array.from(req.inputIds), sampling_params: req.sampling, return_logprob: true }) },
+      warmup,
+    };
+    const result = await new Promise<{ gateway: number[]; direct: number[] }>((resolve, reject) => {
+      kid.once("message", (m) => resolve(m as { gateway: number[]; direct: number[] }));
+      kid.once("exit", (c) => reject(new Error(`the client process exited (${c})`)));
+      kid.send(job);
+    });
+    const completion = sessions.map((s) => gw.closeSession(s.id).samples[0]?.responseLength ?? 0);
+    const a = result.gateway;
+    const b = result.direct;
+    const figures = {
+      bench: "gateway",
+      preset,
+      requests,
+      prompt_tokens: req.inputIds.length,
+      completion_tokens_p50: quantile(completion, 0.5),
+      direct_p50_ms: +quantile(b, 0.5).toFixed(2),
+      direct_p99_ms: +quantile(b, 0.99).toFixed(2),
+      gateway_p50_ms: +quantile(a, 0.5).toFixed(2),
+      gateway_p99_ms: +quantile(a, 0.99).toFixed(2),
+      p50_ratio: +(quantile(a, 0.5) / quantile(b, 0.5)).toFixed(3),
+      p99_ratio: +(quantile(a, 0.99) / quantile(b, 0.99)).toFixed(3),
+      // Median of the ratios of neighbouring requests: less sensitive to load that drifts during the run.
+      pair_ratio_p50: +quantile(a.map((x, i) => x / b[i]!), 0.5).toFixed(3),
+      goal_p50_ratio: 1.1,
+    };
+    log(`gateway p50 ${figures.gateway_p50_ms} ms vs direct ${figures.direct_p50_ms} ms (${figures.completion_tokens_p50} tokens per answer)`);
+    console.log(JSON.stringify(figures));
+  } finally {
+    if (kid.exitCode === null) kid.kill("SIGTERM");
+    await gw.close();
+    await fleet.close();
+    engine.kill("SIGTERM");
+  }
+}

@@ -1,0 +1,124 @@
+// Unit tests of the gateway's pieces: loading an HF model directory's tokenizer and chat template
+// (and the errors naming file and field), the built-in template's rendering into pieces around
+// sampled-turn slots, tool-call parsing (broken calls stay text), and the request parsers' shapes.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { BOS_ID, EOS_ID } from "../../src/engine/tokenizer.ts";
+import {
+  BUILTIN_CHAT_TEMPLATE,
+  byteChatTokenizer,
+  ChatTemplate,
+  loadHfChatModel,
+  parseAnthropicRequest,
+  parseOpenAIRequest,
+  parseToolCalls,
+  type ChatMessage,
+} from "../../src/gateway/index.ts";
+import { BPE_EOS, bpeTokenizerJson, CHATML } from "../fixtures/bpe-tokenizer.ts";
+
+const root = mkdtempSync(join(tmpdir(), "ooze-gateway-unit-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+const msg = (role: ChatMessage["role"], content: string): ChatMessage => ({ role, content, toolCalls: [], toolCallId: null });
+
+describe("gateway: HF model directory", () => {
+  it("loads tokenizer.json, tokenizer_config.json's chat_template and the eos ids of config.json and generation_config.json", () => {
+    const dir = join(root, "ok");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(bpeTokenizerJson()));
+    writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify({ bos_token: "<s>", eos_token: { content: "</s>" }, chat_template: CHATML }));
+    writeFileSync(join(dir, "config.json"), JSON.stringify({ eos_token_id: [BPE_EOS, 7] }));
+    writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: 9 }));
+    const m = loadHfChatModel(dir);
+    expect(m.chatTemplate).toBe(CHATML);
+    expect([...m.tokenizer.stopIds].sort((a, b) => a - b)).toEqual([7, 9, BPE_EOS]);
+    expect(m.tokenizer.encode("<s>abc</s>")).toEqual([BPE_EOS - 1, 257, BPE_EOS]);
+    expect(m.tokenizer.specialText.get(BPE_EOS)).toBe("</s>");
+    const t = new ChatTemplate(m.chatTemplate, m.tokenizer);
+    expect(t.render([msg("user", "hi")], [])).toBe("<s>user\nhi</s>\n<s>assistant\n");
+  });
+
+  it("names the file and the field when something is missing", () => {
+    const dir = join(root, "bad");
+    mkdirSync(dir, { recursive: true });
+    expect(() => loadHfChatModel(dir)).toThrow(/bad\/tokenizer_config\.json: cannot read it/);
+    writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify({ eos_token: "</s>" }));
+    expect(() => loadHfChatModel(dir)).toThrow(/tokenizer_config\.json: field 'chat_template' is missing/);
+    writeFileSync(join(dir, "tokenizer_config.json"), "{oops");
+    expect(() => loadHfChatModel(dir)).toThrow(/tokenizer_config\.json: not valid JSON/);
+  });
+});
+
+describe("gateway: built-in template", () => {
+  const tok = byteChatTokenizer();
+  const t = new ChatTemplate(BUILTIN_CHAT_TEMPLATE, tok);
+
+  it("encodes its special tokens and splits the rendering around sampled-turn slots", () => {
+    expect(tok.encode("<bos>a<eos>")).toEqual([BOS_ID, 97, EOS_ID]);
+    const msgs = [msg("system", "S"), msg("user", "u1"), msg("assistant", "a1"), msg("user", "u2")];
+    expect(t.renderPieces(msgs, [], new Set([2]))).toEqual([{ text: "<bos><|system|>S\n<|user|>u1\n<|assistant|>" }, { message: 2 }, { text: "<eos>\n<|user|>u2\n<|assistant|>" }]);
+    expect(t.renderPieces(msgs, [], new Set())).toEqual([{ text: "<bos><|system|>S\n<|user|>u1\n<|assistant|>a1<eos>\n<|user|>u2\n<|assistant|>" }]);
+  });
+
+  it("renders tools into the system turn and tool calls in the format it parses back", () => {
+    const a: ChatMessage = { role: "assistant", content: "", toolCalls: [{ id: "c1", name: "f", arguments: '{"x": 1}' }], toolCallId: null };
+    const text = t.render([msg("user", "q"), a, { ...msg("tool", "42"), toolCallId: "c1" }], [{ name: "f", description: "d", parameters: { type: "object" } }]);
+    expect(text).toContain('<|system|>Tools: [{"name": "f", "description": "d", "parameters": {"type": "object"}}]');
+    const call = /<\|assistant\|>(.*)<eos>/.exec(text)![1]!;
+    expect(parseToolCalls(call)).toEqual({ content: "", toolCalls: [{ name: "f", arguments: '{"x":1}' }] });
+    expect(text.endsWith("<|tool|>42\n<|assistant|>")).toBe(true);
+  });
+});
+
+describe("gateway: tool-call parsing", () => {
+  it("parses Hermes-style calls and keeps anything else as text", () => {
+    expect(parseToolCalls('a <tool_call>\n{"name": "f", "arguments": {"k": [1]}}\n</tool_call>')).toEqual({ content: "a", toolCalls: [{ name: "f", arguments: '{"k":[1]}' }] });
+    expect(parseToolCalls('<tool_call>{"name": "g", "parameters": "{\\"a\\": 2}"}</tool_call>').toolCalls).toEqual([{ name: "g", arguments: '{"a": 2}' }]);
+    for (const broken of ["<tool_call>{bad json</tool_call>", '<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"name": "f", "arguments": 3}</tool_call>', '<tool_call>{"name": "f"'])
+      expect(parseToolCalls(`x ${broken}`)).toEqual({ content: `x ${broken}`, toolCalls: [] });
+  });
+});
+
+describe("gateway: request parsers", () => {
+  it("normalises OpenAI content parts, developer role, tool calls and options", () => {
+    const r = parseOpenAIRequest({
+      model: "m",
+      messages: [
+        { role: "developer", content: [{ type: "text", text: "be " }, { type: "text", text: "kind" }] },
+        { role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] },
+        { role: "tool", tool_call_id: "c", content: "ok" },
+      ],
+      max_completion_tokens: 9,
+      stop: "END",
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    expect(r.messages.map((m) => [m.role, m.content])).toEqual([
+      ["system", "be kind"],
+      ["assistant", ""],
+      ["tool", "ok"],
+    ]);
+    expect(r).toMatchObject({ maxTokens: 9, stop: ["END"], stream: true, includeUsage: true, n: 1 });
+  });
+
+  it("turns Anthropic tool_result blocks into tool turns and tool_use into calls", () => {
+    const r = parseAnthropicRequest({
+      model: "m",
+      max_tokens: 5,
+      system: [{ type: "text", text: "sys" }],
+      messages: [
+        { role: "user", content: "q" },
+        { role: "assistant", content: [{ type: "text", text: "t" }, { type: "tool_use", id: "u", name: "f", input: { a: 1 } }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "u", content: [{ type: "text", text: "r" }], is_error: true }, { type: "text", text: "more" }] },
+      ],
+    });
+    expect(r.messages.map((m) => [m.role, m.content, m.toolCalls.map((c) => c.name).join(), m.toolCallId])).toEqual([
+      ["system", "sys", "", null],
+      ["user", "q", "", null],
+      ["assistant", "t", "f", null],
+      ["tool", "Error: r", "", "u"],
+      ["user", "more", "", null],
+    ]);
+  });
+});

@@ -9,6 +9,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { OozeError, type WireError } from "../../src/errors.ts";
 import type { LlamaHfConfig, TensorLayout } from "../index.d.ts";
 import type {
+  NativeForward,
   NativeLossConfig,
   NativeLossMetrics,
   NativeOptimConfig,
@@ -33,6 +34,11 @@ export interface TrainerWorkerOptions {
   onRestart?: (event: { restarts: number; pid: number | null; reason: string; error: OozeError | null }) => void;
   /** Extra environment for the child. */
   env?: Record<string, string>;
+  /**
+   * Give the trainer the critic's value head: every (re)started worker that loads no value head
+   * from its restore point gets a zero one (default false).
+   */
+  valueHead?: boolean;
 }
 
 interface Pending {
@@ -42,7 +48,7 @@ interface Pending {
 }
 
 /** Model info as the worker reports it. */
-export type WorkerModelInfo = { config: LlamaHfConfig; numParams: number; step: number; tensors: TensorLayout[] };
+export type WorkerModelInfo = { config: LlamaHfConfig; numParams: number; step: number; valueHead: boolean; tensors: TensorLayout[] };
 
 /** A Trainer in a supervised child process; same methods as native/trainer.ts's Trainer. */
 export class TrainerWorker {
@@ -122,6 +128,7 @@ export class TrainerWorker {
     child.on("exit", (code, signal) => this.onExit(child, code, signal));
     child.on("error", (e) => this.onExit(child, null, null, e));
     await this.send("init", [this.restorePoint], child);
+    if (this.opts.valueHead) await this.send("ensureValueHead", [], child);
   }
 
   private onReply(r: WorkerReply): void {
@@ -184,9 +191,13 @@ export class TrainerWorker {
     return (await this.send(op, args, this.child)) as T;
   }
 
-  /** Per-token logprobs and entropies (see Trainer.logprobs). */
-  logprobs(batch: NativePackedBatch, temperature = 1): Promise<{ logprobs: Float32Array; entropy: Float32Array }> {
+  /** Per-token logprobs, entropies and (with a value head) values (see Trainer.logprobs). */
+  logprobs(batch: NativePackedBatch, temperature = 1): Promise<NativeForward> {
     return this.call("logprobs", [batch, temperature]);
+  }
+  /** The value head's params, grads and AdamW step, or null (see Trainer.getValueHead). */
+  getValueHead(): Promise<{ params: Float32Array; grads: Float32Array; step: number } | null> {
+    return this.call("getValueHead", []);
   }
   /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy into the grads. */
   backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array): Promise<void> {
@@ -252,10 +263,11 @@ export class TrainerWorker {
     this.restorePoint = { modelDir: abs };
   }
 
-  /** Loads a checkpoint (and its optimizer.bin if any) into the worker; the directory becomes the restore point. */
-  async load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null }> {
+  /** Loads a checkpoint (and its optimizer.bin and value_head.bin if any) into the worker; the directory becomes the restore point. */
+  async load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null; valueHead: boolean }> {
     const abs = resolve(dir);
-    const r = await this.call<{ weightVersion: string; optimizerStep: number | null }>("load", [abs]);
+    const r = await this.call<{ weightVersion: string; optimizerStep: number | null; valueHead: boolean }>("load", [abs]);
+    if (this.opts.valueHead && !r.valueHead) await this.call("ensureValueHead", []);
     this.restorePoint = { modelDir: abs };
     return r;
   }

@@ -54,6 +54,12 @@ async function handle(op: WorkerRequest["op"], a: any[]): Promise<unknown> {
       return need().load(a[0]);
     case "info":
       return need().info();
+    case "ensureValueHead":
+      return need().ensureValueHead();
+    case "setValueHead":
+      return need().setValueHead(a[0]);
+    case "getValueHead":
+      return need().getValueHead();
     case "hang": // fault injection for tests: a call that never completes
       return new Promise(() => undefined);
   }

@@ -23,6 +23,9 @@ export type WorkerOp =
   | "saveOptimizer"
   | "loadOptimizer"
   | "info"
+  | "ensureValueHead"
+  | "setValueHead"
+  | "getValueHead"
   | "hang";
 
 /** A request to the worker. */

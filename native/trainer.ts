@@ -296,11 +296,15 @@ export interface TrainSample {
   rolloutLogprobs: Float32Array | null;
   /** One advantage for the whole sample, or one per response token. */
   advantage: number | Float32Array;
+  /** PPO: over the response, the critic's values the returns were computed with (value clip). */
+  oldValues?: Float32Array | null;
+  /** PPO: over the response, the value targets. */
+  returns?: Float32Array | null;
 }
 
 /**
  * Packs samples into one training batch with per-token arrays aligned with the packed tokens; prompt
- * positions are masked out. oldLogprobs starts as the rollout logprobs (or zeros): fill it with
+ * positions are masked out. oldValues and returns are packed when every sample has them (PPO). oldLogprobs starts as the rollout logprobs (or zeros): fill it with
  * Trainer.logprobs for a recomputed old policy. rolloutLogprobs is null when any sample lacks them.
  */
 export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
@@ -309,6 +313,8 @@ export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
   const lossMask = new Uint8Array(total), advantages = new Float32Array(total);
   const rollout = new Float32Array(total);
   let haveRollout = samples.length > 0;
+  const critic = samples.length > 0 && samples.every((s) => s.oldValues && s.returns);
+  const oldValues = critic ? new Float32Array(total) : null, returns = critic ? new Float32Array(total) : null;
   let off = 0;
   samples.forEach((s, i) => {
     const n = s.tokens.length, p = n - s.responseLength;
@@ -320,6 +326,7 @@ export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
     else advantages.set(s.advantage, off + p);
     if (s.rolloutLogprobs) rollout.set(s.rolloutLogprobs, off + p);
     else haveRollout = false;
+    if (oldValues && returns) oldValues.set(s.oldValues!, off + p), returns.set(s.returns!, off + p);
     off += n;
     cuSeqlens[i + 1] = off;
   });
@@ -328,7 +335,7 @@ export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
     oldLogprobs: haveRollout ? rollout.slice() : new Float32Array(total),
     rolloutLogprobs: haveRollout ? rollout : null,
     refLogprobs: null,
-    oldValues: null,
-    returns: null,
+    oldValues,
+    returns,
   };
 }

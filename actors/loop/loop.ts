@@ -9,7 +9,7 @@ import { dirname, join, resolve } from "node:path";
 import { GroupBuffer, type TrainSample } from "../buffer/groups.ts";
 import type { Task } from "../environment/task.ts";
 import { rolloutRange, type RolloutResult } from "../rollout/rollout.ts";
-import { PolicyTrainer, type TrainStepResult } from "../trainer/policy-trainer.ts";
+import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "../trainer/policy-trainer.ts";
 import { FullWeightSync } from "../weight-sync/full.ts";
 import { DeltaWeightSync } from "../weight-sync/delta-sync.ts";
 import { OozeError } from "../../src/errors.ts";
@@ -224,11 +224,7 @@ export async function runTraining(opts: TrainRunOptions): Promise<TrainSummary> 
       modelDir: startDir,
       version: state.weightVersion,
       weightsRoot: join(out, "weights"),
-      config: {
-        lr: cfg.lr, lrWarmupSteps: cfg.lrWarmupSteps, lrDecay: cfg.lrDecay, lrDecaySteps: cfg.steps, lrMinRatio: cfg.lrMinRatio, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, adamEps: cfg.adamEps, epsClip: cfg.epsClip,
-        epsClipHigh: cfg.epsClipHigh ?? cfg.epsClip, entropyCoef: cfg.entropyCoef, entropyTarget: cfg.entropyTarget, entropyCoefStep: cfg.entropyCoefStep, temperature: cfg.temperature, microBatchTokens: cfg.microBatchTokens,
-        updatesPerStep: cfg.updatesPerStep,
-      },
+      config: policyTrainerConfig(cfg),
       onRestart: (reason) => log(`trainer worker restarted: ${reason}`),
     });
     opts.hooks?.onStart?.({ engines: [...procs.map((p) => p.url), ...opts.engines.urls], enginePids: procs.map((p) => p.pid), trainerPid: trainer.pid, state });
@@ -396,6 +392,7 @@ function stepMetrics(o: StepOutcome, seconds: number, cache: { promptTokens: num
     failed: o.all.filter((s) => s.status === "failed").length,
     dropped_groups: o.droppedGroups,
     trainer_restarts: o.restarts,
+    ...(o.trained?.critic ? criticFields(o.trained.critic) : {}),
   };
 }
 

@@ -216,7 +216,10 @@ export class PolicyTrainer {
       const p = packed.cuSeqlens[i + 1]! - s.responseLength;
       const v = fwd.values!.slice(p, p + s.responseLength);
       values.push(v);
-      gae.push({ lossMask: s.lossMask, values: v, reward: s.reward ?? 0, turnRewards: turnRewardsOf(s) });
+      // the episode's reward is the total; what its turns were given early is not given again at the end
+      const turns = turnRewardsOf(s);
+      const early = turns ? turns.rewards.reduce((a, r) => a + r, 0) : 0;
+      gae.push({ lossMask: s.lossMask, values: v, reward: (s.reward ?? 0) - early, turnRewards: turns });
     });
     const { advantages, returns } = computeGae(gae, { gamma: ppo.gamma, lambda: ppo.lambda, whitening: ppo.whitening });
     let n = 0, vSum = 0, rSum = 0;

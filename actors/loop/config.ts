@@ -86,6 +86,14 @@ export const trainSchema = z
         valueClip: z.number().positive().nullable().default(0.2),
         /** batch: advantages whitened over the batch's model tokens; none: raw GAE. */
         whitening: z.enum(["batch", "none"]).default("batch"),
+        /**
+         * shared: a value head on the policy's trunk (one forward and backward for both). separate:
+         * a value model of its own (with a value head) in the same trainer worker, started from
+         * `criticPreset` or, when null, from a copy of the policy's starting weights.
+         */
+        critic: z.enum(["shared", "separate"]).default("shared"),
+        /** critic: separate: a model preset for the value model (same vocabulary as the policy); null = the policy's weights. */
+        criticPreset: z.string().nullable().default(null),
       })
       .strict()
       .prefault({}),

@@ -6,10 +6,11 @@
 // advantages and returns, and each update trains policy and critic together.
 // A train step and its save are one unit: if the worker dies anywhere in it, the worker comes back
 // at the previous version and the unit is redone, so a batch is applied exactly once.
-import { rmSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { TrainerWorker } from "../../native/worker/client.ts";
-import { packSamples, type TrainStepMetrics } from "../../native/trainer.ts";
+import { initModelDir } from "../../native/model-dir.ts";
+import { CRITIC_DIR, TrainerWorker } from "../../native/worker/client.ts";
+import { packSamples, type TrainerSource, type TrainStepMetrics } from "../../native/trainer.ts";
 import { computeGae, explainedVariance, type AdvantageWhitening, type GaeSample } from "../../src/algorithms/gae.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { TrainSample } from "../buffer/groups.ts";
@@ -35,6 +36,10 @@ export interface PpoConfig {
   valueCoef: number;
   valueClip: number | null;
   whitening: AdvantageWhitening;
+  /** shared: a value head on the policy's trunk; separate: a value model of its own in the same worker. */
+  critic?: "shared" | "separate";
+  /** critic: separate: the value model's preset (null: a copy of the policy's starting weights). */
+  criticPreset?: string | null;
 }
 
 /** Loss and optimizer settings of the trainer. */
@@ -126,14 +131,28 @@ export class PolicyTrainer {
   /** The entropy coefficient in use (moves each step under adaptive entropy control). */
   entropyCoef: number;
 
-  /** Starts a worker loaded from `modelDir` (with its optimizer.bin, if any) at `version`. */
+  /**
+   * Starts a worker loaded from `modelDir` (with its optimizer.bin, if any) at `version`. PPO: the
+   * critic is a value head on the policy (shared), or a second model in the same worker (separate)
+   * loaded from modelDir/critic when there is one (a resumed run), else started fresh.
+   */
   static async start(opts: { modelDir: string; version: number; weightsRoot: string; config: PolicyTrainerConfig; onRestart?: (reason: string) => void }): Promise<PolicyTrainer> {
+    const ppo = opts.config.ppo ?? null;
+    const separate = ppo?.critic === "separate";
     const worker = await TrainerWorker.start({
       source: { modelDir: opts.modelDir },
       maxRestarts: 20,
       onRestart: (e) => opts.onRestart?.(e.reason),
-      valueHead: (opts.config.ppo ?? null) !== null,
+      valueHead: ppo !== null && !separate,
+      critic: separate ? await criticSource(opts.modelDir, opts.weightsRoot, ppo.criticPreset ?? null) : null,
     });
+    if (separate) {
+      const [p, c] = [(await worker.info()).config.vocab_size, (await worker.critic!.info()).config.vocab_size];
+      if (p !== c) {
+        await worker.close();
+        throw new OozeError("CONFIG_INVALID", `train: ppo.criticPreset: the value model's vocabulary (${c}) differs from the policy's (${p}); it reads the same tokens`);
+      }
+    }
     return new PolicyTrainer(worker, opts.weightsRoot, opts.config, { dir: opts.modelDir, version: opts.version });
   }
 
@@ -172,17 +191,21 @@ export class PolicyTrainer {
         const prepared: { samples: readonly (TrainSample | GaeTrainSample)[]; critic: Omit<CriticMetrics, "valueLoss" | "valueClipfrac"> | null } =
           ppo ? await this.withGae(samples, ppo) : { samples, critic: null };
         const parts = miniBatches(prepared.samples, c.updatesPerStep).map((p) => packSamples(p));
+        const critic = this.worker.critic;
+        const optim = { lr: this.lrAt(version), weightDecay: c.weightDecay, maxGradNorm: c.maxGradNorm, beta2: c.beta2, eps: c.adamEps ?? 1e-8 };
+        const value = ppo ? { valueCoef: ppo.valueCoef, valueClip: ppo.valueClip } : {};
         const all: TrainStepMetrics[] = [];
         for (const packed of parts) {
           const m = await this.worker.trainStep(
             packed,
-            {
-              epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: this.entropyCoef, temperature: c.temperature,
-              ...(ppo ? { valueCoef: ppo.valueCoef, valueClip: ppo.valueClip } : {}),
-            },
-            { lr: this.lrAt(version), weightDecay: c.weightDecay, maxGradNorm: c.maxGradNorm, beta2: c.beta2, eps: c.adamEps ?? 1e-8 },
-            { microBatchTokens: c.microBatchTokens },
+            { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: this.entropyCoef, temperature: c.temperature, ...(critic ? {} : value) },
+            optim, { microBatchTokens: c.microBatchTokens },
           );
+          if (critic) {
+            // the separate value model: its value loss only (zero advantages: no policy-gradient term)
+            const v = await critic.trainStep({ ...packed, advantages: new Float32Array(packed.advantages.length) }, { temperature: c.temperature, ...value }, optim, { microBatchTokens: c.microBatchTokens });
+            Object.assign(m, { valueLoss: v.valueLoss, valueMean: v.valueMean, valueClipfrac: v.valueClipfrac });
+          }
           all.push(m);
         }
         const metrics = mergeMetrics(all);
@@ -193,8 +216,8 @@ export class PolicyTrainer {
         await this.worker.save(dir, String(version), { optimizer: true });
         this.current = { dir, version };
         this.prune(version);
-        const critic = prepared.critic ? { ...prepared.critic, valueLoss: metrics.valueLoss, valueClipfrac: metrics.valueClipfrac } : null;
-        return { metrics, critic, modelDir: dir, version, restarts: this.worker.restarts - before };
+        const criticMetrics = prepared.critic ? { ...prepared.critic, valueLoss: metrics.valueLoss, valueClipfrac: metrics.valueClipfrac } : null;
+        return { metrics, critic: criticMetrics, modelDir: dir, version, restarts: this.worker.restarts - before };
       } catch (e) {
         const retry = e instanceof OozeError && e.code === "WORKER_DIED" && e.retryable && attempt < 10;
         if (!retry) throw e;
@@ -209,7 +232,7 @@ export class PolicyTrainer {
    */
   private async withGae(samples: readonly TrainSample[], ppo: PpoConfig): Promise<{ samples: GaeTrainSample[]; critic: Omit<CriticMetrics, "valueLoss" | "valueClipfrac"> }> {
     const packed = packSamples(samples);
-    const fwd = await this.worker.logprobs(packed, this.config.temperature);
+    const fwd = await (this.worker.critic ?? this.worker).logprobs(packed, this.config.temperature);
     if (!fwd.values) throw new OozeError("NATIVE_FAILED", "PPO: the trainer worker has no value head (it should have been created at start)");
     const gae: GaeSample[] = [], values: Float32Array[] = [];
     samples.forEach((s, i) => {
@@ -299,4 +322,17 @@ export function turnRewardsOf(s: { metadata: Record<string, unknown>; index: num
   const ok = typeof tr === "object" && Array.isArray((tr as { ends?: unknown }).ends) && Array.isArray((tr as { rewards?: unknown }).rewards);
   if (!ok) throw new OozeError("CONFIG_INVALID", `sample ${s.index}: metadata.turnRewards must be {ends: number[], rewards: number[]}`);
   return tr as { ends: number[]; rewards: number[] };
+}
+
+/**
+ * Where a separate value model starts: modelDir/critic (a checkpoint of a run that had one), else a
+ * fresh model of `preset` (in weightsRoot/critic-init), else a copy of the policy's weights.
+ */
+async function criticSource(modelDir: string, weightsRoot: string, preset: string | null): Promise<TrainerSource> {
+  const saved = join(modelDir, CRITIC_DIR);
+  if (existsSync(join(saved, "model.safetensors"))) return { modelDir: saved };
+  if (preset === null) return { modelDir };
+  const dir = join(weightsRoot, "critic-init");
+  await initModelDir(preset, dir, 0);
+  return { modelDir: dir };
 }

@@ -64,6 +64,19 @@ describe("algorithm: ppo", () => {
     }
   });
 
+  it("critic: separate: a value model of its own in the same worker, saved in each checkpoint's critic/ directory", { timeout: 120_000 }, async () => {
+    const { out, metrics } = await train({
+      task: "addition", taskConfig: { digits: 1 }, preset: "tiny", steps: 3, promptsPerStep: 3, samplesPerPrompt: 4, lr: 0.003,
+      checkpointEvery: 3, algorithm: "ppo", ppo: { critic: "separate", criticPreset: "tiny" },
+    });
+    expect(metrics.map((m) => m.step)).toEqual([1, 2, 3]);
+    for (const m of metrics) expect(Number.isFinite(m.value_loss)).toBe(true);
+    const ckpt = join(out, "checkpoints", "step-000003");
+    expect(existsSync(join(ckpt, "critic", "model.safetensors"))).toBe(true);
+    expect(existsSync(join(ckpt, "critic", VALUE_HEAD_FILE))).toBe(true);
+    expect(existsSync(join(ckpt, VALUE_HEAD_FILE))).toBe(false); // the policy has no head of its own
+  });
+
   it("guess-number with turn rewards: samples carry them at their turns' ends; PPO trains on them", { timeout: 120_000 }, async () => {
     const { job, metrics } = await train({
       task: "guess-number", taskConfig: { max: 7, maxTurns: 3, replies: "interval", credit: "information", turnRewards: true },

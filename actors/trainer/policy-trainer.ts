@@ -239,10 +239,7 @@ export class PolicyTrainer {
       const p = packed.cuSeqlens[i + 1]! - s.responseLength;
       const v = fwd.values!.slice(p, p + s.responseLength);
       values.push(v);
-      // the episode's reward is the total; what its turns were given early is not given again at the end
-      const turns = turnRewardsOf(s);
-      const early = turns ? turns.rewards.reduce((a, r) => a + r, 0) : 0;
-      gae.push({ lossMask: s.lossMask, values: v, reward: (s.reward ?? 0) - early, turnRewards: turns });
+      gae.push(gaeSampleOf(s, v));
     });
     const { advantages, returns } = computeGae(gae, { gamma: ppo.gamma, lambda: ppo.lambda, whitening: ppo.whitening });
     let n = 0, vSum = 0, rSum = 0;
@@ -310,6 +307,16 @@ function mergeMetrics(ms: TrainStepMetrics[]): TrainStepMetrics {
     valueLoss: mean((m) => m.valueLoss), valueMean: mean((m) => m.valueMean), valueClipfrac: mean((m) => m.valueClipfrac),
     clipfrac: Math.max(...ms.map((m) => m.clipfrac)), numTokens: ms.reduce((a, m) => a + m.numTokens, 0), numSamples: ms.reduce((a, m) => a + m.numSamples, 0),
   };
+}
+
+/**
+ * What GAE takes of a sample, given its values over the response: the turns' rewards at their ends,
+ * and at the end what the turns did not already get of the episode's reward (its total).
+ */
+export function gaeSampleOf(s: Pick<TrainSample, "lossMask" | "reward" | "metadata" | "index">, values: Float32Array): GaeSample {
+  const turns = turnRewardsOf(s);
+  const early = turns ? turns.rewards.reduce((a, r) => a + r, 0) : 0;
+  return { lossMask: s.lossMask, values, reward: (s.reward ?? 0) - early, turnRewards: turns };
 }
 
 /**

@@ -5,6 +5,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { computeGae, explainedVariance, placeRewards, type GaeSample } from "../../src/algorithms/gae.ts";
+import { gaeSampleOf } from "../../actors/trainer/policy-trainer.ts";
 import { mulberry32 } from "../../src/random.ts";
 
 /** Independent reference: list the steps, compute δ for each, sum the discounted future δs. */
@@ -108,5 +109,22 @@ describe("GAE", () => {
     expect(() => computeGae([s], { gamma: 1, lambda: 1 })).toThrow(/sample 0: turn 0 ends at 7, outside the response/);
     expect(() => computeGae([{ ...s, turnRewards: null, values: [0] }], { gamma: 1, lambda: 1 })).toThrow(/sample 0: values has 1 entries/);
     expect(() => computeGae([s], { gamma: 1.5, lambda: 1 })).toThrow(/gamma must be in \[0, 1\]/);
+  });
+});
+
+describe("GAE on trained samples (policy trainer)", () => {
+  it("turn rewards come early, the rest of the episode reward at the end: the undiscounted return is the episode's reward", () => {
+    const sample = {
+      index: 7, reward: 0.9, lossMask: Uint8Array.from([1, 1, 0, 0, 1, 0, 1]),
+      metadata: { turnRewards: { ends: [2, 5, 7], rewards: [0.2, 0.1, 0] } },
+    };
+    const g = gaeSampleOf(sample, new Float32Array(7));
+    expect(g.reward).toBeCloseTo(0.6, 12);
+    expect(Array.from(placeRewards(g)).map((x) => Math.round(x * 1e9) / 1e9)).toEqual([0, 0.2, 0, 0, 0.1, 0, 0.6]);
+    const { returns } = computeGae([g], { gamma: 1, lambda: 1, whitening: "none" });
+    expect(returns[0]![0]).toBeCloseTo(0.9, 6);
+    // without turn rewards the whole reward comes at the end
+    expect(gaeSampleOf({ ...sample, metadata: {} }, new Float32Array(7)).turnRewards).toBeNull();
+    expect(() => gaeSampleOf({ ...sample, metadata: { turnRewards: [1, 2] } }, new Float32Array(7))).toThrow(/sample 7: metadata.turnRewards must be/);
   });
 });

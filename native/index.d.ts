@@ -1,5 +1,6 @@
 // Types of every export of the native addon. Each module adds its section here.
 import type { PolicyLossConfig, PolicyLossMetrics } from "../src/algorithms/losses.ts";
+import type { ValueLossMetrics } from "../src/algorithms/value-loss.ts";
 
 /** The native addon's exports. */
 export interface NativeAddon {
@@ -11,6 +12,8 @@ export interface NativeAddon {
   readonly Trainer: NativeTrainerConstructor;
   /** The policy loss alone (same code as the Trainer's), synchronous: metrics and dL/dlogprobs, dL/dentropy. */
   policyLoss(inputs: NativePolicyLossInputs, loss: Partial<NativeLossConfig>): NativePolicyLossResult;
+  /** The critic's clipped value loss alone (same code as the Trainer's), synchronous; valueCoef 0 counts as 1. */
+  valueLoss(inputs: NativeValueLossInputs, loss: Partial<NativeLossConfig>): { metrics: ValueLossMetrics & { loss: number }; dValues: Float32Array };
 
   // --- checkpoints (checkpoint.cc) and the inference engine (engine_napi.cc) ---
   /** Reads config.json + model.safetensors (or sharded index); F32/BF16/F16. Sync. Throws naming file and tensor. */
@@ -206,12 +209,29 @@ export interface NativeTrainBatch extends NativePackedBatch {
   rolloutLogprobs: Float32Array | null;
   /** Reference policy logprobs (KL); null when klCoef is 0. */
   refLogprobs: Float32Array | null;
+  /** The critic's values when the returns were computed (value clip); absent or null without a critic loss. */
+  oldValues?: Float32Array | null;
+  /** Value targets (GAE returns); absent or null without a critic loss. */
+  returns?: Float32Array | null;
+}
+
+/** Per-token inputs of valueLoss (one entry per token; sequences by cuSeqlens). */
+export interface NativeValueLossInputs {
+  cuSeqlens: Int32Array;
+  lossMask: Uint8Array;
+  values: Float32Array;
+  oldValues: Float32Array;
+  returns: Float32Array;
 }
 
 /** Loss settings (see native/reference/losses.ts for the formulas); native defaults in comments. */
 export interface NativeLossConfig extends PolicyLossConfig {
   /** 1: logits / temperature before the log-softmax. */
   temperature: number;
+  /** Weight of the critic's value loss (needs a value head, oldValues and returns); 0 = none. */
+  valueCoef: number;
+  /** Value clip ε_v around oldValues; null or <= 0 = unclipped. */
+  valueClip: number | null;
 }
 
 /** AdamW settings. Weight decay is decoupled and never applied to 1-D tensors (RMSNorm weights). */
@@ -225,7 +245,7 @@ export interface NativeOptimConfig {
 }
 
 /** Loss metrics (with a normalizer, means are this micro-batch's share): the public definition. */
-export type NativeLossMetrics = PolicyLossMetrics;
+export type NativeLossMetrics = PolicyLossMetrics & ValueLossMetrics;
 
 /** Result of one optimizer step. */
 export interface NativeOptimResult {
@@ -257,6 +277,14 @@ export interface NativePolicyLossResult {
   dEntropy: Float32Array;
 }
 
+/** A forward without gradient: per-token logprobs, entropies and (with a value head) values, aligned with the tokens. */
+export interface NativeForward {
+  logprobs: Float32Array;
+  entropy: Float32Array;
+  /** values[i]: the critic's value of the state that predicts tokens[i]; 0 at sequence starts; null without a value head. */
+  values: Float32Array | null;
+}
+
 export interface NativeTrainerConstructor {
   /** From a config and params (flat, HF layout), or random init (HF's N(0, 0.02²)) from seed; no argument: empty until load(dir). */
   new (opts?: { config: Partial<LlamaHfConfig>; params: Float32Array | null; seed: number | null }): NativeTrainer;
@@ -268,9 +296,9 @@ export interface NativeTrainerConstructor {
  */
 export interface NativeTrainer {
   /** Per-token logprobs and entropies (aligned with tokens, 0 at each sequence's first token), no grad. */
-  logprobs(batch: NativePackedBatch, temperature?: number): Promise<{ logprobs: Float32Array; entropy: Float32Array }>;
-  /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy into the grads (a custom loss from JS). */
-  backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array): Promise<void>;
+  logprobs(batch: NativePackedBatch, temperature?: number): Promise<NativeForward>;
+  /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy (+ dValues·values, needs a value head) into the grads. */
+  backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array, dValues?: Float32Array): Promise<void>;
   /** Forward, policy loss, backward; gradients are added into the grads (micro-batch accumulation). */
   accumulate(batch: NativeTrainBatch, loss: Partial<NativeLossConfig>): Promise<NativeLossMetrics>;
   /** Clips, takes one AdamW step with the accumulated grads, and zeroes them. */
@@ -287,10 +315,18 @@ export interface NativeTrainer {
   /** Forgets the AdamW moments and step count. */
   resetOptimizer(): void;
   /** Config, size, optimizer step and tensor layout; null while empty. */
-  info(): { config: LlamaHfConfig; numParams: number; step: number; tensors: TensorLayout[] } | null;
+  info(): { config: LlamaHfConfig; numParams: number; step: number; valueHead: boolean; tensors: TensorLayout[] } | null;
+  /** Creates or replaces the critic's value head (hidden_size + 1 floats: weight, then bias); its grads and moments restart. */
+  setValueHead(params: Float32Array): void;
+  /** The value head's params, accumulated grads and AdamW step; null without one. */
+  getValueHead(): { params: Float32Array; grads: Float32Array; step: number } | null;
+  /** Writes the value head and its AdamW state to one file. */
+  saveValueHead(path: string): Promise<void>;
+  /** Replaces the value head and its AdamW state from a saveValueHead file. */
+  loadValueHead(path: string): Promise<void>;
   /** Writes dir/config.json and dir/model.safetensors (F32) of the current params. */
   save(dir: string, weightVersion?: string): Promise<void>;
-  /** Replaces the model from a checkpoint dir; zeroes grads and resets the optimizer. */
+  /** Replaces the model from a checkpoint dir; zeroes grads, resets the optimizer and drops the value head. */
   load(dir: string): Promise<{ weightVersion: string }>;
   /** Writes the AdamW moments and step count to one file (native/src/optim.h format). */
   saveOptimizer(path: string): Promise<void>;

@@ -7,6 +7,7 @@ import { OozeError } from "../src/errors.ts";
 import { loadNative } from "./load.ts";
 import type {
   LlamaHfConfig,
+  NativeForward,
   NativeLossConfig,
   NativeLossMetrics,
   NativeOptimConfig,
@@ -17,12 +18,12 @@ import type {
   TensorLayout,
 } from "./index.d.ts";
 
-export type { NativeLossConfig, NativeLossMetrics, NativeOptimConfig, NativeOptimResult, NativePackedBatch, NativeTrainBatch };
+export type { NativeForward, NativeLossConfig, NativeLossMetrics, NativeOptimConfig, NativeOptimResult, NativePackedBatch, NativeTrainBatch };
 
-/** Loss defaults: PPO clip 0.2 both sides, no dual clip, no KL, no entropy bonus, no TIS, per-token mean, temperature 1. */
+/** Loss defaults: PPO clip 0.2 both sides, no dual clip, no KL, no entropy bonus, no TIS, per-token mean, temperature 1, no critic loss (value clip 0.2 when on). */
 export const defaultLossConfig: NativeLossConfig = {
   epsClip: 0.2, epsClipHigh: 0.2, epsClipC: null, klCoef: 0, klType: "k3", entropyCoef: 0,
-  tisCap: null, reduction: "token", normalizer: null, temperature: 1,
+  tisCap: null, reduction: "token", normalizer: null, temperature: 1, valueCoef: 0, valueClip: 0.2,
 };
 
 /** AdamW defaults (lr has none). */
@@ -32,6 +33,12 @@ export const defaultOptimConfig: Omit<NativeOptimConfig, "lr"> = {
 
 /** The file in a checkpoint directory that holds the AdamW state when saved with `optimizer: true`. */
 export const OPTIMIZER_FILE = "optimizer.bin";
+
+/**
+ * The file in a checkpoint directory that holds the critic's value head and its AdamW state (beside
+ * the HF files, which stay a plain Llama checkpoint that HF loaders and the engines read unchanged).
+ */
+export const VALUE_HEAD_FILE = "value_head.bin";
 
 /** How to build a trainer: a config with params (or a seed for random init), or a checkpoint dir. */
 export type TrainerSource =
@@ -81,14 +88,42 @@ export class Trainer {
     return run;
   }
 
-  /** Per-token logprobs and entropies (entry i: of tokens[i] given its sequence's earlier tokens; 0 at each sequence start). */
-  logprobs(batch: NativePackedBatch, temperature = 1): Promise<{ logprobs: Float32Array; entropy: Float32Array }> {
+  /**
+   * Per-token logprobs and entropies (entry i: of tokens[i] given its sequence's earlier tokens; 0 at
+   * each sequence start), and with a value head the critic's values aligned the same way.
+   */
+  logprobs(batch: NativePackedBatch, temperature = 1): Promise<NativeForward> {
     return this.enqueue("logprobs", () => this.native.logprobs(batch, temperature));
   }
 
-  /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy into the accumulated grads. */
-  backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array): Promise<void> {
-    return this.enqueue("backward", () => this.native.backward(batch, temperature, dLogprobs, dEntropy));
+  /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy (+ dValues·values) into the accumulated grads. */
+  backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array, dValues: Float32Array | null = null): Promise<void> {
+    return this.enqueue("backward", () =>
+      dValues ? this.native.backward(batch, temperature, dLogprobs, dEntropy, dValues) : this.native.backward(batch, temperature, dLogprobs, dEntropy));
+  }
+
+  /**
+   * Gives the trainer a value head if it has none: zeros (V = 0 until it learns), so the first value
+   * gradient reaches the head alone. Returns whether one was created.
+   */
+  ensureValueHead(): Promise<boolean> {
+    return this.enqueue("ensureValueHead", () => {
+      const i = this.native.info();
+      if (!i) throw new OozeError("NATIVE_FAILED", "Trainer.ensureValueHead: no model loaded");
+      if (i.valueHead) return false;
+      this.native.setValueHead(new Float32Array(i.config.hidden_size + 1));
+      return true;
+    });
+  }
+
+  /** Replaces the value head (hidden_size + 1 floats: weight, then bias). */
+  setValueHead(params: Float32Array): Promise<void> {
+    return this.enqueue("setValueHead", () => this.native.setValueHead(params));
+  }
+
+  /** The value head's params, accumulated grads and AdamW step; null without one. */
+  getValueHead(): Promise<{ params: Float32Array; grads: Float32Array; step: number } | null> {
+    return this.enqueue("getValueHead", () => this.native.getValueHead());
   }
 
   /** Forward + policy loss + backward of one micro-batch; grads add up until applyGrads. */
@@ -152,29 +187,32 @@ export class Trainer {
 
   /**
    * Writes an HF checkpoint (config.json + model.safetensors, F32) of the current params; with
-   * `optimizer: true` also the AdamW state as dir/optimizer.bin (written first, so a directory whose
-   * weights are complete has its matching optimizer state).
+   * `optimizer: true` also the AdamW state as dir/optimizer.bin; with a value head, the head and its
+   * moments as dir/value_head.bin. Those are written first, so a directory whose weights are complete
+   * has its matching optimizer and critic state.
    */
   save(dir: string, weightVersion = "", opts: { optimizer: boolean } = { optimizer: false }): Promise<void> {
     return this.enqueue("save", async () => {
-      if (opts.optimizer) {
-        mkdirSync(dir, { recursive: true });
-        await this.native.saveOptimizer(join(dir, OPTIMIZER_FILE));
-      }
+      mkdirSync(dir, { recursive: true });
+      if (opts.optimizer) await this.native.saveOptimizer(join(dir, OPTIMIZER_FILE));
+      if (this.native.info()?.valueHead) await this.native.saveValueHead(join(dir, VALUE_HEAD_FILE));
       await this.native.save(dir, weightVersion);
     });
   }
 
   /**
    * Replaces the model with a checkpoint's; grads zeroed; the optimizer state comes from
-   * dir/optimizer.bin when there is one, else it is reset.
+   * dir/optimizer.bin when there is one, else it is reset; the value head from dir/value_head.bin
+   * when there is one, else the trainer has none.
    */
-  load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null }> {
+  load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null; valueHead: boolean }> {
     return this.enqueue("load", async () => {
       const r = await this.native.load(dir);
-      const opt = join(dir, OPTIMIZER_FILE);
+      const opt = join(dir, OPTIMIZER_FILE), head = join(dir, VALUE_HEAD_FILE);
       const optimizerStep = existsSync(opt) ? (await this.native.loadOptimizer(opt)).step : null;
-      return { weightVersion: r.weightVersion, optimizerStep };
+      const valueHead = existsSync(head);
+      if (valueHead) await this.native.loadValueHead(head);
+      return { weightVersion: r.weightVersion, optimizerStep, valueHead };
     });
   }
 
@@ -188,8 +226,8 @@ export class Trainer {
     return this.enqueue("loadOptimizer", () => this.native.loadOptimizer(path));
   }
 
-  /** Config, parameter count, optimizer step and tensor layout. */
-  info(): { config: LlamaHfConfig; numParams: number; step: number; tensors: TensorLayout[] } {
+  /** Config, parameter count, optimizer step, whether a value head exists, and tensor layout. */
+  info(): { config: LlamaHfConfig; numParams: number; step: number; valueHead: boolean; tensors: TensorLayout[] } {
     const i = this.native.info();
     if (!i) throw new OozeError("NATIVE_FAILED", "Trainer.info: no model loaded");
     return i;
@@ -239,6 +277,8 @@ export function splitTrainBatch(b: NativeTrainBatch, maxTokens: number): NativeT
       oldLogprobs: b.oldLogprobs.slice(a, e),
       rolloutLogprobs: b.rolloutLogprobs ? b.rolloutLogprobs.slice(a, e) : null,
       refLogprobs: b.refLogprobs ? b.refLogprobs.slice(a, e) : null,
+      oldValues: b.oldValues ? b.oldValues.slice(a, e) : null,
+      returns: b.returns ? b.returns.slice(a, e) : null,
     });
     s0 = s1;
   }
@@ -256,11 +296,15 @@ export interface TrainSample {
   rolloutLogprobs: Float32Array | null;
   /** One advantage for the whole sample, or one per response token. */
   advantage: number | Float32Array;
+  /** PPO: over the response, the critic's values the returns were computed with (value clip). */
+  oldValues?: Float32Array | null;
+  /** PPO: over the response, the value targets. */
+  returns?: Float32Array | null;
 }
 
 /**
  * Packs samples into one training batch with per-token arrays aligned with the packed tokens; prompt
- * positions are masked out. oldLogprobs starts as the rollout logprobs (or zeros): fill it with
+ * positions are masked out. oldValues and returns are packed when every sample has them (PPO). oldLogprobs starts as the rollout logprobs (or zeros): fill it with
  * Trainer.logprobs for a recomputed old policy. rolloutLogprobs is null when any sample lacks them.
  */
 export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
@@ -269,6 +313,8 @@ export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
   const lossMask = new Uint8Array(total), advantages = new Float32Array(total);
   const rollout = new Float32Array(total);
   let haveRollout = samples.length > 0;
+  const critic = samples.length > 0 && samples.every((s) => s.oldValues && s.returns);
+  const oldValues = critic ? new Float32Array(total) : null, returns = critic ? new Float32Array(total) : null;
   let off = 0;
   samples.forEach((s, i) => {
     const n = s.tokens.length, p = n - s.responseLength;
@@ -280,6 +326,7 @@ export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
     else advantages.set(s.advantage, off + p);
     if (s.rolloutLogprobs) rollout.set(s.rolloutLogprobs, off + p);
     else haveRollout = false;
+    if (oldValues && returns) oldValues.set(s.oldValues!, off + p), returns.set(s.returns!, off + p);
     off += n;
     cuSeqlens[i + 1] = off;
   });
@@ -288,5 +335,7 @@ export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
     oldLogprobs: haveRollout ? rollout.slice() : new Float32Array(total),
     rolloutLogprobs: haveRollout ? rollout : null,
     refLogprobs: null,
+    oldValues,
+    returns,
   };
 }

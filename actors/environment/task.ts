@@ -9,6 +9,13 @@ export interface StepResult<S> {
   /** Tokens of the environment's reply, appended with loss mask 0; empty when done. */
   observation: Int32Array;
   done: boolean;
+  /**
+   * Optional reward for this turn (turn-level credit): recorded on the sample at the turn's last
+   * model token (metadata.turnRewards) and discounted through GAE by algorithm: ppo. It is a part of
+   * the episode's reward given early, not an extra: `reward(state)` stays the episode's total, and
+   * GAE puts what the turns did not give at the end. Group estimators use the total only.
+   */
+  reward?: number;
 }
 
 /** A task: one instance per episode. */

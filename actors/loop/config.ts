@@ -67,6 +67,36 @@ export const trainSchema = z
     /** AdamW epsilon (a larger one damps updates of rarely-used parameters, e.g. the embedding rows of rarely-sampled tokens). */
     adamEps: z.number().positive().default(1e-8),
     estimator: z.enum(estimators).default("grpo"),
+    /**
+     * group: critic-free, one advantage per sample from its group (`estimator`). ppo: a critic (a
+     * value head on the policy's trunk, trained in the same worker) and token-level GAE advantages
+     * over the model's tokens, per-turn rewards included (settings under `ppo:`); `estimator` is not used.
+     */
+    algorithm: z.enum(["group", "ppo"]).default("group"),
+    /** PPO with a critic (algorithm: ppo). */
+    ppo: z
+      .object({
+        /** Discount per model token (environment tokens take no step). */
+        gamma: z.number().min(0).max(1).default(1),
+        /** GAE λ (0: one-step TD, 1: Monte Carlo). */
+        lambda: z.number().min(0).max(1).default(0.95),
+        /** Weight of the value loss beside the policy loss (they share the trunk). */
+        valueCoef: z.number().positive().default(0.5),
+        /** Value clip ε_v around the values the returns were computed with; null = unclipped. */
+        valueClip: z.number().positive().nullable().default(0.2),
+        /** batch: advantages whitened over the batch's model tokens; none: raw GAE. */
+        whitening: z.enum(["batch", "none"]).default("batch"),
+        /**
+         * shared: a value head on the policy's trunk (one forward and backward for both). separate:
+         * a value model of its own (with a value head) in the same trainer worker, started from
+         * `criticPreset` or, when null, from a copy of the policy's starting weights.
+         */
+        critic: z.enum(["shared", "separate"]).default("shared"),
+        /** critic: separate: a model preset for the value model (same vocabulary as the policy); null = the policy's weights. */
+        criticPreset: z.string().nullable().default(null),
+      })
+      .strict()
+      .prefault({}),
     /** Drop groups whose rewards are all equal. */
     dropZeroVariance: z.boolean().default(false),
     /** Optimizer steps per batch (mini-batches of whole groups; PPO clipping keeps them near the rollout policy). */

@@ -36,6 +36,12 @@ export interface StepMetrics {
   failed: number;
   dropped_groups: number;
   trainer_restarts: number;
+  /** PPO (algorithm: ppo) only: the critic's value loss, the share of the returns' variance its values explained, mean value and return over model tokens, value-clip fraction. */
+  value_loss?: number;
+  explained_variance?: number;
+  value_mean?: number;
+  return_mean?: number;
+  value_clipfrac?: number;
 }
 
 /**

@@ -40,6 +40,7 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
   let state = s0;
   let truncated = false;
   let turns = 0;
+  const turnRewards: { ends: number[]; rewards: number[] } = { ends: [], rewards: [] };
   for (let turn = 0; turn < task.maxTurns; turn++) {
     turns++;
     const turnStart = b.responseLength;
@@ -76,9 +77,14 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     const action = ids.length > 0 && ids[ids.length - 1] === EOS_ID ? ids.subarray(0, ids.length - 1) : ids;
     const r = task.step(state, action.slice());
     state = r.state;
+    if (r.reward !== undefined) turnRewards.ends.push(b.responseLength), turnRewards.rewards.push(r.reward);
     if (r.done) break;
     b.appendEnv(r.observation);
   }
   // success only where the task tests it: rewardStats counts the full reward otherwise
-  return b.build(task.reward(state), truncated ? "truncated" : "completed", { turns, ...(task.success ? { success: task.success(state) } : {}) });
+  return b.build(task.reward(state), truncated ? "truncated" : "completed", {
+    turns,
+    ...(task.success ? { success: task.success(state) } : {}),
+    ...(turnRewards.ends.length > 0 ? { turnRewards } : {}),
+  });
 }

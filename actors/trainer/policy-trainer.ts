@@ -1,14 +1,21 @@
 // The trainer side of the loop: feeds batches to the native trainer worker (a supervised child
 // process), with the rollout logprobs as the old policy's (one PPO epoch per batch), and saves each
 // new version (weights + AdamW state) to its own directory, which becomes the worker's restore point.
+// With PPO (config.ppo), the worker also holds the critic (a value head on the policy's trunk): one
+// forward gives the batch's values, GAE turns them and the rewards (per turn and final) into token
+// advantages and returns, and each update trains policy and critic together.
 // A train step and its save are one unit: if the worker dies anywhere in it, the worker comes back
 // at the previous version and the unit is redone, so a batch is applied exactly once.
-import { rmSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { TrainerWorker } from "../../native/worker/client.ts";
-import { packSamples, type TrainStepMetrics } from "../../native/trainer.ts";
+import { initModelDir } from "../../native/model-dir.ts";
+import { CRITIC_DIR, TrainerWorker } from "../../native/worker/client.ts";
+import { packSamples, type TrainerSource, type TrainStepMetrics } from "../../native/trainer.ts";
+import { computeGae, explainedVariance, type AdvantageWhitening, type GaeSample } from "../../src/algorithms/gae.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { TrainSample } from "../buffer/groups.ts";
+import type { TrainConfig } from "../loop/config.ts";
+import type { StepMetrics } from "../loop/metrics.ts";
 
 /** The learning rate of the step that produces weight version `version` (1-based) under `c`'s schedule. */
 export function learningRate(c: Pick<PolicyTrainerConfig, "lr" | "lrWarmupSteps" | "lrDecay" | "lrDecaySteps" | "lrMinRatio">, version: number): number {
@@ -22,8 +29,23 @@ export function learningRate(c: Pick<PolicyTrainerConfig, "lr" | "lrWarmupSteps"
   return c.lr * (min + (1 - min) * f);
 }
 
+/** PPO with a critic: GAE and value-loss settings (see `ppo:` in actors/loop/config.ts). */
+export interface PpoConfig {
+  gamma: number;
+  lambda: number;
+  valueCoef: number;
+  valueClip: number | null;
+  whitening: AdvantageWhitening;
+  /** shared: a value head on the policy's trunk; separate: a value model of its own in the same worker. */
+  critic?: "shared" | "separate";
+  /** critic: separate: the value model's preset (null: a copy of the policy's starting weights). */
+  criticPreset?: string | null;
+}
+
 /** Loss and optimizer settings of the trainer. */
 export interface PolicyTrainerConfig {
+  /** PPO with a critic (values, GAE, value loss); null: the samples' own (group) advantages. */
+  ppo?: PpoConfig | null;
   lr: number;
   /** Linear warmup: step k (1-based, counted in weight versions) uses lr * min(1, k / lrWarmupSteps). */
   lrWarmupSteps?: number;
@@ -53,9 +75,41 @@ export interface PolicyTrainerConfig {
   updatesPerStep: number;
 }
 
+/** The trainer config of a topology's `train:` section (lrDecaySteps: the run's steps). */
+export function policyTrainerConfig(t: TrainConfig): PolicyTrainerConfig {
+  return {
+    lr: t.lr, lrWarmupSteps: t.lrWarmupSteps, lrDecay: t.lrDecay, lrDecaySteps: t.steps, lrMinRatio: t.lrMinRatio, adamEps: t.adamEps,
+    weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
+    entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, temperature: t.temperature,
+    microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep, ppo: t.algorithm === "ppo" ? t.ppo : null,
+  };
+}
+
+/** Critic figures of a PPO step (over the batch's model tokens, before the update). */
+export interface CriticMetrics {
+  /** Value loss of the update (mean over mini-batches). */
+  valueLoss: number;
+  /** 1 − Var(returns − values) / Var(returns): how much of the returns the critic predicted (NaN if the returns are constant). */
+  explainedVariance: number;
+  valueMean: number;
+  returnMean: number;
+  /** Share of tokens where the value clip bound the loss. */
+  valueClipfrac: number;
+}
+
+/** metrics.jsonl fields of a PPO step's critic. */
+export function criticFields(c: CriticMetrics): Partial<StepMetrics> {
+  return { value_loss: c.valueLoss, explained_variance: c.explainedVariance, value_mean: c.valueMean, return_mean: c.returnMean, value_clipfrac: c.valueClipfrac };
+}
+
+/** A sample with token advantages, the values they came from, and the returns (PPO). */
+type GaeTrainSample = Omit<TrainSample, "advantage"> & { advantage: Float32Array; oldValues: Float32Array; returns: Float32Array };
+
 /** Result of one training step. */
 export interface TrainStepResult {
   metrics: TrainStepMetrics;
+  /** PPO only: the critic's figures; null for the group estimators. */
+  critic: CriticMetrics | null;
   /** Directory of the new version's weights. */
   modelDir: string;
   version: number;
@@ -77,13 +131,28 @@ export class PolicyTrainer {
   /** The entropy coefficient in use (moves each step under adaptive entropy control). */
   entropyCoef: number;
 
-  /** Starts a worker loaded from `modelDir` (with its optimizer.bin, if any) at `version`. */
+  /**
+   * Starts a worker loaded from `modelDir` (with its optimizer.bin, if any) at `version`. PPO: the
+   * critic is a value head on the policy (shared), or a second model in the same worker (separate)
+   * loaded from modelDir/critic when there is one (a resumed run), else started fresh.
+   */
   static async start(opts: { modelDir: string; version: number; weightsRoot: string; config: PolicyTrainerConfig; onRestart?: (reason: string) => void }): Promise<PolicyTrainer> {
+    const ppo = opts.config.ppo ?? null;
+    const separate = ppo?.critic === "separate";
     const worker = await TrainerWorker.start({
       source: { modelDir: opts.modelDir },
       maxRestarts: 20,
       onRestart: (e) => opts.onRestart?.(e.reason),
+      valueHead: ppo !== null && !separate,
+      critic: separate ? await criticSource(opts.modelDir, opts.weightsRoot, ppo.criticPreset ?? null) : null,
     });
+    if (separate) {
+      const [p, c] = [(await worker.info()).config.vocab_size, (await worker.critic!.info()).config.vocab_size];
+      if (p !== c) {
+        await worker.close();
+        throw new OozeError("CONFIG_INVALID", `train: ppo.criticPreset: the value model's vocabulary (${c}) differs from the policy's (${p}); it reads the same tokens`);
+      }
+    }
     return new PolicyTrainer(worker, opts.weightsRoot, opts.config, { dir: opts.modelDir, version: opts.version });
   }
 
@@ -111,21 +180,32 @@ export class PolicyTrainer {
 
   /** Trains on one batch and saves the next version. */
   async step(samples: readonly TrainSample[]): Promise<TrainStepResult> {
-    const parts = miniBatches(samples, this.config.updatesPerStep).map((p) => packSamples(p));
     const c = this.config;
+    const ppo = c.ppo ?? null;
     const version = this.current.version + 1;
     const dir = this.dirOf(version);
     const before = this.worker.restarts;
     for (let attempt = 0; ; attempt++) {
       try {
+        // PPO: the critic's values of this batch (before any update) give advantages and returns
+        const prepared: { samples: readonly (TrainSample | GaeTrainSample)[]; critic: Omit<CriticMetrics, "valueLoss" | "valueClipfrac"> | null } =
+          ppo ? await this.withGae(samples, ppo) : { samples, critic: null };
+        const parts = miniBatches(prepared.samples, c.updatesPerStep).map((p) => packSamples(p));
+        const critic = this.worker.critic;
+        const optim = { lr: this.lrAt(version), weightDecay: c.weightDecay, maxGradNorm: c.maxGradNorm, beta2: c.beta2, eps: c.adamEps ?? 1e-8 };
+        const value = ppo ? { valueCoef: ppo.valueCoef, valueClip: ppo.valueClip } : {};
         const all: TrainStepMetrics[] = [];
         for (const packed of parts) {
           const m = await this.worker.trainStep(
             packed,
-            { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: this.entropyCoef, temperature: c.temperature },
-            { lr: this.lrAt(version), weightDecay: c.weightDecay, maxGradNorm: c.maxGradNorm, beta2: c.beta2, eps: c.adamEps ?? 1e-8 },
-            { microBatchTokens: c.microBatchTokens },
+            { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: this.entropyCoef, temperature: c.temperature, ...(critic ? {} : value) },
+            optim, { microBatchTokens: c.microBatchTokens },
           );
+          if (critic) {
+            // the separate value model: its value loss only (zero advantages: no policy-gradient term)
+            const v = await critic.trainStep({ ...packed, advantages: new Float32Array(packed.advantages.length) }, { temperature: c.temperature, ...value }, optim, { microBatchTokens: c.microBatchTokens });
+            Object.assign(m, { valueLoss: v.valueLoss, valueMean: v.valueMean, valueClipfrac: v.valueClipfrac });
+          }
           all.push(m);
         }
         const metrics = mergeMetrics(all);
@@ -136,13 +216,43 @@ export class PolicyTrainer {
         await this.worker.save(dir, String(version), { optimizer: true });
         this.current = { dir, version };
         this.prune(version);
-        return { metrics, modelDir: dir, version, restarts: this.worker.restarts - before };
+        const criticMetrics = prepared.critic ? { ...prepared.critic, valueLoss: metrics.valueLoss, valueClipfrac: metrics.valueClipfrac } : null;
+        return { metrics, critic: criticMetrics, modelDir: dir, version, restarts: this.worker.restarts - before };
       } catch (e) {
         const retry = e instanceof OozeError && e.code === "WORKER_DIED" && e.retryable && attempt < 10;
         if (!retry) throw e;
         // the worker restarts from its restore point: the previous version (weights and optimizer)
       }
     }
+  }
+
+  /**
+   * One forward over the batch for the critic's values, then GAE over each sample's response: token
+   * advantages (whitened over the batch) and returns, with the values as the value clip's reference.
+   */
+  private async withGae(samples: readonly TrainSample[], ppo: PpoConfig): Promise<{ samples: GaeTrainSample[]; critic: Omit<CriticMetrics, "valueLoss" | "valueClipfrac"> }> {
+    const packed = packSamples(samples);
+    const fwd = await (this.worker.critic ?? this.worker).logprobs(packed, this.config.temperature);
+    if (!fwd.values) throw new OozeError("NATIVE_FAILED", "PPO: the trainer worker has no value head (it should have been created at start)");
+    const gae: GaeSample[] = [], values: Float32Array[] = [];
+    samples.forEach((s, i) => {
+      const p = packed.cuSeqlens[i + 1]! - s.responseLength;
+      const v = fwd.values!.slice(p, p + s.responseLength);
+      values.push(v);
+      gae.push(gaeSampleOf(s, v));
+    });
+    const { advantages, returns } = computeGae(gae, { gamma: ppo.gamma, lambda: ppo.lambda, whitening: ppo.whitening });
+    let n = 0, vSum = 0, rSum = 0;
+    samples.forEach((s, i) => {
+      for (let t = 0; t < s.responseLength; t++) if (s.lossMask[t]) n++, (vSum += values[i]![t]!), (rSum += returns[i]![t]!);
+    });
+    return {
+      samples: samples.map((s, i) => ({ ...s, advantage: advantages[i]!, oldValues: values[i]!, returns: returns[i]! })),
+      critic: {
+        explainedVariance: explainedVariance(samples.map((s) => s.lossMask), values, returns),
+        valueMean: n ? vSum / n : 0, returnMean: n ? rSum / n : 0,
+      },
+    };
   }
 
   /** The learning rate of the step that produces `version`. */
@@ -194,6 +304,42 @@ function mergeMetrics(ms: TrainStepMetrics[]): TrainStepMetrics {
   return {
     ...last,
     loss: mean((m) => m.loss), pgLoss: mean((m) => m.pgLoss), entropy: mean((m) => m.entropy), gradNorm: mean((m) => m.gradNorm),
+    valueLoss: mean((m) => m.valueLoss), valueMean: mean((m) => m.valueMean), valueClipfrac: mean((m) => m.valueClipfrac),
     clipfrac: Math.max(...ms.map((m) => m.clipfrac)), numTokens: ms.reduce((a, m) => a + m.numTokens, 0), numSamples: ms.reduce((a, m) => a + m.numSamples, 0),
   };
+}
+
+/**
+ * What GAE takes of a sample, given its values over the response: the turns' rewards at their ends,
+ * and at the end what the turns did not already get of the episode's reward (its total).
+ */
+export function gaeSampleOf(s: Pick<TrainSample, "lossMask" | "reward" | "metadata" | "index">, values: Float32Array): GaeSample {
+  const turns = turnRewardsOf(s);
+  const early = turns ? turns.rewards.reduce((a, r) => a + r, 0) : 0;
+  return { lossMask: s.lossMask, values, reward: (s.reward ?? 0) - early, turnRewards: turns };
+}
+
+/**
+ * A sample's per-turn rewards as the rollout records them (metadata.turnRewards: {ends, rewards}, ends
+ * being response positions where each turn's model tokens end); null when the task gave none.
+ */
+export function turnRewardsOf(s: { metadata: Record<string, unknown>; index: number }): GaeSample["turnRewards"] {
+  const tr = s.metadata["turnRewards"];
+  if (tr === undefined || tr === null) return null;
+  const ok = typeof tr === "object" && Array.isArray((tr as { ends?: unknown }).ends) && Array.isArray((tr as { rewards?: unknown }).rewards);
+  if (!ok) throw new OozeError("CONFIG_INVALID", `sample ${s.index}: metadata.turnRewards must be {ends: number[], rewards: number[]}`);
+  return tr as { ends: number[]; rewards: number[] };
+}
+
+/**
+ * Where a separate value model starts: modelDir/critic (a checkpoint of a run that had one), else a
+ * fresh model of `preset` (in weightsRoot/critic-init), else a copy of the policy's weights.
+ */
+async function criticSource(modelDir: string, weightsRoot: string, preset: string | null): Promise<TrainerSource> {
+  const saved = join(modelDir, CRITIC_DIR);
+  if (existsSync(join(saved, "model.safetensors"))) return { modelDir: saved };
+  if (preset === null) return { modelDir };
+  const dir = join(weightsRoot, "critic-init");
+  await initModelDir(preset, dir, 0);
+  return { modelDir: dir };
 }

@@ -18,7 +18,7 @@ import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup 
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { appendJsonl, readJsonl, writeRewardSvg, type BatchRecord, type StepMetrics } from "../loop/metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
-import { PolicyTrainer, type TrainStepResult } from "./policy-trainer.ts";
+import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
 
 /** The trainer actor's `config`. */
 export const trainerActorConfig = z.object({
@@ -54,12 +54,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       mkdirSync(out, { recursive: true });
       const from = await startingPoint(out, env, paths);
       if (from.resumed) ctx.log.warn(`trainer: resuming job ${env.job} at step ${from.step} from ${from.modelDir}`);
-      const config = {
-        lr: t.lr, lrWarmupSteps: t.lrWarmupSteps, lrDecay: t.lrDecay, lrDecaySteps: t.steps, lrMinRatio: t.lrMinRatio, adamEps: t.adamEps,
-        weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
-        entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, temperature: t.temperature,
-        microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep,
-      };
+      const config = policyTrainerConfig(t);
       const trainer = await PolicyTrainer.start({
         modelDir: from.modelDir,
         version: from.version,
@@ -219,6 +214,7 @@ class Run {
       partial_samples: b.samples.filter((x) => new Set(x.weightVersions.map((w) => w.version)).size > 1).length, cache_hit_rate: s.promptTokens > 0 ? s.cachedTokens / s.promptTokens : 0,
       loss: tm?.loss ?? 0, kl: tm?.ppoKl ?? 0, entropy: tm?.entropy ?? 0, clipfrac: tm?.clipfrac ?? 0, grad_norm: tm?.gradNorm ?? 0,
       response_length_mean: b.samples.length ? b.samples.reduce((n, x) => n + x.responseLength, 0) / b.samples.length : 0, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: restarts,
+      ...(trained?.critic ? criticFields(trained.critic) : {}),
     };
     this.metrics.push(m);
     appendJsonl(this.paths.metrics, m);

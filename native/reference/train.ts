@@ -176,21 +176,28 @@ export function validatePacked(batch: PackedTokens, vocab: number): void {
 export interface ReferenceResult {
   logprobs: Float64Array;
   entropy: Float64Array;
-  /** Gradient of Σ dLogprobs·logprobs + dEntropy·entropy wrt every parameter; null without upstream grads. */
+  /** Gradient of Σ dLogprobs·logprobs + dEntropy·entropy (+ dValues·values) wrt every parameter; null without upstream grads. */
   grads: Float64Array | null;
+  /** With a value head: values[i] = w·xnf[i−1] + b (0 at each sequence's first token); else null. */
+  values: Float64Array | null;
+  /** With a value head and upstream grads: the gradient wrt the head's [w, b]; else null. */
+  headGrads: Float64Array | null;
 }
 
 /**
  * Forward (and, given upstream gradients, backward) of a Llama model over a packed batch.
  * logprobs[i] = log softmax(logits(tokens[..i-1]) / temperature)[tokens[i]] for every token that is
- * not the first of its sequence; entropy[i] is that distribution's entropy.
+ * not the first of its sequence; entropy[i] is that distribution's entropy. With `valueHead`
+ * (hidden_size + 1 floats, weight then bias) also the critic's values on the final norm's output,
+ * aligned like the logprobs, and with upstream dValues their gradient through the head and the trunk.
  */
 export function referenceForwardBackward(
   cfg: TrainModelConfig,
   params: Buf,
   batch: PackedTokens,
   temperature: number,
-  upstream: { dLogprobs: ArrayLike<number>; dEntropy: ArrayLike<number> } | null,
+  upstream: { dLogprobs: ArrayLike<number>; dEntropy: ArrayLike<number>; dValues?: ArrayLike<number> } | null,
+  valueHead: ArrayLike<number> | null = null,
 ): ReferenceResult {
   validatePacked(batch, cfg.vocab_size);
   const { tokens, cuSeqlens } = batch;
@@ -263,7 +270,17 @@ export function referenceForwardBackward(
     logprobs[t + 1] = logits[t * V + tokens[t + 1]!]! / temperature - lse;
     entropy[t + 1] = ent;
   }
-  if (!upstream) return { logprobs, entropy, grads: null };
+  let values: Float64Array | null = null;
+  if (valueHead) {
+    values = new Float64Array(T);
+    for (let t = 0; t + 1 < T; t++) {
+      if (starts[t + 1] !== starts[t]) continue;
+      let v = valueHead[H]!;
+      for (let i = 0; i < H; i++) v += valueHead[i]! * nf.y[t * H + i]!;
+      values[t + 1] = v;
+    }
+  }
+  if (!upstream) return { logprobs, entropy, grads: null, values, headGrads: null };
 
   // Backward.
   const grads = new Float64Array(tensorLayout(cfg).numel);
@@ -278,6 +295,16 @@ export function referenceForwardBackward(
     }
   }
   const dnf = linearBack(dLogits, nf.y, params, grads, off.lmHead, T, V, H);
+  let headGrads: Float64Array | null = null;
+  if (valueHead && upstream.dValues) {
+    headGrads = new Float64Array(H + 1);
+    for (let t = 0; t + 1 < T; t++) {
+      if (starts[t + 1] !== starts[t]) continue;
+      const g = upstream.dValues[t + 1]!;
+      for (let i = 0; i < H; i++) (dnf[t * H + i]! += g * valueHead[i]!), (headGrads[i]! += g * nf.y[t * H + i]!);
+      headGrads[H]! += g;
+    }
+  }
   let dx = rmsnormBack(dnf, x, nf.rstd, params, grads, off.norm, T, H);
   for (let l = off.layers.length - 1; l >= 0; l--) {
     const L = off.layers[l]!, c = caches[l]!;
@@ -329,5 +356,5 @@ export function referenceForwardBackward(
     for (let i = 0; i < T * H; i++) dx[i] = dh[i]! + dxNorm[i]!;
   }
   for (let t = 0; t < T; t++) for (let i = 0; i < H; i++) grads[off.embed + tokens[t]! * H + i]! += dx[t * H + i]!;
-  return { logprobs, entropy, grads };
+  return { logprobs, entropy, grads, values, headGrads };
 }

@@ -18,14 +18,13 @@ std::string validate_loss(const LossConfig& c, const LossInputs& in) {
   if (in.T > 0 && (!in.logprobs || !in.entropy || !in.loss_mask || !in.advantages || !in.old_logprobs))
     return "logprobs, entropy, loss_mask, advantages and old_logprobs are required";
   if (!in.cu_seqlens) return "cu_seqlens is required";
+  if (!(c.value_coef >= 0)) return "value_coef must be >= 0 (0 = no critic loss)";
+  if (c.value_coef > 0 && in.T > 0 && (!in.values || !in.old_values || !in.returns))
+    return "value_coef is set but values, old values or returns are missing (the trainer needs a value head and the batch oldValues and returns)";
   return "";
 }
 
-LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogprobs, float* dentropy) {
-  LossMetrics M;
-  std::fill(dlogprobs, dlogprobs + in.T, 0.0f);
-  std::fill(dentropy, dentropy + in.T, 0.0f);
-  // Reduction weight of every token.
+std::vector<double> reduction_weights(const LossConfig& c, const LossInputs& in, LossMetrics& M) {
   std::vector<double> w(in.T, 0.0);
   for (int s = 0; s < in.num_seqs; ++s) {
     int n = 0;
@@ -39,6 +38,14 @@ LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogpr
   if (denom <= 0) denom = 1;  // nothing masked: loss 0, no gradient
   for (int t = 0; t < in.T; ++t)
     w[t] = c.reduction == Reduction::Token ? (in.loss_mask[t] ? 1.0 / denom : 0.0) : w[t] / denom;
+  return w;
+}
+
+LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogprobs, float* dentropy) {
+  LossMetrics M;
+  std::fill(dlogprobs, dlogprobs + in.T, 0.0f);
+  std::fill(dentropy, dentropy + in.T, 0.0f);
+  const std::vector<double> w = reduction_weights(c, in, M);
 
   const bool tis = c.tis_cap > 0, kl = in.ref_logprobs != nullptr, dual = c.eps_clip_c > 0;
   M.ratio_min = std::numeric_limits<double>::infinity();
@@ -88,6 +95,30 @@ LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogpr
   }
   if (M.num_tokens == 0) M.ratio_min = M.ratio_max = 0;
   return M;
+}
+
+void value_loss(const LossConfig& c, const LossInputs& in, float* dvalues, LossMetrics& M) {
+  std::fill(dvalues, dvalues + in.T, 0.0f);
+  LossMetrics counts;
+  const std::vector<double> w = reduction_weights(c, in, counts);
+  const bool clip = c.value_clip > 0;
+  for (int t = 0; t < in.T; ++t) {
+    if (!in.loss_mask[t]) continue;
+    const double v = in.values[t], old = in.old_values[t], R = in.returns[t];
+    const double l1 = 0.5 * (v - R) * (v - R);
+    double l = l1, dv = v - R;
+    bool clipped = false;
+    if (clip) {
+      const double vc = old + std::clamp(v - old, -static_cast<double>(c.value_clip), static_cast<double>(c.value_clip));
+      const double l2 = 0.5 * (vc - R) * (vc - R);
+      if (l2 > l1) l = l2, dv = 0.0, clipped = true;  // V is outside the clip range: Vc does not move with V
+    }
+    M.value_loss += w[t] * l;
+    M.value_clipfrac += w[t] * (clipped ? 1.0 : 0.0);
+    M.value_mean += w[t] * v;
+    dvalues[t] = static_cast<float>(w[t] * c.value_coef * dv);
+  }
+  M.loss += c.value_coef * M.value_loss;
 }
 
 }  // namespace ooze

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ooze {
 
@@ -25,6 +26,8 @@ struct LossConfig {
   float tis_cap = 0.0f;        // truncated importance sampling cap; 0 disables (needs rollout logprobs)
   Reduction reduction = Reduction::Token;
   double normalizer = 0.0;     // >0: divide by this instead of the batch's own count (micro-batching)
+  float value_coef = 0.0f;     // weight of the critic's value loss (needs values, old_values, returns); 0 = off
+  float value_clip = 0.2f;     // V is kept within old_value ± value_clip in the clipped term; <= 0 disables
 };
 
 /** Per-token inputs aligned with the packed tokens (T entries each); nullable ones may be null. */
@@ -39,6 +42,9 @@ struct LossInputs {
   const float* old_logprobs = nullptr;      // policy that the ratio is taken against
   const float* rollout_logprobs = nullptr;  // inference engine's logprobs (TIS); nullable
   const float* ref_logprobs = nullptr;      // reference policy (KL); nullable
+  const float* values = nullptr;      // critic's current values (value head); nullable
+  const float* old_values = nullptr;  // critic's values when the returns were computed; nullable
+  const float* returns = nullptr;     // value targets (GAE returns); nullable
 };
 
 /**
@@ -50,6 +56,7 @@ struct LossMetrics {
   double ratio_mean = 0, ratio_min = 0, ratio_max = 0, tis_mean = 0;
   double ppo_kl = 0;  // mean of old − new logprob: how far this step's policy moved from the old one
   double num_tokens = 0, num_samples = 0;  // masked tokens, samples with ≥1 masked token
+  double value_loss = 0, value_clipfrac = 0, value_mean = 0;  // critic (value_coef > 0 only)
 };
 
 /** Empty string when the config is usable with the given inputs, else what is wrong. */
@@ -63,5 +70,16 @@ std::string validate_loss(const LossConfig& c, const LossInputs& in);
  * Writes dL/dlogprobs and dL/dentropy (T entries, 0 where mask is 0) and returns the metrics.
  */
 LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogprobs, float* dentropy);
+
+/**
+ * The critic's clipped value loss, added to `M` (loss += value_coef·value_loss) with the same
+ * reduction weights as the policy loss. Per token t with mask 1: Vc = old + clip(V − old, ±value_clip),
+ *   ℓ_v = max((V − R)², (Vc − R)²) / 2   (unclipped (V − R)²/2 when value_clip <= 0).
+ * Writes dL/dvalues (T entries, value_coef included, 0 where mask is 0).
+ */
+void value_loss(const LossConfig& c, const LossInputs& in, float* dvalues, LossMetrics& M);
+
+/** Reduction weight of every token (the loss is Σ w·ℓ); counts masked tokens and samples into M. */
+std::vector<double> reduction_weights(const LossConfig& c, const LossInputs& in, LossMetrics& M);
 
 }  // namespace ooze

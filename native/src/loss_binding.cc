@@ -55,9 +55,41 @@ Napi::Value PolicyLossJs(const Napi::CallbackInfo& info) {
   return r;
 }
 
+/**
+ * valueLoss(inputs, lossConfig) -> {metrics: {valueLoss, valueClipfrac, valueMean, loss}, dValues}: the
+ * critic's clipped value loss alone (inputs: {cuSeqlens, lossMask, values, oldValues, returns}).
+ */
+Napi::Value ValueLossJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) type_error(env, "valueLoss(inputs, lossConfig): inputs must be an object");
+  Napi::Object o = info[0].As<Napi::Object>();
+  std::vector<int32_t> cu = typed<int32_t>(o, "cuSeqlens", napi_int32_array, "Int32Array", true);
+  std::vector<uint8_t> mask = typed<uint8_t>(o, "lossMask", napi_uint8_array, "Uint8Array", true);
+  std::vector<float> v = typed<float>(o, "values", napi_float32_array, "Float32Array", true);
+  std::vector<float> old = typed<float>(o, "oldValues", napi_float32_array, "Float32Array", true);
+  std::vector<float> ret = typed<float>(o, "returns", napi_float32_array, "Float32Array", true);
+  const size_t T = mask.size();
+  if (v.size() != T || old.size() != T || ret.size() != T)
+    type_error(env, "valueLoss: values, oldValues and returns need the same length as lossMask (" + std::to_string(T) + ")");
+  if (cu.size() < 2 || cu.front() != 0 || static_cast<size_t>(cu.back()) != T)
+    type_error(env, "valueLoss: cuSeqlens must start at 0 and end at " + std::to_string(T));
+  LossArgs la = parse_loss(info[1]);
+  if (!(la.c.value_coef > 0)) la.c.value_coef = 1.0f;
+  LossInputs li;
+  li.T = static_cast<int>(T), li.cu_seqlens = cu.data(), li.num_seqs = static_cast<int>(cu.size()) - 1;
+  li.loss_mask = mask.data(), li.values = v.data(), li.old_values = old.data(), li.returns = ret.data();
+  std::vector<float> dv(T);
+  LossMetrics m;
+  value_loss(la.c, li, dv.data(), m);
+  Napi::Object r = Napi::Object::New(env), mo = Napi::Object::New(env);
+  mo.Set("loss", m.loss), mo.Set("valueLoss", m.value_loss), mo.Set("valueClipfrac", m.value_clipfrac), mo.Set("valueMean", m.value_mean);
+  r.Set("metrics", mo), r.Set("dValues", to_f32(env, dv));
+  return r;
+}
 
 void init(Napi::Env env, Napi::Object exports) {
   exports.Set("policyLoss", Napi::Function::New(env, PolicyLossJs, "policyLoss"));
+  exports.Set("valueLoss", Napi::Function::New(env, ValueLossJs, "valueLoss"));
 }
 
 }  // namespace

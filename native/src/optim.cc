@@ -1,6 +1,7 @@
 // AdamW and global-norm gradient clipping (see optim.h).
 #include "optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -27,44 +28,55 @@ double global_grad_norm(const float* g, size_t n) {
 }
 
 OptimResult adamw_step(const Model& m, float* params, float* grads, AdamWState& st, const AdamWConfig& c) {
-  const size_t n = m.params.size();
+  return adamw_step_sets({ParamSet{&m.tensors, m.params.size(), params, grads, &st}}, c);
+}
+
+OptimResult adamw_step_sets(const std::vector<ParamSet>& sets, const AdamWConfig& c) {
   OptimResult r;
-  r.grad_norm = global_grad_norm(grads, n);
+  double sq = 0;
+  for (const ParamSet& s : sets) {
+    const double n = global_grad_norm(s.grads, s.n);
+    sq += n * n;
+  }
+  r.grad_norm = std::sqrt(sq);
   if (!std::isfinite(r.grad_norm)) {
     r.skipped = true;
-    r.step = st.step;
+    r.step = sets.empty() ? 0 : sets[0].st->step;
     return r;
   }
-  if (c.max_grad_norm > 0) {
-    r.clip_coef = std::min(1.0, c.max_grad_norm / (r.grad_norm + 1e-6));
+  if (c.max_grad_norm > 0) r.clip_coef = std::min(1.0, c.max_grad_norm / (r.grad_norm + 1e-6));
+  for (size_t k = 0; k < sets.size(); ++k) {
+    const ParamSet& s = sets[k];
+    AdamWState& st = *s.st;
+    const size_t n = s.n;
     if (r.clip_coef < 1.0) {
       const float f = static_cast<float>(r.clip_coef);
 #pragma omp parallel for schedule(static) if (n > 65536)
-      for (size_t i = 0; i < n; ++i) grads[i] *= f;
+      for (size_t i = 0; i < n; ++i) s.grads[i] *= f;
     }
-  }
-  if (st.m.size() != n) st.m.assign(n, 0.0f), st.v.assign(n, 0.0f);
-  st.step += 1;
-  const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(st.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(st.step));
-  const float step_size = static_cast<float>(c.lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  for (const TensorInfo& t : m.tensors) {
-    const float decay = t.shape.size() >= 2 ? 1.0f - c.lr * c.weight_decay : 1.0f;
-    float* p = params + t.offset;
-    float* g = grads + t.offset;
-    float* mm = st.m.data() + t.offset;
-    float* vv = st.v.data() + t.offset;
-    const long cnt = static_cast<long>(t.numel());
+    if (st.m.size() != n) st.m.assign(n, 0.0f), st.v.assign(n, 0.0f);
+    st.step += 1;
+    const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(st.step));
+    const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(st.step));
+    const float step_size = static_cast<float>(c.lr / bc1);
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    for (const TensorInfo& t : *s.tensors) {
+      const float decay = t.shape.size() >= 2 ? 1.0f - c.lr * c.weight_decay : 1.0f;
+      float* p = s.params + t.offset;
+      float* g = s.grads + t.offset;
+      float* mm = st.m.data() + t.offset;
+      float* vv = st.v.data() + t.offset;
+      const long cnt = static_cast<long>(t.numel());
 #pragma omp parallel for schedule(static) if (cnt > 65536)
-    for (long i = 0; i < cnt; ++i) {
-      mm[i] = c.beta1 * mm[i] + (1.0f - c.beta1) * g[i];
-      vv[i] = c.beta2 * vv[i] + (1.0f - c.beta2) * g[i] * g[i];
-      const float denom = std::sqrt(vv[i]) * inv_sqrt_bc2 + c.eps;
-      p[i] = p[i] * decay - step_size * mm[i] / denom;
+      for (long i = 0; i < cnt; ++i) {
+        mm[i] = c.beta1 * mm[i] + (1.0f - c.beta1) * g[i];
+        vv[i] = c.beta2 * vv[i] + (1.0f - c.beta2) * g[i] * g[i];
+        const float denom = std::sqrt(vv[i]) * inv_sqrt_bc2 + c.eps;
+        p[i] = p[i] * decay - step_size * mm[i] / denom;
+      }
     }
+    if (k == 0) r.step = st.step;
   }
-  r.step = st.step;
   return r;
 }
 

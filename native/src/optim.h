@@ -40,11 +40,27 @@ std::string validate_adamw(const AdamWConfig& c);
 /** Global L2 norm of n floats (double accumulation). */
 double global_grad_norm(const float* g, size_t n);
 
+/** One set of parameters an optimizer step updates: its tensor layout, values, grads and moments. */
+struct ParamSet {
+  const std::vector<TensorInfo>* tensors;  // layout; weight decay applies to tensors of rank >= 2
+  size_t n;                                // floats in params and grads
+  float* params;
+  float* grads;
+  AdamWState* st;
+};
+
 /**
  * Clips `grads` in place (coef = min(1, max_norm / (norm + 1e-6)), as torch's clip_grad_norm_), then
  * one AdamW step on `params` with bias-corrected moments. Allocates the state on first use.
  */
 OptimResult adamw_step(const Model& m, float* params, float* grads, AdamWState& st, const AdamWConfig& c);
+
+/**
+ * adamw_step over several parameter sets at once (the policy and the critic's value head): one global
+ * gradient norm over all of them, one clip coefficient, then each set's AdamW update. A non-finite
+ * norm skips every set. The result's step is the first set's.
+ */
+OptimResult adamw_step_sets(const std::vector<ParamSet>& sets, const AdamWConfig& c);
 
 /**
  * Writes the state to `path` (magic "OOZEADAM", u32 format 1, u64 count, i64 step, then m and v as

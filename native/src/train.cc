@@ -246,7 +246,7 @@ std::string validate_batch(const PackedBatch& b, int vocab) {
 }
 
 void train_forward(const Model& m, const float* params, const PackedBatch& b, float temperature, float* logprobs,
-                   float* entropy, Activations* acts, const uint8_t* want) {
+                   float* entropy, Activations* acts, const uint8_t* want, const ValueHead* head) {
   const Dims d(m.cfg, b);
   const auto P = m.ptrs(const_cast<float*>(params));
   const int T = d.T, H = d.H;
@@ -301,6 +301,16 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
       entropy[rows[c0 + r] + 1] = ent[r];
     }
   }
+  if (head && head->values) {
+    std::fill(head->values, head->values + T, 0.0f);
+    const float* w = head->params;
+    for (int p : d.pred_rows) {
+      const float* xr = xnf.data() + static_cast<size_t>(p) * H;
+      double v = w[H];
+      for (int i = 0; i < H; ++i) v += static_cast<double>(w[i]) * xr[i];
+      head->values[p + 1] = static_cast<float>(v);
+    }
+  }
   if (acts) {
     acts->x_final = std::move(x);
     acts->rstdf = std::move(rstdf);
@@ -309,7 +319,7 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
 }
 
 void train_backward(const Model& m, const float* params, const PackedBatch& b, float temperature, const Activations& A,
-                    const float* dlogprobs, const float* dentropy, float* grads) {
+                    const float* dlogprobs, const float* dentropy, float* grads, const ValueHead* head) {
   const Dims d(m.cfg, b);
   const auto P = m.ptrs(const_cast<float*>(params));
   const auto G = m.ptrs(grads);
@@ -346,6 +356,17 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
     matmul_tn(logits.data(), xbuf.data(), G.lm_head, d.V, H, n, true);
     for (int r = 0; r < n; ++r)
       std::memcpy(dxnf.data() + static_cast<size_t>(rr[r]) * H, dxbuf.data() + static_cast<size_t>(r) * H, sizeof(float) * H);
+  }
+  if (head && head->dvalues) {  // V[p+1] = w·xnf[p] + b
+    const float* w = head->params;
+    for (int p : d.pred_rows) {
+      const float g = head->dvalues[p + 1];
+      if (g == 0.0f) continue;
+      float* dr = dxnf.data() + static_cast<size_t>(p) * H;
+      const float* xr = A.xnf.data() + static_cast<size_t>(p) * H;
+      for (int i = 0; i < H; ++i) dr[i] += g * w[i], head->grads[i] += g * xr[i];
+      head->grads[H] += g;
+    }
   }
   std::vector<float> dx(TH), dh(TH), dn(TH);
   rmsnorm_bwd(dxnf.data(), A.x_final.data(), A.rstdf.data(), P.norm, G.norm, dx.data(), T, H, false);

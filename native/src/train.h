@@ -50,6 +50,18 @@ struct Activations {
 };
 
 /**
+ * The critic's value head on the shared trunk: V = w·xnf + b over the final norm's output (the input
+ * of lm_head), H + 1 floats [w..., b]. values[i] is the value of the state that predicts token i (read
+ * at row i − 1, aligned like logprobs), 0 at each sequence's first token.
+ */
+struct ValueHead {
+  const float* params = nullptr;  // [H + 1]
+  float* values = nullptr;        // forward: T entries out
+  const float* dvalues = nullptr;  // backward: dL/dvalues, T entries
+  float* grads = nullptr;          // backward: dL/d(w, b) added here, H + 1 entries
+};
+
+/**
  * Forward over a packed batch with weights `params` (Model layout). Writes logprobs[i] =
  * log softmax(logits(tokens[..i-1]) / temperature)[tokens[i]] and entropy[i] (that distribution's
  * entropy) for every token i that is not the first of its sequence, and 0 at each first token.
@@ -58,13 +70,16 @@ struct Activations {
  * flag is set get a logprob and entropy (the others are 0), which skips their lm_head rows.
  */
 void train_forward(const Model& m, const float* params, const PackedBatch& b, float temperature,
-                   float* logprobs, float* entropy, Activations* acts, const uint8_t* want = nullptr);
+                   float* logprobs, float* entropy, Activations* acts, const uint8_t* want = nullptr,
+                   const ValueHead* head = nullptr);
 
 /**
  * Backward of train_forward: given dL/dlogprobs and dL/dentropy (num_tokens() entries each, aligned as
  * the forward's outputs), ADDS dL/dparams into `grads` (Model layout, tied lm_head into embed_tokens).
+ * With `head` (dvalues, grads set), the value loss's gradient flows into the head and the trunk too.
  */
 void train_backward(const Model& m, const float* params, const PackedBatch& b, float temperature,
-                    const Activations& acts, const float* dlogprobs, const float* dentropy, float* grads);
+                    const Activations& acts, const float* dlogprobs, const float* dentropy, float* grads,
+                    const ValueHead* head = nullptr);
 
 }  // namespace ooze

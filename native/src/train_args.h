@@ -81,6 +81,7 @@ struct BatchArgs {
   PackedBatch b;
   std::vector<uint8_t> loss_mask;
   std::vector<float> advantages, old_logprobs, rollout_logprobs, ref_logprobs;
+  std::vector<float> old_values, returns;  // critic: empty unless given
 };
 
 inline BatchArgs parse_batch(const Napi::Value& v, bool training) {
@@ -97,6 +98,8 @@ inline BatchArgs parse_batch(const Napi::Value& v, bool training) {
   a.old_logprobs = typed<float>(o, "oldLogprobs", napi_float32_array, "Float32Array", true);
   a.rollout_logprobs = typed<float>(o, "rolloutLogprobs", napi_float32_array, "Float32Array", false);
   a.ref_logprobs = typed<float>(o, "refLogprobs", napi_float32_array, "Float32Array", false);
+  a.old_values = typed<float>(o, "oldValues", napi_float32_array, "Float32Array", false);
+  a.returns = typed<float>(o, "returns", napi_float32_array, "Float32Array", false);
   auto check = [&](size_t n, const char* k, bool opt) {
     if (!(opt && n == 0) && n != T)
       type_error(env, std::string("batch.") + k + " has " + std::to_string(n) + " entries, tokens has " + std::to_string(T));
@@ -104,6 +107,7 @@ inline BatchArgs parse_batch(const Napi::Value& v, bool training) {
   check(a.loss_mask.size(), "lossMask", false), check(a.advantages.size(), "advantages", false);
   check(a.old_logprobs.size(), "oldLogprobs", false), check(a.rollout_logprobs.size(), "rolloutLogprobs", true);
   check(a.ref_logprobs.size(), "refLogprobs", true);
+  check(a.old_values.size(), "oldValues", true), check(a.returns.size(), "returns", true);
   return a;
 }
 
@@ -124,6 +128,9 @@ inline LossArgs parse_loss(const Napi::Value& v) {
   a.c.entropy_coef = static_cast<float>(num(o, "entropyCoef", 0));
   a.c.tis_cap = static_cast<float>(num(o, "tisCap", 0));
   a.c.normalizer = num(o, "normalizer", 0);
+  a.c.value_coef = static_cast<float>(num(o, "valueCoef", 0));
+  // valueClip: null turns the clip off (0); absent means the default 0.2
+  a.c.value_clip = o.Has("valueClip") && o.Get("valueClip").IsNull() ? 0.0f : static_cast<float>(num(o, "valueClip", 0.2));
   a.temperature = static_cast<float>(num(o, "temperature", 1.0));
   if (!(a.temperature > 0)) type_error(v.Env(), "lossConfig.temperature must be > 0");
   if (present(o, "klType")) {
@@ -169,6 +176,7 @@ inline void set_loss_metrics(Napi::Object o, const LossMetrics& m) {
   o.Set("clipfrac", m.clipfrac), o.Set("dualClipfrac", m.dual_clipfrac), o.Set("ratioMean", m.ratio_mean);
   o.Set("ratioMin", m.ratio_min), o.Set("ratioMax", m.ratio_max), o.Set("tisMean", m.tis_mean), o.Set("ppoKl", m.ppo_kl);
   o.Set("numTokens", m.num_tokens), o.Set("numSamples", m.num_samples);
+  o.Set("valueLoss", m.value_loss), o.Set("valueClipfrac", m.value_clipfrac), o.Set("valueMean", m.value_mean);
 }
 
 inline void set_optim_result(Napi::Object o, const OptimResult& r) {

@@ -4,7 +4,9 @@
 #include <napi.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -24,13 +26,90 @@ namespace {
 using namespace ooze;
 using namespace ooze::train_js;
 
+/**
+ * The critic's value head on the shared trunk (train.h ValueHead): H + 1 floats [w, b], their grads and
+ * AdamW moments, with a layout of two tensors so weight decay skips the bias. Empty when the trainer
+ * has no critic. Lives outside Model::params, so checkpoints stay plain HF Llama checkpoints.
+ */
+struct CriticHead {
+  std::vector<float> params, grads;
+  AdamWState opt;
+  std::vector<TensorInfo> layout;
+  bool present() const { return !params.empty(); }
+  void reset(int hidden) {
+    params.assign(hidden + 1, 0.0f), grads.assign(hidden + 1, 0.0f), opt = AdamWState{};
+    layout = {TensorInfo{"value_head.weight", 0, {1, hidden}}, TensorInfo{"value_head.bias", static_cast<size_t>(hidden), {1}}};
+  }
+  void clear() { params.clear(), grads.clear(), opt = AdamWState{}, layout.clear(); }
+};
+
 /** Everything a Trainer owns; shared with in-flight workers. */
 struct TrainerState {
   std::unique_ptr<Model> model;  // null until constructed with a config or loaded from a directory
   std::vector<float> grads;
   AdamWState opt;
+  CriticHead head;
   std::atomic<bool> busy{false};
 };
+
+/** One AdamW step over the model and, when present, the value head (one global gradient norm). */
+OptimResult optimizer_step(TrainerState& st, const AdamWConfig& c) {
+  Model& m = *st.model;
+  std::vector<ParamSet> sets{ParamSet{&m.tensors, m.params.size(), m.params.data(), st.grads.data(), &st.opt}};
+  if (st.head.present())
+    sets.push_back(ParamSet{&st.head.layout, st.head.params.size(), st.head.params.data(), st.head.grads.data(), &st.head.opt});
+  OptimResult r = adamw_step_sets(sets, c);
+  std::fill(st.grads.begin(), st.grads.end(), 0.0f);
+  std::fill(st.head.grads.begin(), st.head.grads.end(), 0.0f);
+  return r;
+}
+
+// value_head.bin: magic, u32 format, u64 count (H + 1), params, i64 step, m, v (little-endian f32).
+constexpr char kHeadMagic[8] = {'O', 'O', 'Z', 'E', 'V', 'H', 'E', 'D'};
+
+void save_head(const CriticHead& h, const std::string& path) {
+  if (!h.present()) throw std::runtime_error("saveValueHead: the trainer has no value head");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error("cannot write the value head to " + tmp);
+    const uint32_t format = 1;
+    const uint64_t n = h.params.size();
+    const int64_t step = h.opt.step;
+    std::vector<float> zeros(n, 0.0f);
+    const auto& m = h.opt.m.size() == n ? h.opt.m : zeros;
+    const auto& v = h.opt.v.size() == n ? h.opt.v : zeros;
+    f.write(kHeadMagic, 8), f.write(reinterpret_cast<const char*>(&format), 4), f.write(reinterpret_cast<const char*>(&n), 8);
+    f.write(reinterpret_cast<const char*>(h.params.data()), static_cast<std::streamsize>(n * 4));
+    f.write(reinterpret_cast<const char*>(&step), 8);
+    f.write(reinterpret_cast<const char*>(m.data()), static_cast<std::streamsize>(n * 4));
+    f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(n * 4));
+    if (!f) throw std::runtime_error("writing the value head to " + tmp + " failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+}
+
+void load_head(CriticHead& h, int hidden, const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read the value head file " + path);
+  char magic[8];
+  uint32_t format = 0;
+  uint64_t n = 0;
+  f.read(magic, 8), f.read(reinterpret_cast<char*>(&format), 4), f.read(reinterpret_cast<char*>(&n), 8);
+  if (!f || std::memcmp(magic, kHeadMagic, 8) != 0 || format != 1)
+    throw std::runtime_error(path + " is not an ooze value head file (magic OOZEVHED, format 1)");
+  if (n != static_cast<uint64_t>(hidden) + 1)
+    throw std::runtime_error(path + " holds a value head of " + std::to_string(n) + " floats; this model needs " + std::to_string(hidden + 1) + " (hidden_size + 1)");
+  CriticHead out;
+  out.reset(hidden);
+  out.opt.m.assign(n, 0.0f), out.opt.v.assign(n, 0.0f);
+  f.read(reinterpret_cast<char*>(out.params.data()), static_cast<std::streamsize>(n * 4));
+  f.read(reinterpret_cast<char*>(&out.opt.step), 8);
+  f.read(reinterpret_cast<char*>(out.opt.m.data()), static_cast<std::streamsize>(n * 4));
+  f.read(reinterpret_cast<char*>(out.opt.v.data()), static_cast<std::streamsize>(n * 4));
+  if (!f) throw std::runtime_error(path + " is truncated");
+  h = std::move(out);
+}
 
 // ---- async work ----
 
@@ -78,6 +157,13 @@ struct StepWork {
   OptimResult opt;
 };
 
+/** ValueHead view of the state's head for one forward/backward (null when there is none). */
+struct HeadView {
+  ValueHead vh;
+  std::vector<float> values, dvalues;
+  const ValueHead* get() const { return vh.params ? &vh : nullptr; }
+};
+
 void accumulate(TrainerState& st, StepWork& w) {
   const Model& m = *st.model;
   std::string err = validate_batch(w.in.b, m.cfg.vocab_size);
@@ -85,17 +171,30 @@ void accumulate(TrainerState& st, StepWork& w) {
   const int T = w.in.b.num_tokens();
   std::vector<float> lp(T), ent(T), dlp(T), dent(T);
   Activations acts;
-  train_forward(m, m.params.data(), w.in.b, w.loss.temperature, lp.data(), ent.data(), &acts, w.in.loss_mask.data());
+  const bool critic = w.loss.c.value_coef > 0;
+  if (critic && !st.head.present())
+    throw std::invalid_argument("lossConfig: valueCoef is set but this trainer has no value head (enable the critic first)");
+  if (critic && (w.in.old_values.empty() || w.in.returns.empty()))
+    throw std::invalid_argument("batch: valueCoef is set, so oldValues and returns are required");
+  HeadView hv;
+  if (critic) {
+    hv.values.resize(T), hv.dvalues.resize(T);
+    hv.vh.params = st.head.params.data(), hv.vh.values = hv.values.data();
+    hv.vh.dvalues = hv.dvalues.data(), hv.vh.grads = st.head.grads.data();
+  }
+  train_forward(m, m.params.data(), w.in.b, w.loss.temperature, lp.data(), ent.data(), &acts, w.in.loss_mask.data(), hv.get());
   LossInputs li;
   li.T = T, li.cu_seqlens = w.in.b.cu_seqlens.data(), li.num_seqs = w.in.b.num_seqs();
   li.logprobs = lp.data(), li.entropy = ent.data(), li.loss_mask = w.in.loss_mask.data();
   li.advantages = w.in.advantages.data(), li.old_logprobs = w.in.old_logprobs.data();
   li.rollout_logprobs = w.in.rollout_logprobs.empty() ? nullptr : w.in.rollout_logprobs.data();
   li.ref_logprobs = w.in.ref_logprobs.empty() ? nullptr : w.in.ref_logprobs.data();
+  if (critic) li.values = hv.values.data(), li.old_values = w.in.old_values.data(), li.returns = w.in.returns.data();
   err = validate_loss(w.loss.c, li);
   if (!err.empty()) throw std::invalid_argument("lossConfig: " + err);
   w.metrics = policy_loss(w.loss.c, li, dlp.data(), dent.data());
-  train_backward(m, m.params.data(), w.in.b, w.loss.temperature, acts, dlp.data(), dent.data(), st.grads.data());
+  if (critic) value_loss(w.loss.c, li, hv.dvalues.data(), w.metrics);
+  train_backward(m, m.params.data(), w.in.b, w.loss.temperature, acts, dlp.data(), dent.data(), st.grads.data(), hv.get());
 }
 
 // ---- the class ----
@@ -112,7 +211,9 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
          InstanceMethod<&TrainerWrap::GetGrads>("getGrads"), InstanceMethod<&TrainerWrap::Info>("info"),
          InstanceMethod<&TrainerWrap::ResetOptimizer>("resetOptimizer"), InstanceMethod<&TrainerWrap::Save>("save"),
          InstanceMethod<&TrainerWrap::Load>("load"), InstanceMethod<&TrainerWrap::SaveOptimizer>("saveOptimizer"),
-         InstanceMethod<&TrainerWrap::LoadOptimizer>("loadOptimizer")});
+         InstanceMethod<&TrainerWrap::LoadOptimizer>("loadOptimizer"), InstanceMethod<&TrainerWrap::SetValueHead>("setValueHead"),
+         InstanceMethod<&TrainerWrap::GetValueHead>("getValueHead"), InstanceMethod<&TrainerWrap::SaveValueHead>("saveValueHead"),
+         InstanceMethod<&TrainerWrap::LoadValueHead>("loadValueHead")});
     exports.Set("Trainer", cls);
   }
 
@@ -156,52 +257,67 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     return p;
   }
 
-  /** logprobs(batch, temperature = 1) -> Promise<{logprobs, entropy}> (no gradient). */
+  /** logprobs(batch, temperature = 1) -> Promise<{logprobs, entropy, values|null}> (no gradient; values from the value head). */
   Napi::Value Logprobs(const Napi::CallbackInfo& info) {
     auto in = std::make_shared<BatchArgs>(parse_batch(info[0], false));
     const float temp = info.Length() > 1 && info[1].IsNumber() ? info[1].As<Napi::Number>().FloatValue() : 1.0f;
     if (!(temp > 0)) type_error(info.Env(), "temperature must be > 0");
     claim(info.Env(), "logprobs");
     auto lp = std::make_shared<std::vector<float>>(), ent = std::make_shared<std::vector<float>>();
+    auto values = std::make_shared<std::vector<float>>();
     auto st = st_;
+    const bool critic = st_->head.present();
     return run(
         info,
-        [st, in, temp, lp, ent] {
+        [st, in, temp, lp, ent, values, critic] {
           std::string err = validate_batch(in->b, st->model->cfg.vocab_size);
           if (!err.empty()) throw std::invalid_argument("batch: " + err);
           lp->resize(in->b.num_tokens()), ent->resize(in->b.num_tokens());
-          train_forward(*st->model, st->model->params.data(), in->b, temp, lp->data(), ent->data(), nullptr);
+          ValueHead vh;
+          if (critic) values->resize(in->b.num_tokens()), vh.params = st->head.params.data(), vh.values = values->data();
+          train_forward(*st->model, st->model->params.data(), in->b, temp, lp->data(), ent->data(), nullptr, nullptr,
+                        critic ? &vh : nullptr);
         },
-        [lp, ent](Napi::Env env) -> Napi::Value {
+        [lp, ent, values, critic](Napi::Env env) -> Napi::Value {
           Napi::Object o = Napi::Object::New(env);
           o.Set("logprobs", to_f32(env, *lp)), o.Set("entropy", to_f32(env, *ent));
+          o.Set("values", critic ? to_f32(env, *values) : env.Null());
           return o;
         });
   }
 
-  /** backward(batch, temperature, dLogprobs, dEntropy) -> Promise<void>: adds dL/dparams into grads. */
+  /**
+   * backward(batch, temperature, dLogprobs, dEntropy, dValues?) -> Promise<void>: adds dL/dparams into
+   * grads; with dValues (needs a value head) also the value head's gradient, through the trunk.
+   */
   Napi::Value Backward(const Napi::CallbackInfo& info) {
     auto in = std::make_shared<BatchArgs>(parse_batch(info[0], false));
     const float temp = info[1].IsNumber() ? info[1].As<Napi::Number>().FloatValue() : 1.0f;
     if (!(temp > 0)) type_error(info.Env(), "temperature must be > 0");
     Napi::Object args = Napi::Object::New(info.Env());
     args.Set("dLogprobs", info[2]), args.Set("dEntropy", info[3]);
+    if (info.Length() > 4) args.Set("dValues", info[4]);
     auto dlp = std::make_shared<std::vector<float>>(typed<float>(args, "dLogprobs", napi_float32_array, "Float32Array", true));
     auto dent = std::make_shared<std::vector<float>>(typed<float>(args, "dEntropy", napi_float32_array, "Float32Array", true));
-    if (dlp->size() != in->b.tokens.size() || dent->size() != in->b.tokens.size())
-      type_error(info.Env(), "dLogprobs and dEntropy need one entry per token");
+    auto dval = std::make_shared<std::vector<float>>(typed<float>(args, "dValues", napi_float32_array, "Float32Array", false));
+    if (dlp->size() != in->b.tokens.size() || dent->size() != in->b.tokens.size() || (!dval->empty() && dval->size() != in->b.tokens.size()))
+      type_error(info.Env(), "dLogprobs, dEntropy and dValues need one entry per token");
+    if (!dval->empty() && !st_->head.present()) type_error(info.Env(), "backward: dValues given but the trainer has no value head");
     claim(info.Env(), "backward");
     auto st = st_;
     return run(
         info,
-        [st, in, temp, dlp, dent] {
+        [st, in, temp, dlp, dent, dval] {
           std::string err = validate_batch(in->b, st->model->cfg.vocab_size);
           if (!err.empty()) throw std::invalid_argument("batch: " + err);
           const int T = in->b.num_tokens();
           std::vector<float> lp(T), ent(T);
           Activations acts;
+          ValueHead vh;
+          if (!dval->empty()) vh.params = st->head.params.data(), vh.dvalues = dval->data(), vh.grads = st->head.grads.data();
           train_forward(*st->model, st->model->params.data(), in->b, temp, lp.data(), ent.data(), &acts);
-          train_backward(*st->model, st->model->params.data(), in->b, temp, acts, dlp->data(), dent->data(), st->grads.data());
+          train_backward(*st->model, st->model->params.data(), in->b, temp, acts, dlp->data(), dent->data(), st->grads.data(),
+                         dval->empty() ? nullptr : &vh);
         },
         [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
   }
@@ -230,10 +346,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     auto st = st_;
     return run(
         info,
-        [st, w] {
-          w->opt = adamw_step(*st->model, st->model->params.data(), st->grads.data(), st->opt, w->optim);
-          std::fill(st->grads.begin(), st->grads.end(), 0.0f);
-        },
+        [st, w] { w->opt = optimizer_step(*st, w->optim); },
         [w](Napi::Env env) -> Napi::Value {
           Napi::Object o = Napi::Object::New(env);
           set_optim_result(o, w->opt);
@@ -253,9 +366,9 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
         info,
         [st, w] {
           std::fill(st->grads.begin(), st->grads.end(), 0.0f);
+          std::fill(st->head.grads.begin(), st->head.grads.end(), 0.0f);
           accumulate(*st, *w);
-          w->opt = adamw_step(*st->model, st->model->params.data(), st->grads.data(), st->opt, w->optim);
-          std::fill(st->grads.begin(), st->grads.end(), 0.0f);
+          w->opt = optimizer_step(*st, w->optim);
         },
         [w](Napi::Env env) -> Napi::Value {
           Napi::Object o = Napi::Object::New(env);
@@ -268,6 +381,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
   Napi::Value ZeroGrads(const Napi::CallbackInfo& info) {
     require_idle(info.Env(), "zeroGrads");
     std::fill(st_->grads.begin(), st_->grads.end(), 0.0f);
+    std::fill(st_->head.grads.begin(), st_->head.grads.end(), 0.0f);
     return info.Env().Undefined();
   }
   Napi::Value GetParams(const Napi::CallbackInfo& info) {
@@ -292,6 +406,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
   Napi::Value ResetOptimizer(const Napi::CallbackInfo& info) {
     require_idle(info.Env(), "resetOptimizer");
     st_->opt = AdamWState{};
+    st_->head.opt = AdamWState{};
     return info.Env().Undefined();
   }
   /** info() -> {config, numParams, step, tensors: [{name, offset, shape}]}. */
@@ -303,6 +418,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     o.Set("config", config_to_js(env, m.cfg));
     o.Set("numParams", static_cast<double>(m.params.size()));
     o.Set("step", static_cast<double>(st_->opt.step));
+    o.Set("valueHead", Napi::Boolean::New(env, st_->head.present()));
     Napi::Array ts = Napi::Array::New(env, m.tensors.size());
     for (size_t i = 0; i < m.tensors.size(); ++i) {
       Napi::Object t = Napi::Object::New(env);
@@ -354,6 +470,46 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
           return o;
         });
   }
+  /** setValueHead(params: Float32Array of hidden_size + 1) -> void: creates or replaces the critic's value head (grads zeroed, its moments reset). */
+  Napi::Value SetValueHead(const Napi::CallbackInfo& info) {
+    require_idle(info.Env(), "setValueHead");
+    Napi::Object args = Napi::Object::New(info.Env());
+    args.Set("params", info[0]);
+    std::vector<float> p = typed<float>(args, "params", napi_float32_array, "Float32Array", true);
+    const int H = st_->model->cfg.hidden_size;
+    if (p.size() != static_cast<size_t>(H) + 1)
+      type_error(info.Env(), "setValueHead: got " + std::to_string(p.size()) + " floats, the value head has hidden_size + 1 = " + std::to_string(H + 1));
+    st_->head.reset(H);
+    st_->head.params = std::move(p);
+    return info.Env().Undefined();
+  }
+  /** getValueHead() -> {params, grads, step} | null: copies of the value head, its accumulated grads and AdamW step. */
+  Napi::Value GetValueHead(const Napi::CallbackInfo& info) {
+    require_idle(info.Env(), "getValueHead");
+    if (!st_->head.present()) return info.Env().Null();
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("params", to_f32(info.Env(), st_->head.params)), o.Set("grads", to_f32(info.Env(), st_->head.grads));
+    o.Set("step", static_cast<double>(st_->head.opt.step));
+    return o;
+  }
+  /** saveValueHead(path) -> Promise<void>: the value head and its AdamW state to one file (kHeadMagic format). */
+  Napi::Value SaveValueHead(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsString()) type_error(info.Env(), "saveValueHead(path): path must be a string");
+    std::string path = info[0].As<Napi::String>();
+    claim(info.Env(), "saveValueHead");
+    auto st = st_;
+    return run(info, [st, path] { save_head(st->head, path); }, [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
+  }
+  /** loadValueHead(path) -> Promise<void>: replaces the value head and its AdamW state from a saveValueHead file. */
+  Napi::Value LoadValueHead(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsString()) type_error(info.Env(), "loadValueHead(path): path must be a string");
+    std::string path = info[0].As<Napi::String>();
+    claim(info.Env(), "loadValueHead");
+    auto st = st_;
+    return run(
+        info, [st, path] { load_head(st->head, st->model->cfg.hidden_size, path); },
+        [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
+  }
   /** load(dir) -> Promise<{weightVersion}>: replaces model, zeroes grads, resets the optimizer. */
   Napi::Value Load(const Napi::CallbackInfo& info) {
     if (info.Length() < 1 || !info[0].IsString()) type_error(info.Env(), "load(dir): dir must be a string");
@@ -369,6 +525,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
           *version = li.weight_version;
           st->grads.assign(m->params.size(), 0.0f);
           st->opt = AdamWState{};
+          st->head.clear();  // the caller loads the directory's value head, if it has one
           st->model = std::move(m);
         },
         [version](Napi::Env env) -> Napi::Value {

@@ -3,12 +3,14 @@
 // retryable WORKER_DIED OozeError and a fresh child is started from the last restore point: the last
 // checkpoint directory it saved or loaded, or the last params it was given or snapshotted.
 import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { OozeError, type WireError } from "../../src/errors.ts";
 import type { LlamaHfConfig, TensorLayout } from "../index.d.ts";
 import type {
+  NativeForward,
   NativeLossConfig,
   NativeLossMetrics,
   NativeOptimConfig,
@@ -33,6 +35,34 @@ export interface TrainerWorkerOptions {
   onRestart?: (event: { restarts: number; pid: number | null; reason: string; error: OozeError | null }) => void;
   /** Extra environment for the child. */
   env?: Record<string, string>;
+  /**
+   * Give the trainer the critic's value head: every (re)started worker that loads no value head
+   * from its restore point gets a zero one (default false).
+   */
+  valueHead?: boolean;
+  /**
+   * A separate value model (PPO, `critic: separate`): a second Trainer in the same worker process,
+   * loaded from this source, with a value head. It is saved to and restored from `critic/` inside
+   * the policy's checkpoint directories.
+   */
+  critic?: TrainerSource | null;
+}
+
+/** The critic's directory inside a checkpoint directory (HF loaders and weight sync ignore subdirectories). */
+export const CRITIC_DIR = "critic";
+
+/** The separate value model's calls (they go to the worker's second Trainer). */
+export interface CriticCalls {
+  /** Per-token values (and the critic model's own logprobs). */
+  logprobs(batch: NativePackedBatch, temperature?: number): Promise<NativeForward>;
+  /** One update of the critic (value loss with valueCoef; its policy terms vanish with zero advantages). */
+  trainStep(
+    batch: NativeTrainBatch, loss: Partial<NativeLossConfig>, optim: Partial<NativeOptimConfig> & { lr: number },
+    opts?: { microBatchTokens: number | null },
+  ): Promise<TrainStepMetrics>;
+  getValueHead(): Promise<{ params: Float32Array; grads: Float32Array; step: number } | null>;
+  getParams(): Promise<Float32Array>;
+  info(): Promise<WorkerModelInfo>;
 }
 
 interface Pending {
@@ -42,7 +72,7 @@ interface Pending {
 }
 
 /** Model info as the worker reports it. */
-export type WorkerModelInfo = { config: LlamaHfConfig; numParams: number; step: number; tensors: TensorLayout[] };
+export type WorkerModelInfo = { config: LlamaHfConfig; numParams: number; step: number; valueHead: boolean; tensors: TensorLayout[] };
 
 /** A Trainer in a supervised child process; same methods as native/trainer.ts's Trainer. */
 export class TrainerWorker {
@@ -51,6 +81,7 @@ export class TrainerWorker {
   private pending = new Map<number, Pending>();
   private nextId = 1;
   private restorePoint: TrainerSource;
+  private criticRestorePoint: TrainerSource | null;
   private restartCount = 0;
   private closed = false;
   private fatal: OozeError | null = null;
@@ -58,6 +89,7 @@ export class TrainerWorker {
 
   private constructor(private readonly opts: TrainerWorkerOptions) {
     this.restorePoint = TrainerWorker.absolute(opts.source);
+    this.criticRestorePoint = opts.critic ? TrainerWorker.absolute(opts.critic) : null;
     this.maxRestarts = opts.maxRestarts ?? 10;
   }
 
@@ -122,6 +154,11 @@ export class TrainerWorker {
     child.on("exit", (code, signal) => this.onExit(child, code, signal));
     child.on("error", (e) => this.onExit(child, null, null, e));
     await this.send("init", [this.restorePoint], child);
+    if (this.opts.valueHead) await this.send("ensureValueHead", [], child);
+    if (this.criticRestorePoint) {
+      await this.send("init", [this.criticRestorePoint], child, "critic");
+      await this.send("ensureValueHead", [], child, "critic");
+    }
   }
 
   private onReply(r: WorkerReply): void {
@@ -163,16 +200,16 @@ export class TrainerWorker {
     this.ready.catch(() => undefined);
   }
 
-  private send(op: WorkerOp, args: unknown[], child: ChildProcess): Promise<unknown> {
+  private send(op: WorkerOp, args: unknown[], child: ChildProcess, target: "policy" | "critic" = "policy"): Promise<unknown> {
     return new Promise((res, rej) => {
       const id = this.nextId++;
       this.pending.set(id, { op, resolve: res, reject: rej });
-      child.stdin!.write(encodeFrame({ id, op, args }));
+      child.stdin!.write(encodeFrame(target === "critic" ? { id, op, args, target } : { id, op, args }));
     });
   }
 
-  /** Waits for a running worker, then sends one request. */
-  private async call<T>(op: WorkerOp, args: unknown[]): Promise<T> {
+  /** Waits for a running worker, then sends one request (to the policy, or to the separate critic). */
+  private async call<T>(op: WorkerOp, args: unknown[], target: "policy" | "critic" = "policy"): Promise<T> {
     if (this.closed) throw new OozeError("WORKER_DIED", `trainer worker is closed; ${op} was not sent`);
     for (;;) {
       const r = this.ready;
@@ -181,12 +218,29 @@ export class TrainerWorker {
     }
     if (this.fatal) throw this.fatal;
     if (!this.child) throw new OozeError("WORKER_DIED", `trainer worker is not running; ${op} was not sent`, { retryable: true });
-    return (await this.send(op, args, this.child)) as T;
+    if (target === "critic" && !this.criticRestorePoint) throw new OozeError("CONFIG_INVALID", `trainer worker has no separate critic; ${op} was not sent`);
+    return (await this.send(op, args, this.child, target)) as T;
   }
 
-  /** Per-token logprobs and entropies (see Trainer.logprobs). */
-  logprobs(batch: NativePackedBatch, temperature = 1): Promise<{ logprobs: Float32Array; entropy: Float32Array }> {
+  /** The separate value model, or null when the worker has none. */
+  get critic(): CriticCalls | null {
+    if (!this.criticRestorePoint) return null;
+    return {
+      logprobs: (batch, temperature = 1) => this.call("logprobs", [batch, temperature], "critic"),
+      trainStep: (batch, loss, optim, opts = { microBatchTokens: null }) => this.call("trainStep", [batch, loss, optim, opts], "critic"),
+      getValueHead: () => this.call("getValueHead", [], "critic"),
+      getParams: () => this.call("getParams", [], "critic"),
+      info: () => this.call("info", [], "critic"),
+    };
+  }
+
+  /** Per-token logprobs, entropies and (with a value head) values (see Trainer.logprobs). */
+  logprobs(batch: NativePackedBatch, temperature = 1): Promise<NativeForward> {
     return this.call("logprobs", [batch, temperature]);
+  }
+  /** The value head's params, grads and AdamW step, or null (see Trainer.getValueHead). */
+  getValueHead(): Promise<{ params: Float32Array; grads: Float32Array; step: number } | null> {
+    return this.call("getValueHead", []);
   }
   /** Adds the gradient of Σ dLogprobs·logprobs + dEntropy·entropy into the grads. */
   backward(batch: NativePackedBatch, temperature: number, dLogprobs: Float32Array, dEntropy: Float32Array): Promise<void> {
@@ -248,14 +302,23 @@ export class TrainerWorker {
    */
   async save(dir: string, weightVersion = "", opts: { optimizer: boolean } = { optimizer: false }): Promise<void> {
     const abs = resolve(dir);
+    // the separate critic first, into dir/critic: both restore points move together, after both are saved
+    if (this.criticRestorePoint) await this.call("save", [join(abs, CRITIC_DIR), weightVersion, { optimizer: true }], "critic");
     await this.call("save", [abs, weightVersion, opts]);
     this.restorePoint = { modelDir: abs };
+    if (this.criticRestorePoint) this.criticRestorePoint = { modelDir: join(abs, CRITIC_DIR) };
   }
 
-  /** Loads a checkpoint (and its optimizer.bin if any) into the worker; the directory becomes the restore point. */
-  async load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null }> {
+  /** Loads a checkpoint (and its optimizer.bin and value_head.bin if any) into the worker; the directory becomes the restore point. */
+  async load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null; valueHead: boolean }> {
     const abs = resolve(dir);
-    const r = await this.call<{ weightVersion: string; optimizerStep: number | null }>("load", [abs]);
+    const r = await this.call<{ weightVersion: string; optimizerStep: number | null; valueHead: boolean }>("load", [abs]);
+    if (this.opts.valueHead && !r.valueHead) await this.call("ensureValueHead", []);
+    if (this.criticRestorePoint && existsSync(join(abs, CRITIC_DIR, "model.safetensors"))) {
+      await this.call("load", [join(abs, CRITIC_DIR)], "critic");
+      await this.call("ensureValueHead", [], "critic");
+      this.criticRestorePoint = { modelDir: join(abs, CRITIC_DIR) };
+    }
     this.restorePoint = { modelDir: abs };
     return r;
   }

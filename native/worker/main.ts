@@ -1,6 +1,7 @@
-// The trainer worker process (node --import tsx native/worker/main.ts): hosts the native addon and one
-// Trainer, serves protocol.ts requests from stdin and replies on stdout, so a native crash kills this
-// process and not the runtime. Exits when stdin closes (its parent is gone).
+// The trainer worker process (node --import tsx native/worker/main.ts): hosts the native addon and the
+// policy's Trainer (and, for PPO with a separate value model, the critic's), serves protocol.ts
+// requests from stdin and replies on stdout, so a native crash kills this process and not the
+// runtime. Exits when stdin closes (its parent is gone).
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import { Trainer, type TrainerSource } from "../trainer.ts";
 import { encodeFrame, FrameDecoder, type WorkerReply, type WorkerRequest } from "./protocol.ts";
@@ -9,25 +10,26 @@ import { encodeFrame, FrameDecoder, type WorkerReply, type WorkerRequest } from 
 console.log = console.error;
 console.info = console.error;
 
-let trainer: Trainer | null = null;
-
-function need(): Trainer {
-  if (!trainer) throw new OozeError("NATIVE_FAILED", "trainer worker: no trainer yet; send init first");
-  return trainer;
-}
+const trainers: { policy: Trainer | null; critic: Trainer | null } = { policy: null, critic: null };
 
 // Arguments are passed through as they came; the native layer validates them.
-async function handle(op: WorkerRequest["op"], a: any[]): Promise<unknown> {
+async function handle(op: WorkerRequest["op"], a: any[], target: "policy" | "critic"): Promise<unknown> {
+  const need = (): Trainer => {
+    const t = trainers[target];
+    if (!t) throw new OozeError("NATIVE_FAILED", `trainer worker: no ${target} trainer yet; send init${target === "critic" ? " with target critic" : ""} first`);
+    return t;
+  };
   switch (op) {
-    case "init":
-      trainer = await Trainer.create(a[0] as TrainerSource);
-      return trainer.info();
+    case "init": {
+      const t = (trainers[target] = await Trainer.create(a[0] as TrainerSource));
+      return t.info();
+    }
     case "ping":
       return { pid: process.pid };
     case "logprobs":
       return need().logprobs(a[0], a[1]);
     case "backward":
-      return need().backward(a[0], a[1], a[2], a[3]);
+      return need().backward(a[0], a[1], a[2], a[3], a[4] ?? null);
     case "accumulate":
       return need().accumulate(a[0], a[1]);
     case "applyGrads":
@@ -54,6 +56,12 @@ async function handle(op: WorkerRequest["op"], a: any[]): Promise<unknown> {
       return need().load(a[0]);
     case "info":
       return need().info();
+    case "ensureValueHead":
+      return need().ensureValueHead();
+    case "setValueHead":
+      return need().setValueHead(a[0]);
+    case "getValueHead":
+      return need().getValueHead();
     case "hang": // fault injection for tests: a call that never completes
       return new Promise(() => undefined);
   }
@@ -74,7 +82,7 @@ process.stdin.on("data", (chunk: Buffer) => {
   }
   for (const m of msgs) {
     const req = m as WorkerRequest;
-    handle(req.op, Array.isArray(req.args) ? req.args : [])
+    handle(req.op, Array.isArray(req.args) ? req.args : [], req.target === "critic" ? "critic" : "policy")
       .then((result) => reply({ id: req.id, ok: true, result: result ?? null }))
       .catch((e: unknown) => reply({ id: req.id, ok: false, error: toOozeError(e, "NATIVE_FAILED").toWire() }));
   }

@@ -23,13 +23,20 @@ export type WorkerOp =
   | "saveOptimizer"
   | "loadOptimizer"
   | "info"
+  | "ensureValueHead"
+  | "setValueHead"
+  | "getValueHead"
   | "hang";
 
-/** A request to the worker. */
+/**
+ * A request to the worker. `target: "critic"` sends it to the worker's second Trainer, a separate
+ * value model (PPO with `critic: separate`); absent, to the policy.
+ */
 export interface WorkerRequest {
   id: number;
   op: WorkerOp;
   args: unknown[];
+  target?: "critic";
 }
 
 /** A reply: the result of request `id`, or its error. */

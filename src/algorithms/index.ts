@@ -2,3 +2,5 @@
 // trainer is tested against these.
 export * from "./advantages.ts";
 export * from "./losses.ts";
+export * from "./value-loss.ts";
+export * from "./gae.ts";

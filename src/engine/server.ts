@@ -52,6 +52,10 @@ export interface EngineServer {
 const newRid = () => randomUUID().replace(/-/g, "");
 const OK_PAUSE = { message: "Generation paused successfully.", status: "ok" };
 const OK_CONTINUE = { message: "Generation continued successfully.", status: "ok" };
+// SGLang's /flush_cache (python/sglang/srt/entrypoints/http_server.py, v0.5.x): this text in both cases,
+// status 200 when flushed and 400 (HTTPStatus.BAD_REQUEST) when the scheduler had running or waiting
+// requests (Scheduler.flush_cache returns false and logs "Cache not flushed because there are pending
+// requests"); a plain starlette Response, so no content-type header.
 const FLUSH_TEXT = "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n";
 
 const updateSchema = z.looseObject({
@@ -73,9 +77,17 @@ class HttpError extends Error {
   }
 }
 
+/** A text body without a content-type header (as starlette's plain Response sends it). */
+class UntypedText {
+  constructor(readonly text: string) {}
+}
+
 function send(res: ServerResponse, status: number, body: unknown): void {
   if (res.headersSent || res.destroyed) return;
-  if (body === null) {
+  if (body instanceof UntypedText) {
+    res.writeHead(status, { "content-length": Buffer.byteLength(body.text) });
+    res.end(body.text);
+  } else if (body === null) {
     res.writeHead(status, { "content-length": "0" });
     res.end();
   } else if (typeof body === "string") {
@@ -363,8 +375,9 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
   route(["/server_info", "/get_server_info"], ["GET"], async () => [200, serverInfo()]);
   route(["/get_weight_version"], ["GET"], async () => [200, { weight_version: weightVersion }]);
   route(["/flush_cache"], ["GET", "POST"], async () => {
-    if (sched.busy()) return [400, FLUSH_TEXT];
-    return [backend.flushCache() ? 200 : 400, FLUSH_TEXT];
+    // Running, waiting (paused or held) or updating: nothing is flushed, as in SGLang.
+    if (sched.busy() || updating) return [400, new UntypedText(FLUSH_TEXT)];
+    return [backend.flushCache() ? 200 : 400, new UntypedText(FLUSH_TEXT)];
   });
   route(["/update_weights_from_disk"], ["POST"], async (_q, _r, body) => updateWeights(body));
   route(["/pause_generation"], ["POST"], async (_q, _r, body) => {

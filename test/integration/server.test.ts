@@ -277,6 +277,83 @@ describe("engine server: control", () => {
   });
 });
 
+describe("engine server: SGLang fidelity (flush with pending requests, stale prefixes after a weight update)", () => {
+  // SGLang v0.5.x http_server.py: the same text either way, 200 flushed / 400 not, no content-type.
+  const FLUSH_BODY = "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n";
+  const flush = async () => {
+    const res = await fetch(`${server.url}/flush_cache`, { method: "POST" });
+    return { status: res.status, text: await res.text(), type: res.headers.get("content-type") };
+  };
+  const prompt = Array.from({ length: 40 }, (_, i) => (i * 7 + 3) % 200);
+  const greedy = { max_new_tokens: 6, temperature: 0, ignore_eos: true };
+
+  it("/flush_cache with a running request, and with waiting ones (paused), answers 400 with SGLang's body and flushes nothing", async () => {
+    await waitUntil("idle", async () => (await client.loads()).total === 0);
+    await client.generate({ inputIds: prompt, sampling: greedy }); // caches the prompt
+    const cached = backend.cacheStats().cachedTokens;
+    expect(cached).toBeGreaterThan(0);
+    // running
+    const { rest } = await started({ inputIds: [4, 4], sampling: long, rid: "flush-running" });
+    expect(await flush()).toEqual({ status: 400, text: FLUSH_BODY, type: null });
+    await client.abort({ rid: "flush-running" });
+    await rest;
+    // waiting: paused, a new request queued
+    await waitUntil("idle", async () => (await client.loads()).total === 0);
+    await client.pauseGeneration("abort");
+    const waiting = client.generate({ inputIds: prompt, sampling: greedy });
+    await waitUntil("the request is counted as waiting", async () => (await client.loads()).waiting === 1);
+    expect(await flush()).toEqual({ status: 400, text: FLUSH_BODY, type: null });
+    await client.continueGeneration();
+    const w = await waiting;
+    expect(w.meta.cachedTokens).toBe(prompt.length - 1); // the cache survived both refusals
+    await waitUntil("idle", async () => (await client.loads()).total === 0);
+    expect(await flush()).toEqual({ status: 200, text: FLUSH_BODY, type: null });
+    expect(backend.cacheStats().cachedTokens).toBe(0);
+  });
+
+  it("after update_weights_from_disk no request reuses keys/values of the old weights: logprobs equal a fresh engine's on the new weights", async () => {
+    const freshBackend = createNativeBackend({ modelDir: dir2, maxRunning: 4 });
+    const fresh = await startEngineServer({ backend: freshBackend });
+    try {
+      const freshClient = new EngineClient(fresh.url, { retries: 0 });
+      const longer = [...prompt, 9, 8, 7];
+      const want = await freshClient.generate({ inputIds: longer, sampling: greedy, returnLogprob: true });
+      const same = (got: GenerateOutput, what: string) => {
+        expect(Array.from(got.outputIds), what).toEqual(Array.from(want.outputIds));
+        for (let i = 0; i < want.logprobs.length; i++) expect(Math.abs(got.logprobs[i]! - want.logprobs[i]!), `${what}: logprob ${i}`).toBeLessThanOrEqual(1e-5);
+      };
+      // 1. idle engine, prefix cached under the old weights (flush_cache: false asks to keep the cache)
+      await waitUntil("idle", async () => (await client.loads()).total === 0);
+      await client.generate({ inputIds: prompt, sampling: greedy });
+      expect((await client.updateWeightsFromDisk({ modelPath: dir2, weightVersion: "fresh-1", flushCache: false })).success).toBe(true);
+      const a = await client.generate({ inputIds: longer, sampling: greedy, returnLogprob: true });
+      expect(a.meta.cachedTokens).toBe(0);
+      same(a, "idle update");
+      // 2. a request pinning the prefix runs across the update (pause in_place → update → continue)
+      expect((await client.updateWeightsFromDisk({ modelPath: dir, weightVersion: "v1" })).success).toBe(true);
+      const pinned = await started({ inputIds: prompt, sampling: { max_new_tokens: 250, ignore_eos: true }, rid: "pins-prefix" });
+      await client.pauseGeneration("in_place");
+      expect((await client.updateWeightsFromDisk({ modelPath: dir2, weightVersion: "fresh-2" })).success).toBe(true);
+      await client.continueGeneration();
+      const b = await client.generate({ inputIds: longer, sampling: greedy, returnLogprob: true });
+      expect(b.meta.cachedTokens).toBe(0);
+      same(b, "update while a request pinned the old prefix");
+      await client.abort({ rid: "pins-prefix" });
+      await pinned.rest;
+      // 3. once the stale request is gone, the cache works again, with keys/values of the new weights
+      const c1 = await client.generate({ inputIds: longer, sampling: greedy, returnLogprob: true });
+      const c2 = await client.generate({ inputIds: longer, sampling: greedy, returnLogprob: true });
+      same(c1, "after the stale request ended");
+      same(c2, "served from the new cache");
+      expect(c2.meta.cachedTokens).toBeGreaterThan(0);
+    } finally {
+      await fresh.close();
+      freshBackend.close();
+      expect((await client.updateWeightsFromDisk({ modelPath: dir, weightVersion: "v1" })).success).toBe(true);
+    }
+  });
+});
+
 describe("engine server: bad requests and garbage", () => {
   const bad: [string, unknown][] = [
     ["both text and input_ids", { text: "a", input_ids: [1] }],

@@ -169,7 +169,7 @@ describe("checkpoints", () => {
       await t.save(join(dir, "a"), "v7");
       const u = await Trainer.create({ modelDir: join(dir, "a") });
       expect(checkTensor("params", await u.getParams(), params, 0, 0)).toBe("");
-      expect(await u.load(join(dir, "a"))).toEqual({ weightVersion: "v7", optimizerStep: null });
+      expect(await u.load(join(dir, "a"))).toEqual({ weightVersion: "v7", optimizerStep: null, valueHead: false });
       const batch = randomPacked([5, 7], cfg.vocab_size, 3);
       expect(checkTensor("logprobs", (await u.logprobs(batch)).logprobs, (await t.logprobs(batch)).logprobs, 0, 0)).toBe("");
       await initModelDir("tiny", join(dir, "b"), 5);

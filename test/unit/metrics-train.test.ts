@@ -53,4 +53,14 @@ describe("train metrics", () => {
     expect(() => trainConfigOf({ train: { mode: "fast" }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: mode/);
     expect(() => trainConfigOf({ train: {}, engines: { count: 0 }, file: "t.yaml" })).toThrow(/at least one engine/);
   });
+
+  it("algorithm: ppo fills the ppo: defaults and names bad ppo fields", () => {
+    const { train } = trainConfigOf({ train: { algorithm: "ppo", ppo: { lambda: 0.9 } }, engines: undefined, file: "t.yaml" });
+    expect(train.algorithm).toBe("ppo");
+    expect(train.ppo).toEqual({ gamma: 1, lambda: 0.9, valueCoef: 0.5, valueClip: 0.2, whitening: "batch", critic: "shared", criticPreset: null });
+    expect(trainConfigOf({ train: {}, engines: undefined, file: "t.yaml" }).train.algorithm).toBe("group");
+    expect(() => trainConfigOf({ train: { ppo: { lambda: 2 } }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: ppo\.lambda: Too big/);
+    expect(() => trainConfigOf({ train: { ppo: { gama: 1 } }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: ppo: Unrecognized key: "gama"/);
+    expect(() => trainConfigOf({ train: { algorithm: "a2c" }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: algorithm/);
+  });
 });

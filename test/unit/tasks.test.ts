@@ -115,6 +115,30 @@ describe("built-in tasks", () => {
     expect(() => createGuessNumberTask({ credit: "warmer" })).toThrow(/credit must be/);
   });
 
+  it("guess-number, turnRewards: each turn reports the credit it added; they sum to the unfound reward; the total reward is unchanged", () => {
+    const play = (turnRewards: boolean, guesses: string[]) => {
+      const task = createGuessNumberTask({ max: 16, maxTurns: 3, credit: "information", turnRewards });
+      let i = 0;
+      while (secretOf(task, i) !== 10) i++;
+      let s = task.reset(i, 1).state;
+      const per: (number | undefined)[] = [];
+      for (const g of guesses) {
+        const r = task.step(s, encodeBytes(g));
+        per.push(r.reward);
+        s = r.state;
+      }
+      return { per, reward: task.reward(s) };
+    };
+    const on = play(true, ["8", "12", "9"]), off = play(false, ["8", "12", "9"]);
+    expect(off.per).toEqual([undefined, undefined, undefined]);
+    expect(on.reward).toBe(off.reward);
+    expect(on.per[0]).toBeCloseTo((0.4 * Math.log2(16 / 8)) / 4, 12); // 8 → 9-16
+    expect(on.per.reduce((a, b) => a! + b!, 0)).toBeCloseTo(on.reward, 12);
+    const found = play(true, ["8", "10"]);
+    expect(found.reward).toBeCloseTo(0.9, 12);
+    expect(found.per[1]).toBe(0); // the find itself is paid at the end (the remainder)
+  });
+
   it("guess-number, interval replies: each reply names the numbers still possible, in the prompt's form", () => {
     const task = createGuessNumberTask({ max: 16, maxTurns: 6, replies: "interval" });
     let i = 0;

@@ -38,6 +38,13 @@ export interface GuessConfig {
   credit?: "consistent" | "information";
   /** "direction" (default): " higher\n" / " lower\n"; "interval": " higher 9-16:" / " lower 1-7:". */
   replies?: "direction" | "interval";
+  /**
+   * Turn-level credit (for algorithm: ppo): each turn reports what it added to the shaped credit
+   * (with credit: information, the information its reply gave: 0.4·log2(before / after) / log2(max)
+   * of the interval), so GAE sees the good guess when it is made; the episode's reward is unchanged.
+   * Default false.
+   */
+  turnRewards?: boolean;
 }
 
 export const createGuessNumberTask: TaskFactory = (config) => {
@@ -46,10 +53,14 @@ export const createGuessNumberTask: TaskFactory = (config) => {
   const shaped = (config as GuessConfig).shaped ?? true;
   const replies = (config as GuessConfig).replies ?? "direction";
   const credit = (config as GuessConfig).credit ?? "consistent";
+  const turnRewards = (config as GuessConfig).turnRewards ?? false;
   if (credit !== "consistent" && credit !== "information") throw new RangeError(`guess-number: credit must be "consistent" or "information" (got ${JSON.stringify(credit)})`);
   if (replies !== "direction" && replies !== "interval") throw new RangeError(`guess-number: replies must be "direction" or "interval" (got ${JSON.stringify(replies)})`);
   if (!Number.isInteger(max) || max < 2 || max > 100) throw new RangeError(`guess-number: max must be an integer in [2, 100] (got ${max})`);
   if (!Number.isInteger(maxTurns) || maxTurns < 1) throw new RangeError(`guess-number: maxTurns must be ≥ 1 (got ${maxTurns})`);
+  /** The shaped credit of an unfound number so far (see `credit`). */
+  const shapedCredit = (st: GuessState): number =>
+    credit === "information" ? (0.4 * Math.log2(max / (st.hi - st.lo + 1))) / Math.log2(max) : (0.3 * st.consistent) / maxTurns;
   const task: Task<GuessState> = {
     name: "guess-number",
     maxTurns,
@@ -64,20 +75,22 @@ export const createGuessNumberTask: TaskFactory = (config) => {
       const turns = state.turns + 1;
       const guess = Number.parseInt(decodeBytes(action).trim(), 10);
       const consistent = state.consistent + (guess >= state.lo && guess <= state.hi ? 1 : 0);
-      if (guess === state.secret) return { state: { ...state, turns, consistent, solved: true }, observation: encodeBytes(" correct\n"), done: true };
+      // the shaped credit this turn added (turn-level credit); a found number's reward comes at the end
+      const turnReward = (next: GuessState) => (turnRewards && shaped ? { reward: shapedCredit(next) - shapedCredit(state) } : {});
+      if (guess === state.secret) {
+        const next = { ...state, turns, consistent, solved: true };
+        return { state: next, observation: encodeBytes(" correct\n"), done: true, ...turnReward({ ...state, turns, consistent }) };
+      }
       const done = turns >= maxTurns;
       const lo = guess < state.secret ? Math.max(state.lo, guess + 1) : state.lo;
       const hi = guess > state.secret ? Math.min(state.hi, guess - 1) : state.hi;
       const word = Number.isNaN(guess) ? " number?" : guess < state.secret ? " higher" : " lower";
       const reply = replies === "interval" ? `${word} ${lo}-${hi}:` : `${word}\n`;
-      return { state: { ...state, turns, consistent, lo, hi }, observation: done ? new Int32Array(0) : encodeBytes(reply), done };
+      const next = { ...state, turns, consistent, lo, hi };
+      return { state: next, observation: done ? new Int32Array(0) : encodeBytes(reply), done, ...turnReward(next) };
     },
     reward(state) {
-      if (!state.solved) {
-        if (!shaped) return 0;
-        if (credit === "information") return (0.4 * Math.log2(max / (state.hi - state.lo + 1))) / Math.log2(max);
-        return (0.3 * state.consistent) / maxTurns;
-      }
+      if (!state.solved) return shaped ? shapedCredit(state) : 0;
       return Math.max(0.5, 1 - 0.1 * (state.turns - 1));
     },
     success(state) {

@@ -60,7 +60,7 @@ import { loadTask } from "../actors/loop/task-loader.ts";
 import { rolloutRange } from "../actors/rollout/rollout.ts";
 import { runTrainJob } from "../src/cli/train-job.ts";
 import { loadTopology } from "../src/topology/load.ts";
-import { PolicyTrainer } from "../actors/trainer/policy-trainer.ts";
+import { PolicyTrainer, policyTrainerConfig } from "../actors/trainer/policy-trainer.ts";
 import type { Sample } from "../src/sample.ts";
 
 function arg(name: string, fallback: string): string {
@@ -168,10 +168,7 @@ async function trainingOnly(modelDir: string, groups: Sample[][], rep: number): 
   const cfg = trainConfig("sync");
   const trainer = await PolicyTrainer.start({
     modelDir, version: 0, weightsRoot: join(root, `train-only-${rep}`),
-    config: {
-      lr: cfg.lr, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm, beta2: cfg.beta2, epsClip: cfg.epsClip, epsClipHigh: cfg.epsClipHigh ?? cfg.epsClip,
-      entropyCoef: cfg.entropyCoef, temperature: cfg.temperature, microBatchTokens: cfg.microBatchTokens, updatesPerStep: cfg.updatesPerStep,
-    },
+    config: policyTrainerConfig(cfg), // the trainer actor's settings
   });
   try {
     const buffer = new GroupBuffer({ batchGroups: prompts, estimator: cfg.estimator, dropZeroVariance: false, maxStaleness: null });

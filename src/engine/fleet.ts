@@ -3,7 +3,9 @@
 // and taken back when they recover. generate() is token-in/token-out with partial rollout: when an
 // engine aborts a request (weight update, /abort_request), dies, or leaves the fleet mid-request, the
 // tokens and logprobs sampled so far are kept and the rest is generated elsewhere with the remaining
-// budget, one weight-version span per run of tokens. updateWeights() walks every engine through
+// budget, one weight-version span per run of tokens. A dispatch that fails (error status, lost or
+// malformed reply) or misses its progress deadline is retried, elsewhere where there is another
+// engine (fleet-dispatch.ts, fleet-retry.ts). updateWeights() walks every engine through
 // pause → update_weights_from_disk → continue; versions only increase. With a bus, the set of engines
 // lives in the job's KV bucket so a new fleet recovers it.
 import { randomUUID } from "node:crypto";

@@ -3,13 +3,17 @@
 // and taken back when they recover. generate() is token-in/token-out with partial rollout: when an
 // engine aborts a request (weight update, /abort_request), dies, or leaves the fleet mid-request, the
 // tokens and logprobs sampled so far are kept and the rest is generated elsewhere with the remaining
-// budget, one weight-version span per run of tokens. updateWeights() walks every engine through
+// budget, one weight-version span per run of tokens. A dispatch that fails (error status, lost or
+// malformed reply) or misses its progress deadline is retried, elsewhere where there is another
+// engine (fleet-dispatch.ts, fleet-retry.ts). updateWeights() walks every engine through
 // pause → update_weights_from_disk → continue; versions only increase. With a bus, the set of engines
 // lives in the job's KV bucket so a new fleet recovers it.
 import { randomUUID } from "node:crypto";
 import { OozeError, TimeoutError } from "../errors.ts";
 import type { FinishReason } from "./backend.ts";
-import { EngineClient, engineFaultKind } from "./client.ts";
+import { EngineClient } from "./client.ts";
+import { updateEngine, type WeightUpdateOptions, type WeightUpdateReport } from "./fleet-weights.ts";
+import { dispatch, GRACEFUL_ABORT_MS, sweepDeadlines, type DispatchContext, type DispatchOutcome } from "./fleet-dispatch.ts";
 import { ExternalRouter } from "./fleet-external.ts";
 import { compareVersions, expectedSignature, modelSignature, signatureDiff, type ModelSignature } from "./fleet-model.ts";
 import { FleetRegistry, type EngineSource } from "./fleet-registry.ts";
@@ -20,6 +24,7 @@ import { Router } from "./router.ts";
 
 export type { EngineSource } from "./fleet-registry.ts";
 export type { FaultStats } from "./fleet-retry.ts";
+export type { WeightUpdateOptions, WeightUpdateReport } from "./fleet-weights.ts";
 export { faultSummary } from "./fleet-retry.ts";
 export type { WeightVersionSpan } from "./partial.ts";
 export type { EngineEntry, FleetGenerateRequest, FleetGenerateResult, FleetOptions } from "./fleet-types.ts";
@@ -37,33 +42,8 @@ import {
 
 const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
-/** Options of Fleet.updateWeights. */
-export interface WeightUpdateOptions {
-  /** pause_generation mode (default "abort"). */
-  mode?: "abort" | "in_place";
-  /** load_format sent with model_path, e.g. "ooze-delta" (model_path is then a delta file). Default: none (a model directory). */
-  loadFormat?: string;
-  /** The same version as a model directory: loaded by engines that refuse the loadFormat update, and by engines that join later. Required with a loadFormat other than auto/safetensors. */
-  fullModelDir?: string;
-}
-
-/** What Fleet.updateWeights did: engines that refused a loadFormat update and loaded fullModelDir instead, with the engine's reason. */
-export interface WeightUpdateReport {
-  version: string;
-  fullFallbacks: { engine: string; reason: string }[];
-}
-
-/** Thrown inside a dispatch to leave it with its outcome set (shares the stream path's cleanup). */
-const DONE = Symbol("done");
-
-/** How long a graceful abort (/abort_request) may take before the dispatch is cut locally, ms. */
-const GRACEFUL_ABORT_MS = 3_000;
-
 /** Interval of the progress-deadline sweep over in-flight non-streamed dispatches, ms. */
 const SWEEP_MS = 200;
-
-/** After an engine acknowledged the abort of a dispatch that missed its deadline, how long its reply may take, ms. */
-const ABORT_REPLY_GRACE_MS = 1_000;
 
 /** Occurrences of each string. */
 const countOf = (xs: readonly string[]): Record<string, number> => {
@@ -132,7 +112,7 @@ export class Fleet {
     if (opts.bus && opts.job === undefined) throw new OozeError("CONFIG_INVALID", "Fleet: a bus needs a job id (opts.job) to name its KV bucket");
     this.registry = opts.bus && opts.job !== undefined ? FleetRegistry.open(opts.bus, opts.job) : null;
     this.registry?.catch(() => {}); // reported where it is awaited
-    this.sweepTimer = setInterval(() => this.sweep(), SWEEP_MS);
+    this.sweepTimer = setInterval(() => sweepDeadlines(this.engines.values(), this.deadlines, this.log), SWEEP_MS);
     this.sweepTimer.unref();
     if (this.healthIntervalMs > 0) {
       this.timer = setInterval(() => this.healthTick(), this.healthIntervalMs);
@@ -336,8 +316,7 @@ export class Fleet {
         acc.beginAttempt();
         dispatched = true;
         engineId = e.id;
-        let outcome: { done: FinishReason } | { retry: string } | { fault: string; error: OozeError };
-        let streamed = false;
+        let outcome: DispatchOutcome;
         try {
           const budget = maxNew - acc.length;
           const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: budget };
@@ -350,44 +329,17 @@ export class Fleet {
             ...(req.sessionId !== undefined ? { routingKey: req.sessionId } : {}),
             signal: attempt.ctl.signal,
           };
-          if (!this.stream) {
-            const t0 = performance.now();
-            attempt.watch = { start: t0, budget, missed };
-            const r = await e.gen.generate({ ...call, timeoutMs: this.generateTimeoutMs + GRACEFUL_ABORT_MS });
-            if (r.finishReason.type !== "abort") this.deadlines.observe(performance.now() - t0);
-            cachedTokens += r.meta.cachedTokens;
-            streamed = true;
-            // One version per dispatch; a dispatch that crossed an in_place update is recorded under
-            // the older version (staleness is over-, never under-estimated).
-            acc.update(r.outputIds, r.logprobs, attempt.crossed ? attempt.version : r.meta.weightVersion, true);
-            outcome = { done: r.finishReason };
-            throw DONE;
-          }
-          const gen = e.gen.generateStream({ ...call, timeoutMs: this.deadlines.streamIdleMs(missed) });
-          for (;;) {
-            const n = await gen.next();
-            if (!streamed) {
-              cachedTokens += n.value.meta.cachedTokens;
-              streamed = true;
-            }
-            acc.update(n.value.outputIds, n.value.logprobs, n.value.meta.weightVersion, n.done === true);
-            if (n.done) {
-              outcome = { done: n.value.finishReason };
-              break;
-            }
-          }
-        } catch (err) {
-          const kind = engineFaultKind(err);
-          if (err === DONE) outcome = outcome!;
-          else if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
-          else if (attempt.expired !== null) outcome = { fault: "timeout", error: new TimeoutError(attempt.expired) };
-          else if (kind !== null && !st.userAborted) outcome = { fault: kind, error: err as OozeError };
-          else if (attempt.redispatch !== null) outcome = { retry: attempt.redispatch };
-          else if (st.userAborted) outcome = { done: { type: "abort", message: "Aborted by the caller (fleet.abort)" } };
-          else if (err instanceof OozeError && err.code === "ENGINE_REJECTED" && streamed) {
-            // An error event after the request was accepted: the engine failed it, not the request itself.
-            outcome = { fault: "engine-error", error: err };
-          } else throw err;
+          const ctx: DispatchContext = {
+            stream: this.stream,
+            deadlines: this.deadlines,
+            callTimeoutMs: this.generateTimeoutMs + GRACEFUL_ABORT_MS,
+            missed,
+            closed: () => this.closed,
+            userAborted: () => st.userAborted,
+          };
+          const d = await dispatch(e, attempt, call, budget, acc, ctx);
+          outcome = d.outcome;
+          cachedTokens += d.cachedTokens;
         } finally {
           if (attempt.cutTimer) clearTimeout(attempt.cutTimer);
           e.attempts.delete(attempt);
@@ -472,7 +424,7 @@ export class Fleet {
       this.updating = new Promise<void>((r) => (open = r));
       try {
         const targets = [...this.engines.values()].filter((e) => e.healthy);
-        const results = await Promise.allSettled(targets.map((e) => this.updateOne(e, modelDir, version, mode, load, report.fullFallbacks)));
+        const results = await Promise.allSettled(targets.map((e) => updateEngine(e, modelDir, version, mode, this.log, load, report.fullFallbacks)));
         const failed = targets.map((e, i) => ({ e, r: results[i]! })).filter((x) => x.r.status === "rejected");
         const why = failed.map((x) => `${x.e.id}: ${errText((x.r as PromiseRejectedResult).reason)}`);
         if (targets.length > 0 && failed.length === targets.length) {
@@ -624,7 +576,7 @@ export class Fleet {
         await this.locked(async () => {
           if (e.detached || this.closed || e.healthy) return;
           const cur = this.current;
-          if (cur && e.weightVersion !== cur.version) await this.updateOne(e, cur.modelDir, cur.version, "abort");
+          if (cur && e.weightVersion !== cur.version) await updateEngine(e, cur.modelDir, cur.version, "abort", this.log);
           e.healthy = true;
           e.failures = 0;
           e.lastError = null;
@@ -692,72 +644,10 @@ export class Fleet {
     this.leave(e, e.lastError, true);
   }
 
-  /** Expires every non-streamed dispatch past its progress deadline (recomputed now: it tightens as durations are seen). */
-  private sweep(): void {
-    const now = performance.now();
-    for (const e of this.engines.values()) {
-      for (const a of e.attempts) {
-        if (a.watch === null || a.expired !== null) continue;
-        const ms = this.deadlines.dispatchMs(a.watch.budget, a.watch.missed);
-        if (now - a.watch.start > ms) this.expire(e, a, `no reply from ${e.id} within ${Math.round(ms)} ms (progress deadline)`);
-      }
-    }
-  }
-
-  /**
-   * A dispatch missed its progress deadline: the engine is asked to abort it (a live engine answers
-   * with the tokens sampled so far); the connection is cut ABORT_REPLY_GRACE_MS after the engine
-   * acknowledged the abort without answering the dispatch, or GRACEFUL_ABORT_MS after the deadline.
-   */
-  private expire(e: Engine, a: Attempt, why: string): void {
-    if (a.ctl.signal.aborted || a.expired !== null || !e.attempts.has(a)) return;
-    a.expired = why;
-    this.log(`fleet: ${a.rid}: ${why}; aborting it on the engine`);
-    if (a.cutTimer !== null) return; // a graceful cut is under way already
-    a.cutTimer = setTimeout(() => a.ctl.abort(), GRACEFUL_ABORT_MS);
-    e.ctl.abort({ rid: a.rid }).then(
-      () => {
-        if (!e.attempts.has(a) || a.ctl.signal.aborted) return;
-        if (a.cutTimer) clearTimeout(a.cutTimer);
-        a.cutTimer = setTimeout(() => a.ctl.abort(), ABORT_REPLY_GRACE_MS);
-      },
-      () => a.ctl.abort(),
-    );
-  }
-
   /** Waits `ms` before a retry on the same engine; ends early when the request is aborted or the fleet closes. */
   private async backoff(ms: number, st: ReqState): Promise<void> {
     const until = Date.now() + ms;
     while (!st.userAborted && !this.closed && Date.now() < until) await this.changed(until - Date.now());
-  }
-
-  private async updateOne(
-    e: Engine, modelDir: string, version: string, mode: "abort" | "in_place",
-    load: { format: string; fullModelDir: string } | null = null, fallbacks: WeightUpdateReport["fullFallbacks"] = [],
-  ): Promise<void> {
-    await e.ctl.pauseGeneration(mode);
-    let updated = false;
-    try {
-      let r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version, ...(load ? { loadFormat: load.format } : {}) });
-      if (!r.success && load && load.fullModelDir !== modelDir) {
-        // Recorded and logged: the engine's base differs (restarted) or the file was refused (corrupt).
-        this.log(`fleet: ${e.id} refused the ${load.format} update to '${version}' (${r.message}); loading the full checkpoint ${load.fullModelDir}`);
-        fallbacks.push({ engine: e.id, reason: r.message });
-        modelDir = load.fullModelDir;
-        r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version });
-      }
-      if (!r.success) throw new OozeError("ENGINE_REJECTED", `${e.id}: update_weights_from_disk refused ${modelDir}: ${r.message}`);
-      updated = true;
-    } finally {
-      // Continue even after a failed update: the engine keeps serving its old weights.
-      await e.ctl.continueGeneration().catch((err) => {
-        if (updated) throw err;
-      });
-    }
-    const v = await e.ctl.weightVersion();
-    if (v !== version) throw new OozeError("ENGINE_PROTOCOL", `${e.id}: reports weight version '${String(v)}' after an update to '${version}'`);
-    e.weightVersion = v;
-    for (const a of e.attempts) a.crossed = true;
   }
 
   private healthTick(): void {

@@ -32,8 +32,8 @@ const servers: EngineServer[] = [];
 let child: EngineProcess;
 const fleets: Fleet[] = [];
 let reference: Map<string, { ids: number[]; lps: number[] }>;
-/** servers[0]'s backend: can hold its stepping at a request's n-th token. */
-let gated: GatedBackend;
+/** The servers' backends: each can hold its stepping once chosen requests reach their n-th token. */
+const gates: GatedBackend[] = [];
 
 const sampling = { max_new_tokens: 160, temperature: 0, ignore_eos: true };
 /** Long enough that a non-streamed request is still running when a test acts on it. */
@@ -59,24 +59,6 @@ function expectIntact(r: FleetGenerateResult, prompt: Int32Array, length = 160):
   for (let i = 1; i < spans.length; i++) expect(spans[i]!.start).toBe(spans[i - 1]!.end);
 }
 
-/**
- * A streamed request of `prompt` sent straight to an engine: a non-streamed fleet request of the
- * same prompt sent just before runs in the same engine steps, so this one's progress shows that
- * the other has sampled tokens too.
- */
-function companion(url: string, prompt: Int32Array) {
-  const ctl = new AbortController();
-  let n = 0;
-  const done = (async () => {
-    try {
-      for await (const c of new EngineClient(url).generateStream({ inputIds: prompt, sampling: long, signal: ctl.signal })) n = c.outputIds.length;
-    } catch {
-      // stopped
-    }
-  })();
-  return { progress: () => n, stop: async () => (ctl.abort(), await done) };
-}
-
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "ooze-fleet-test-"));
   dirA = join(root, "a");
@@ -87,7 +69,8 @@ beforeAll(async () => {
   const config = JSON.parse(readFileSync(join(dirA, "config.json"), "utf8")) as Record<string, unknown>;
   await initModelDir({ ...(config as unknown as LlamaHfConfig), max_position_embeddings: 256 }, dirB, 5);
   for (let i = 0; i < 2; i++) {
-    const backend = i === 0 ? (gated = new GatedBackend(createNativeBackend({ modelDir: dirA }))) : createNativeBackend({ modelDir: dirA });
+    const backend = new GatedBackend(createNativeBackend({ modelDir: dirA }));
+    gates.push(backend);
     backends.push(backend);
     servers.push(await startEngineServer({ backend, weightVersion: "1" }));
   }
@@ -192,7 +175,7 @@ describe("fleet: partial rollout", () => {
     const g = fleet({ log: (l) => logs.push(l) });
     await g.attach(servers[0]!.url);
     // Engine 0 stops stepping at dt-1's 10th token until dt-1 is aborted there (by the detach).
-    const held = gated.holdAfter("dt-1", 10);
+    const held = gates[0]!.holdAfter("dt-1", 10);
     const q = g.generate({ inputIds: prompts[2]!, sampling: long, rid: "dt-1" });
     await withDeadline(held, 30_000, "dt-1 to sample 10 tokens on engine 0");
     await g.attach(servers[1]!.url);
@@ -222,7 +205,7 @@ describe("fleet: partial rollout", () => {
     await g.attach(servers[0]!.url);
     // The engine stops stepping at ua-2's 10th token until ua-2 is aborted there: the abort finds
     // it running with tokens sampled, however fast the machine is.
-    const held = gated.holdAfter("ua-2", 10);
+    const held = gates[0]!.holdAfter("ua-2", 10);
     const q = g.generate({ inputIds: prompts[3]!, sampling: long, rid: "ua-2" });
     await withDeadline(held, 30_000, "ua-2 to sample 10 tokens on the engine");
     expect(g.abort("ua-2")).toBe(true);
@@ -364,8 +347,11 @@ describe("fleet: weight updates and the KV registry", () => {
     const bus = await nats.connect();
     const f = fleet({ bus, job: "fleet-wu", stream: true });
     for (const s of servers) await f.attach(s.url);
+    // Round-robin: wu-0 and wu-2 run on engine 0, wu-1 and wu-3 on engine 1; each engine stops
+    // stepping once its two have sampled 2 tokens, until the update aborts them.
+    const held = [gates[0]!.holdAfter(["wu-0", "wu-2"], 2), gates[1]!.holdAfter(["wu-1", "wu-3"], 2)];
     const running = prompts.map((p, i) => f.generate({ inputIds: p, sampling, rid: `wu-${i}` }));
-    await waitUntil(() => prompts.every((_, i) => (f.progress(`wu-${i}`) ?? 0) >= 2), { what: "every request sampling" });
+    await withDeadline(Promise.all(held), 30_000, "every request to sample 2 tokens");
     await f.updateWeights(dirA2, "2");
     expect(f.weightVersion).toBe("2");
     expect(f.list().map((e) => e.weightVersion)).toEqual(["2", "2"]);
@@ -384,8 +370,11 @@ describe("fleet: weight updates and the KV registry", () => {
     await expect(f.updateWeights(dirA, "1")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
     await expect(f.updateWeights(dirA, "2")).rejects.toMatchObject({ code: "CONFIG_INVALID" });
     // in_place: running requests are kept by the engines and go on with the new weights.
+    // Four re-dispatches later round-robin sends ip-0 to engine 0 and ip-1 to engine 1; each is held
+    // at 2 tokens until the update loads the new weights.
+    const heldIp = [gates[0]!.holdAfter("ip-0", 2), gates[1]!.holdAfter("ip-1", 2)];
     const kept = prompts.slice(0, 2).map((p, i) => f.generate({ inputIds: p, sampling, rid: `ip-${i}` }));
-    await waitUntil(() => [0, 1].every((i) => (f.progress(`ip-${i}`) ?? 0) >= 2), { what: "both requests sampling" });
+    await withDeadline(Promise.all(heldIp), 30_000, "both requests to sample 2 tokens");
     await f.updateWeights(dirA, "10", { mode: "in_place" });
     for (const r of await Promise.all(kept)) {
       expect(r.redispatches).toBe(0);
@@ -404,12 +393,11 @@ describe("fleet: weight updates and the KV registry", () => {
     // Not streamed, a dispatch that crosses an in_place update is recorded under its older version.
     const h = fleet();
     await h.attach(servers[0]!.url);
+    // Held at its 10th token until the update loads the new weights.
+    const heldNs = gates[0]!.holdAfter("ns-1", 10);
     const crossing = h.generate({ inputIds: prompts[0]!, sampling: long, rid: "ns-1" });
-    await waitUntil(() => h.list()[0]!.inFlight === 1, { what: "the request running" });
-    const side = companion(servers[0]!.url, prompts[0]!);
-    await waitUntil(() => side.progress() >= 10, { what: "the companion stream to sample 10 tokens" });
+    await withDeadline(heldNs, 30_000, "ns-1 to sample 10 tokens");
     await h.updateWeights(dirA, "11", { mode: "in_place" });
-    await side.stop();
     const c = await crossing;
     expect(c.redispatches).toBe(0);
     expect(c.weightVersions).toEqual([{ start: 0, end: 400, version: "10" }]);

@@ -29,8 +29,8 @@ export const directFullStore: FullStore = {
   prune: async () => undefined,
 };
 
-/** The file of a model directory that never travels (the trainer's AdamW state). */
-const SKIPPED = new Set(["optimizer.bin"]);
+/** Files of a model directory that never travel: the trainer's AdamW state and the critic's value head (engines serve the policy only). */
+const SKIPPED = new Set(["optimizer.bin", "value_head.bin"]);
 const MAGIC = new TextEncoder().encode("OOZEFULL");
 const HEADER = MAGIC.length + 4;
 const CHUNK = 1 << 20;

@@ -35,6 +35,10 @@ export interface StepMetrics {
   failed: number;
   dropped_groups: number;
   trainer_restarts: number;
+  /** Learning rate of the step's optimizer update (the actor loop's trainer; absent in older runs). */
+  lr?: number;
+  /** Trained samples by staleness: entry k counts those whose oldest token is k versions behind the trainer. */
+  staleness_hist?: number[];
 }
 
 /**

@@ -48,8 +48,10 @@ export interface DashEngine {
   lastError: string | null;
   attachedAt: number;
   model: Record<string, unknown> | null;
-  promptTokens?: number;
-  cachedTokens?: number;
+  /** Requests running and waiting on the engine (its /v1/loads), or null when it did not answer. */
+  load: { running: number; waiting: number } | null;
+  /** Prompt tokens it served from its prefix cache, as a fraction, since it started (ooze engines' /server_info), or null. */
+  cacheHitRate: number | null;
 }
 
 /** An attach or detach seen in the engines KV bucket. */

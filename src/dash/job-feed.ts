@@ -3,12 +3,15 @@
 // dashboard that starts late shows the run so far, resuming after the last sequence seen if the
 // consumer fails), the nodes' actors through the control `ps` request `ooze ps` makes (again after
 // each lifecycle event, and every few seconds for mailbox depths), the engines KV bucket watched for
-// attach/detach, the fleet actor's `list` (health, load, versions, prefix-cache counters), and the
+// attach/detach, the fleet actor's `list` (health, model, versions) with each engine's own load and
+// prefix-cache hit rate (its /v1/loads and /server_info, through the engine client), and the
 // versions KV bucket (each weight version the engines serve, with what its sync sent).
 import type { JsMsg } from "@nats-io/jetstream";
 import type { KvEntry } from "@nats-io/kv";
 import { attachBus, createSystem, remoteRef, type ActorSystem, type LifecycleEvent } from "../actor/index.ts";
 import { decode, decodeMessage } from "../codec/index.ts";
+import { EngineClient } from "../engine/client.ts";
+import type { EngineEntry } from "../engine/fleet.ts";
 import { nodeStatus } from "../topology/node.ts";
 import type { Bus } from "../transport/bus.ts";
 import { jobNames } from "../transport/names.ts";
@@ -81,12 +84,13 @@ export async function followJob(o: JobFeedOptions): Promise<JobFeed> {
   await attachBus(system, bus, { job, serve: false, events: false });
   const fleet = remoteRef<FleetMsg>(system, fleetActor);
   let listing = false;
+  const clients = new Map<string, EngineClient>();
   const refreshFleet = async (): Promise<void> => {
     if (listing || stopped) return;
     listing = true;
     try {
       const r = await askFleet(fleet, { op: "list" }, Math.max(1_000, refreshMs));
-      hub.setEngines(r.engines.map(engineOf), r.weightVersion, null);
+      hub.setEngines(await Promise.all(r.engines.map((e) => engineOf(e, clients, refreshMs))), r.weightVersion, null);
     } catch (e) {
       const why = `fleet actor '${fleetActor}' (${names.actor(fleetActor)}) did not answer: ${message(e)}`;
       hub.setEngines(hub.snapshot().engines, hub.snapshot().fleetVersion, why);
@@ -141,7 +145,15 @@ export async function followJob(o: JobFeedOptions): Promise<JobFeed> {
   };
 }
 
-function engineOf(e: DashEngine): DashEngine {
+/**
+ * One engine as the page shows it: the fleet's entry, with the load the engine itself reports
+ * (/v1/loads: the rollout's requests, which the fleet actor does not route) and, for ooze engines,
+ * the prefix-cache hit rate from /server_info (null where the engine does not say).
+ */
+async function engineOf(e: EngineEntry, clients: Map<string, EngineClient>, timeoutMs: number): Promise<DashEngine> {
+  let client = clients.get(e.url);
+  if (!client) clients.set(e.url, (client = new EngineClient(e.url, { retries: 0, timeoutMs: Math.max(500, timeoutMs) })));
+  const [load, info] = await Promise.all([client.loads().catch(() => null), client.serverInfo().catch(() => null)]);
   return {
     url: e.url,
     healthy: e.healthy,
@@ -151,9 +163,17 @@ function engineOf(e: DashEngine): DashEngine {
     lastError: e.lastError,
     attachedAt: e.attachedAt,
     model: e.model,
-    ...(e.promptTokens !== undefined ? { promptTokens: e.promptTokens } : {}),
-    ...(e.cachedTokens !== undefined ? { cachedTokens: e.cachedTokens } : {}),
+    load: load ? { running: load.running, waiting: load.waiting } : null,
+    cacheHitRate: info ? hitRate(info) : null,
   };
+}
+
+/** hitTokens / promptTokens of an ooze engine's /server_info (internal_states[0].cache), or null. */
+function hitRate(info: Record<string, unknown>): number | null {
+  const states = info.internal_states;
+  const cache = Array.isArray(states) ? (states[0] as { cache?: { promptTokens?: unknown; hitTokens?: unknown } } | undefined)?.cache : undefined;
+  if (typeof cache?.promptTokens !== "number" || typeof cache.hitTokens !== "number") return null;
+  return cache.promptTokens > 0 ? cache.hitTokens / cache.promptTokens : 0;
 }
 
 /**

@@ -55,9 +55,6 @@ export interface EngineEntry {
   attachedAt: number;
   /** What identifies its model (null until discovered). */
   model: ModelSignature | null;
-  /** Prompt tokens the fleet sent it since it was attached, and those it served from its prefix cache. */
-  promptTokens: number;
-  cachedTokens: number;
 }
 
 /** Options of a Fleet. */
@@ -138,9 +135,6 @@ export interface Engine {
   epoch: number;
   /** The model this engine must serve: an expectation, null (unchecked), or undefined (the fleet's). */
   expect: Record<string, unknown> | null | undefined;
-  /** Prefix-cache counters since attach (EngineEntry.promptTokens, cachedTokens). */
-  promptTokens: number;
-  cachedTokens: number;
 }
 
 /** A running request (internal). */

@@ -303,8 +303,6 @@ export class Fleet {
           if (!this.stream) {
             const r = await e.gen.generate({ ...call, timeoutMs: this.generateTimeoutMs });
             cachedTokens += r.meta.cachedTokens;
-            e.promptTokens += input.length;
-            e.cachedTokens += r.meta.cachedTokens;
             streamed = true;
             // One version per dispatch; a dispatch that crossed an in_place update is recorded under
             // the older version (staleness is over-, never under-estimated).
@@ -317,8 +315,6 @@ export class Fleet {
             const n = await gen.next();
             if (!streamed) {
               cachedTokens += n.value.meta.cachedTokens;
-              e.promptTokens += input.length;
-              e.cachedTokens += n.value.meta.cachedTokens;
               streamed = true;
             }
             acc.update(n.value.outputIds, n.value.logprobs, n.value.meta.weightVersion, n.done === true);
@@ -454,8 +450,6 @@ export class Fleet {
       attempts: new Set(),
       epoch: 0,
       expect: undefined,
-      promptTokens: 0,
-      cachedTokens: 0,
     };
   }
 
@@ -470,8 +464,6 @@ export class Fleet {
       lastError: e.lastError,
       attachedAt: e.attachedAt,
       model: e.model,
-      promptTokens: e.promptTokens,
-      cachedTokens: e.cachedTokens,
     };
   }
 

@@ -22,7 +22,7 @@
     return el;
   }
   const time = (ms) => new Date(ms).toLocaleTimeString();
-  const fmtBytes = (n) => (n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(2)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
+  const fmtBytes = (n) => (n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(2)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${Math.round(n)} B`);
   function showMsg(el, text, info) {
     el.hidden = !text;
     el.textContent = text || "";
@@ -87,14 +87,15 @@
     for (const e of S.engines) {
       const m = e.model || {};
       const model = [m.model_type, m.hidden_size ? `d${m.hidden_size}` : null, m.num_hidden_layers ? `${m.num_hidden_layers}L` : null, m.vocab_size ? `vocab ${m.vocab_size}` : null].filter(Boolean).join(" ") || "—";
-      const hits = e.promptTokens ? `${((100 * (e.cachedTokens || 0)) / e.promptTokens).toFixed(1)} %` : "—";
+      const hits = e.cacheHitRate === null ? "—" : `${(100 * e.cacheHitRate).toFixed(1)} %`;
+      const load = e.load ? `${e.load.running} running${e.load.waiting ? `, ${e.load.waiting} waiting` : ""}` : `${e.inFlight} (fleet)`;
       tb.append(
         h("tr", { "data-engine": e.url },
           h("td", {}, e.url),
           h("td", { class: e.healthy ? "ok" : "bad" }, e.healthy ? "healthy" : "unhealthy"),
           h("td", {}, model),
           h("td", {}, e.weightVersion ?? "—"),
-          h("td", {}, e.inFlight),
+          h("td", {}, load),
           h("td", {}, hits),
           h("td", {}, e.source),
           h("td", { class: "err" }, e.lastError || ""),
@@ -137,7 +138,7 @@
   const C = window.OozeCharts;
   const charts = $("#charts");
   const curves = [
-    C.lines(charts, "reward", "reward and success rate", [{ key: "reward_mean", label: "reward" }, { key: "success_rate", label: "success rate" }]),
+    C.lines(charts, "reward", "reward and success rate", [{ key: "reward_mean", label: "reward" }, { key: "success_rate", label: "success rate" }], [0, 1]),
     C.lines(charts, "kl", "KL (rollout vs training policy)", [{ key: "kl", label: "KL" }]),
     C.lines(charts, "entropy", "entropy", [{ key: "entropy", label: "entropy" }]),
     C.lines(charts, "grad_norm", "gradient norm", [{ key: "grad_norm", label: "grad norm" }]),
@@ -146,7 +147,7 @@
     C.lines(charts, "response_length", "response length (tokens)", [{ key: "response_length_mean", label: "mean" }]),
   ];
   const staleness = C.bars(charts, "staleness", "staleness of trained samples (all steps)", "versions behind", [{ label: "samples" }]);
-  const bytesChart = C.bars($("#bytes-chart"), "sync_bytes", "bytes per weight update", "version", [{ label: "full" }, { label: "delta" }]);
+  const bytesChart = C.bars($("#bytes-chart"), "sync_bytes", "bytes per weight update", "version", [{ label: "full" }, { label: "delta" }], fmtBytes);
 
   function metricsShown() {
     return showRun && S.run ? S.run.metrics : S.metrics;
@@ -156,7 +157,8 @@
     for (const c of curves) c.set(rows);
     const hist = [];
     for (const r of rows) if (Array.isArray(r.staleness_hist)) r.staleness_hist.forEach((n, k) => (hist[k] = (hist[k] || 0) + n));
-    staleness.set(hist.map((_, k) => k), [hist.map((n) => n || 0)]);
+    if (hist.length > 0) while (hist.length < 3) hist.push(0); // a few bins, so one bar is not the whole axis
+    staleness.set(hist.map((_, k) => k), [Array.from(hist, (n) => n || 0)]);
     $("#metrics-source").textContent = showRun && S.run ? `· run ${S.run.dir} (${S.run.metrics.length} steps)` : S.job ? `· job ${S.job.id}, live (${S.metrics.length} steps)` : "";
     $("#live").hidden = !(showRun && S.job);
     showMsg($("#run-msg"), showRun && S.run ? S.run.error : !S.job && !S.run ? "no job and no run directory: open one above" : null);

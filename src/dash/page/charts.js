@@ -18,6 +18,20 @@ window.OozeCharts = (() => {
 
   const widthOf = (div) => Math.max(280, div.clientWidth - 10);
 
+  /** Tick labels with as many decimals as the tick spacing needs (exponents for tiny or huge values). */
+  function ticks(_u, splits) {
+    const incr = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 1;
+    let d = 0; // the fewest decimals that write the spacing exactly
+    while (d < 8 && Math.abs(Math.round(incr * 10 ** d) - incr * 10 ** d) > 1e-6 * 10 ** d) d++;
+    return splits.map((v) => {
+      if (v === 0) return "0";
+      const a = Math.abs(v);
+      if (a >= 1e6 || a < 1e-3) return v.toExponential(1);
+      return v.toFixed(d);
+    });
+  }
+  const fromZero = (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1];
+
   /** Replaces the card's plot by a line of text (no data yet, or why there is none). */
   function empty(state, div, text) {
     if (state.plot) {
@@ -42,8 +56,8 @@ window.OozeCharts = (() => {
     } else state.plot.setData(data);
   }
 
-  /** A line chart of `series` ({key, label}) of step-metric rows, against `step`. */
-  function lines(parent, id, title, series) {
+  /** A line chart of `series` ({key, label}) of step-metric rows, against `step`; `yRange` fixes the y axis. */
+  function lines(parent, id, title, series, yRange) {
     const div = card(parent, id);
     const state = { plot: null };
     empty(state, div, `${title}: no steps yet`);
@@ -54,8 +68,9 @@ window.OozeCharts = (() => {
         const data = [pts.map((r) => r.step), ...series.map((s) => pts.map((r) => (typeof r[s.key] === "number" ? r[s.key] : null)))];
         const opts = {
           title,
-          scales: { x: { time: false } },
+          scales: { x: { time: false }, ...(yRange ? { y: { range: () => yRange } } : {}) },
           legend: { live: false },
+          axes: [{}, { values: ticks, size: 60 }],
           series: [{ label: "step" }, ...series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 1.5, points: { show: pts.length < 40 } }))],
         };
         draw(state, div, opts, data, pts.length);
@@ -63,8 +78,8 @@ window.OozeCharts = (() => {
     };
   }
 
-  /** A bar chart: x values, and one y array per series ({label}); nulls leave gaps. */
-  function bars(parent, id, title, xLabel, series) {
+  /** A bar chart of integer x values, one y array per series ({label}; nulls leave gaps), y from 0, labelled by `format`. */
+  function bars(parent, id, title, xLabel, series, format) {
     const div = card(parent, id);
     const state = { plot: null };
     empty(state, div, `${title}: no data yet`);
@@ -73,9 +88,12 @@ window.OozeCharts = (() => {
         if (xs.length === 0) return empty(state, div, `${title}: no data yet`);
         const opts = {
           title,
-          scales: { x: { time: false, range: (_u, min, max) => [min - 0.6, max + 0.6] } },
+          scales: { x: { time: false, range: (_u, min, max) => [min - 0.6, max + 0.6] }, y: { range: fromZero } },
           legend: { live: false },
-          axes: [{ label: xLabel }, {}],
+          axes: [
+            { label: xLabel, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], values: (_u, splits) => splits.map((v) => String(v)) },
+            { values: format ? (_u, splits) => splits.map(format) : ticks, size: 70 },
+          ],
           series: [{ label: xLabel }, ...series.map((s, i) => ({ label: s.label, fill: colors[i % colors.length] + "aa", stroke: colors[i % colors.length], paths: uPlot.paths.bars({ size: [0.7, 60] }), points: { show: false } }))],
         };
         draw(state, div, opts, [xs, ...ys], xs.length);

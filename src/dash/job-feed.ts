@@ -51,6 +51,12 @@ export async function followJob(o: JobFeedOptions): Promise<JobFeed> {
   let stopped = false;
   const stops: (() => void)[] = [];
   hub.setJob({ id: job, nats: bus.url }, null);
+  stops.push(
+    bus.onStatus((st) => {
+      if (st.type === "disconnect" || st.type === "reconnecting") hub.setJob({ id: job, nats: bus.url }, `lost the connection to NATS at ${bus.url}; reconnecting (the job may have stopped)`);
+      if (st.type === "reconnect") hub.setJob({ id: job, nats: bus.url }, null);
+    }),
+  );
 
   // Nodes: `ps` on each, after lifecycle events (debounced) and on a timer.
   let psRunning: Promise<void> | null = null;
@@ -84,14 +90,18 @@ export async function followJob(o: JobFeedOptions): Promise<JobFeed> {
   await attachBus(system, bus, { job, serve: false, events: false });
   const fleet = remoteRef<FleetMsg>(system, fleetActor);
   let listing = false;
+  let failures = 0;
   const clients = new Map<string, EngineClient>();
   const refreshFleet = async (): Promise<void> => {
     if (listing || stopped) return;
     listing = true;
     try {
       const r = await askFleet(fleet, { op: "list" }, Math.max(1_000, refreshMs));
+      failures = 0;
       hub.setEngines(await Promise.all(r.engines.map((e) => engineOf(e, clients, refreshMs))), r.weightVersion, null);
     } catch (e) {
+      // A fleet busy with a weight update may miss one refresh: say so from the third miss in a row.
+      if (++failures < 3) return;
       const why = `fleet actor '${fleetActor}' (${names.actor(fleetActor)}) did not answer: ${message(e)}`;
       hub.setEngines(hub.snapshot().engines, hub.snapshot().fleetVersion, why);
     } finally {

@@ -111,6 +111,7 @@
     for (const e of S.engineEvents.slice().reverse()) ol.append(h("li", {}, `${time(e.at)} ${e.kind} ${e.url}${e.source ? ` (${e.source})` : ""}`));
   }
   async function detach(url) {
+    if (!window.confirm(`Detach ${url} from the job? Its in-flight requests move to other engines.`)) return;
     const msg = $("#engine-msg");
     showMsg(msg, `detaching ${url}…`, true);
     try {

@@ -82,7 +82,7 @@ export function followRun(dir: string, onChange: (run: DashRun) => void, cwd = p
           bad ??= `${file} line ${lineNo}: ${m}`;
         } else run.metrics.push(m);
       }
-      run.error = bad === null ? null : `${bad}${badCount > 1 ? ` (and ${badCount - 1} more malformed line${badCount > 2 ? "s" : ""})` : ""}; showing the ${run.metrics.length} good lines`;
+      run.error = bad === null ? null : `${bad}${badCount > 1 ? ` (and ${badCount - 1} more malformed line${badCount > 2 ? "s" : ""})` : ""}; showing the ${run.metrics.length} good line${run.metrics.length === 1 ? "" : "s"}`;
       if (run.metrics.length === 0 && bad === null) run.error = `${file} has no steps yet`;
     }
     return run.metrics.length !== before.n || run.error !== before.error;

@@ -205,7 +205,7 @@ describe("dashboard server", () => {
     writeFileSync(join(run, "metrics.jsonl"), `${JSON.stringify({ step: 1, reward_mean: 0.1 })}\nnot json\n${JSON.stringify({ reward_mean: 2 })}\n`);
     await waitUntil(() => dash.hub.snapshot().run?.metrics.length === 1, { what: "the run's first good line (watched)", timeoutMs: 10_000 });
     const r = dash.hub.snapshot().run!;
-    expect(r.error).toMatch(/metrics\.jsonl line 2: not JSON .*and 1 more malformed line.*showing the 1 good lines/);
+    expect(r.error).toMatch(/metrics\.jsonl line 2: not JSON .*and 1 more malformed line.*showing the 1 good line$/);
     appendFileSync(join(run, "metrics.jsonl"), `${JSON.stringify({ step: 2, reward_mean: 0.2 })}\n`);
     await waitUntil(() => dash.hub.snapshot().run?.metrics.length === 2, { what: "an appended line (watched)", timeoutMs: 10_000 });
     expect(dash.hub.snapshot().run!.metrics.map((m) => m.step)).toEqual([1, 2]);

@@ -91,19 +91,18 @@
       const load = e.load ? `${e.load.running} running${e.load.waiting ? `, ${e.load.waiting} waiting` : ""}` : `${e.inFlight} (fleet)`;
       tb.append(
         h("tr", { "data-engine": e.url },
-          h("td", {}, e.url),
+          h("td", {}, e.url, h("span", { class: "muted" }, ` (${e.source})`)),
           h("td", { class: e.healthy ? "ok" : "bad" }, e.healthy ? "healthy" : "unhealthy"),
           h("td", {}, model),
           h("td", {}, e.weightVersion ?? "—"),
           h("td", {}, load),
           h("td", {}, hits),
-          h("td", {}, e.source),
           h("td", { class: "err" }, e.lastError || ""),
           h("td", {}, h("button", { type: "button", "data-detach": e.url, onclick: () => detach(e.url) }, "Detach")),
         ),
       );
     }
-    if (S.engines.length === 0) tb.append(h("tr", {}, h("td", { colspan: "9", class: "muted" }, S.job ? "no engines" : "no job")));
+    if (S.engines.length === 0) tb.append(h("tr", {}, h("td", { colspan: "8", class: "muted" }, S.job ? "no engines" : "no job")));
   }
   function renderEngineEvents() {
     const ol = $("#engine-events");

@@ -71,7 +71,8 @@ window.OozeCharts = (() => {
           scales: { x: { time: false }, ...(yRange ? { y: { range: () => yRange } } : {}) },
           legend: { live: false },
           axes: [{}, { values: ticks, size: 60 }],
-          series: [{ label: "step" }, ...series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 1.5, points: { show: pts.length < 40 } }))],
+          // uPlot draws the points only while there is room for them
+          series: [{ label: "step" }, ...series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 1.5 }))],
         };
         draw(state, div, opts, data, pts.length);
       },

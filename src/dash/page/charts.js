@@ -30,6 +30,8 @@ window.OozeCharts = (() => {
       return v.toFixed(d);
     });
   }
+  /** Tick spacings of integer axes (steps, versions, staleness). */
+  const STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000];
   const fromZero = (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1];
 
   /** Replaces the card's plot by a line of text (no data yet, or why there is none). */
@@ -70,7 +72,7 @@ window.OozeCharts = (() => {
           title,
           scales: { x: { time: false }, ...(yRange ? { y: { range: () => yRange } } : {}) },
           legend: { live: false },
-          axes: [{}, { values: ticks, size: 60 }],
+          axes: [{ incrs: STEPS }, { values: ticks, size: 60 }],
           // uPlot draws the points only while there is room for them
           series: [{ label: "step" }, ...series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 1.5 }))],
         };
@@ -92,8 +94,8 @@ window.OozeCharts = (() => {
           scales: { x: { time: false, range: (_u, min, max) => [min - 0.6, max + 0.6] }, y: { range: fromZero } },
           legend: { live: false },
           axes: [
-            { label: xLabel, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], values: (_u, splits) => splits.map((v) => String(v)) },
-            { values: format ? (_u, splits) => splits.map(format) : ticks, size: 70 },
+            { label: xLabel, incrs: STEPS, values: (_u, splits) => splits.map((v) => String(v)) },
+            { values: format ? (_u, splits) => splits.map(format) : ticks, size: 80 },
           ],
           series: [{ label: xLabel }, ...series.map((s, i) => ({ label: s.label, fill: colors[i % colors.length] + "aa", stroke: colors[i % colors.length], paths: uPlot.paths.bars({ size: [0.7, 60] }), points: { show: false } }))],
         };

@@ -3,9 +3,11 @@
 // their replies. A refused request is a reply `{ok: false, error}` (not a crash of the actor);
 // `askFleet` turns it back into the OozeError the fleet raised.
 import { z } from "zod";
-import type { ActorRef } from "../../src/actor/index.ts";
+import { attachBus, createSystem, remoteRef, type ActorRef } from "../../src/actor/index.ts";
 import type { EngineEntry } from "../../src/engine/fleet.ts";
 import { OozeError, type WireError } from "../../src/errors.ts";
+import type { Bus } from "../../src/transport/bus.ts";
+import { jobNames } from "../../src/transport/names.ts";
 
 /** An object of an object store bucket. */
 const objectRef = z.object({ bucket: z.string().min(1), name: z.string().min(1) });
@@ -55,4 +57,32 @@ export async function askFleet(ref: ActorRef<FleetMsg>, msg: FleetMsg, timeoutMs
   if (!r || typeof r !== "object" || !("ok" in r)) throw new OozeError("MALFORMED_MESSAGE", `fleet actor '${ref.path}' sent a reply that is not a FleetReply`);
   if (!r.ok) throw OozeError.fromWire(r.error);
   return r;
+}
+
+/**
+ * Asks the fleet actor `actor` of job `job` over a connected bus (what `ooze engines` and the
+ * dashboard's attach/detach buttons do): first a short `list` probe, so a job without that fleet
+ * actor gets ACTOR_NOT_FOUND naming the subject, then `msg`; the fleet's own refusals (a different
+ * model, an unreachable URL) come back as its OozeError.
+ */
+export async function askJobFleet(bus: Bus, job: string, actor: string, msg: FleetMsg, timeoutMs: number) {
+  const system = createSystem({ name: job, log: () => {} });
+  try {
+    await attachBus(system, bus, { job, serve: false, events: false });
+    const ref = remoteRef<FleetMsg>(system, actor);
+    try {
+      await askFleet(ref, { op: "list" }, 3_000);
+    } catch (e) {
+      if (e instanceof OozeError && e.code === "TIMEOUT") {
+        throw new OozeError(
+          "ACTOR_NOT_FOUND",
+          `job '${job}' has no fleet actor '${actor}' answering (asked on ${jobNames(job).actor(actor)}); add an actor of kind 'fleet' to the topology, or pass --actor NAME`,
+        );
+      }
+      throw e;
+    }
+    return await askFleet(ref, msg, timeoutMs);
+  } finally {
+    await system.stop().catch(() => {});
+  }
 }

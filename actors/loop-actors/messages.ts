@@ -160,7 +160,8 @@ export const weightsMsg = defineMessage({
 export const stepMetricsMsg = defineMessage({
   kind: "train.step-metrics",
   v: 1,
-  schema: z.object({ step: z.number().int().min(1), metrics: z.record(z.string(), z.number()) }),
+  // Values are numbers, or arrays of numbers (staleness_hist).
+  schema: z.object({ step: z.number().int().min(1), metrics: z.record(z.string(), z.union([z.number(), z.array(z.number())])) }),
 });
 
 /** What the rollout consumes. */
@@ -175,6 +176,13 @@ export const weightsRegistry = createRegistry(weightsMsg);
 export const metricsRegistry = createRegistry(stepMetricsMsg);
 
 /** The job's weight-version record (versions KV, key `latest`): only ever increases. */
-export const versionRecord = z.object({ version: z.number().int().min(-1), modelDir: z.string(), step: index, at: z.number() });
+export const versionRecord = z.object({
+  version: z.number().int().min(-1),
+  modelDir: z.string(),
+  step: index,
+  at: z.number(),
+  /** How the version reached the engines (weight-sync; dashboards): full checkpoint or delta, bytes sent, and the full checkpoint's size. */
+  sync: z.object({ kind: z.enum(["full", "delta"]), bytes: index, fullBytes: index }).optional(),
+});
 /** A version record. */
 export type VersionRecord = z.infer<typeof versionRecord>;

@@ -42,6 +42,10 @@ export interface StepMetrics {
   value_mean?: number;
   return_mean?: number;
   value_clipfrac?: number;
+  /** Learning rate of the step's optimizer update (the actor loop's trainer; absent in older runs). */
+  lr?: number;
+  /** Trained samples by staleness: entry k counts those whose oldest token is k versions behind the trainer. */
+  staleness_hist?: number[];
 }
 
 /**

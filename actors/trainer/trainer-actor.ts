@@ -18,6 +18,7 @@ import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup 
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { appendJsonl, readJsonl, writeRewardSvg, type BatchRecord, type StepMetrics } from "../loop/metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
+import { oldestVersion } from "../buffer/groups.ts";
 import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
 
 /** The trainer actor's `config`. */
@@ -70,7 +71,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
           publish(env.bus, env.names.trainWeights, weightsMsg, { version: trainer.version, modelDir: trainer.modelDir, step, position }, `weights-${step}`, ctx.path);
         await announce(from.step, from.position);
         const publishMetrics = (m: StepMetrics) =>
-          publish(env.bus, env.names.trainMetrics, stepMetricsMsg, { step: m.step, metrics: m as unknown as Record<string, number> }, `metrics-${m.step}`, ctx.path);
+          publish(env.bus, env.names.trainMetrics, stepMetricsMsg, { step: m.step, metrics: m as unknown as Record<string, number | number[]> }, `metrics-${m.step}`, ctx.path);
         const run = new Run(env, cfg, out, paths, trainer, versions, announce, publishMetrics, from.step, (l) => ctx.log.info(l));
         // A resumed trainer trains again the batches after its checkpoint (still on BATCHES).
         const startSeq = from.resumed ? await seqAfterStep(env.bus, env.names.streamBatches, batchRegistry, (m) => m.body.step, from.step) : undefined;
@@ -154,6 +155,17 @@ function cutJsonl(path: string, step: number): void {
   writeFileSync(path, readJsonl<{ step: number }>(path).filter((r) => r.step <= step).map((r) => `${JSON.stringify(r)}\n`).join(""));
 }
 
+/** Trained samples by staleness (entry k: oldest token k versions behind `trainerVersion`; dashboards). */
+function stalenessHist(samples: Batch["samples"], trainerVersion: number): number[] {
+  const hist: number[] = [];
+  for (const s of samples) {
+    const k = Math.max(0, trainerVersion - (oldestVersion(s) ?? trainerVersion));
+    while (hist.length <= k) hist.push(0);
+    hist[k]!++;
+  }
+  return hist;
+}
+
 /** One run's progress: steps trained, metrics, checkpoints. */
 class Run {
   private step: number;
@@ -165,7 +177,7 @@ class Run {
   /** The run reached its last step (steps or maxSeconds); later batches are not trained. */
   private done = false;
   /** The step trained last, with its result (kept until it is announced and synced). */
-  private trained: { step: number; result: TrainStepResult | null; seconds: number; restarts: number } | null = null;
+  private trained: { step: number; result: TrainStepResult | null; seconds: number; restarts: number; versionBefore: number } | null = null;
 
   constructor(
     private readonly env: LoopEnv,
@@ -192,10 +204,11 @@ class Run {
     if (this.trained?.step !== b.step) {
       const tTrain = performance.now();
       const restartsBefore = this.trainer.restarts;
+      const versionBefore = this.trainer.version;
       const result = b.samples.length > 0 ? await this.trainer.step(b.samples) : null;
-      this.trained = { step: b.step, result, seconds: (performance.now() - tTrain) / 1000, restarts: this.trainer.restarts - restartsBefore };
+      this.trained = { step: b.step, result, seconds: (performance.now() - tTrain) / 1000, restarts: this.trainer.restarts - restartsBefore, versionBefore };
     }
-    const { result: trained, seconds: trainSeconds, restarts } = this.trained;
+    const { result: trained, seconds: trainSeconds, restarts, versionBefore } = this.trained;
     const tSync = performance.now();
     await this.announce(b.step, { nextPrompt: b.nextPrompt, nextSample: b.nextSample, pending: b.pending });
     await this.versions.until(b.step);
@@ -214,6 +227,7 @@ class Run {
       partial_samples: b.samples.filter((x) => new Set(x.weightVersions.map((w) => w.version)).size > 1).length, cache_hit_rate: s.promptTokens > 0 ? s.cachedTokens / s.promptTokens : 0,
       loss: tm?.loss ?? 0, kl: tm?.ppoKl ?? 0, entropy: tm?.entropy ?? 0, clipfrac: tm?.clipfrac ?? 0, grad_norm: tm?.gradNorm ?? 0,
       response_length_mean: b.samples.length ? b.samples.reduce((n, x) => n + x.responseLength, 0) / b.samples.length : 0, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: restarts,
+      lr: trained ? this.trainer.lrAt(this.trainer.version) : 0, staleness_hist: stalenessHist(b.samples, versionBefore),
       ...(trained?.critic ? criticFields(trained.critic) : {}),
     };
     this.metrics.push(m);

@@ -10,7 +10,7 @@
 // checkpoints travel as objects `full-v{N}` of the same object store (config `transport: object`,
 // the default; the fleet fetches them to a local directory of its own) or, with `transport:
 // directory`, as the trainer's directory, which the fleet's engines must then read.
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { z } from "zod";
@@ -19,7 +19,7 @@ import { OozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { askFleet, type FleetMsg, type FleetReply } from "../fleet/messages.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
-import { weightsRegistry } from "../loop-actors/messages.ts";
+import { weightsRegistry, type VersionRecord } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { DeltaWeightSync, type PushRecord } from "./delta-sync.ts";
 import { ObjectDeltaStore, parseObjectLocation } from "./delta-store.ts";
@@ -100,6 +100,14 @@ function describe(rec: PushRecord): string {
   return `${rec.kind}${size}${fallbacks}`;
 }
 
+/** What a push sent, for the versions record (dashboards): a delta's size, or the full checkpoint's. */
+function syncOf(rec: PushRecord | void, modelDir: string): VersionRecord["sync"] {
+  if (rec) return { kind: rec.kind, bytes: rec.kind === "delta" ? (rec.deltaBytes ?? rec.fullBytes) : rec.fullBytes, fullBytes: rec.fullBytes };
+  const file = join(modelDir, "model.safetensors");
+  const bytes = existsSync(file) ? statSync(file).size : 0;
+  return { kind: "full", bytes, fullBytes: bytes };
+}
+
 /** The weight-sync actor definition for a node's system and topology. */
 export function weightSyncActor(system: ActorSystem, topology: Topology) {
   trainOf(topology); // a bad train: section fails the node at start, not at every restart
@@ -137,11 +145,13 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
         registry: weightsRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
         async handle(msg) {
           const w = msg.body;
+          let sent: VersionRecord["sync"];
           if (w.version > sync.version) {
             const rec = await sync.push(w.modelDir, w.version);
             ctx.log.info(`weight-sync: engines serve version ${w.version} (step ${w.step}${rec ? `; ${describe(rec)}` : ""})`);
+            sent = syncOf(rec, w.modelDir);
           }
-          if (w.version >= sync.version) await versions.advance({ version: w.version, modelDir: w.modelDir, step: w.step, at: Date.now() });
+          if (w.version >= sync.version) await versions.advance({ version: w.version, modelDir: w.modelDir, step: w.step, at: Date.now(), ...(sent ? { sync: sent } : {}) });
         },
       });
       return { consumer };

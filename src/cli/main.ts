@@ -42,6 +42,7 @@ await Promise.all([
   lazy(() => import("./commands/train.ts")),
   lazy(() => import("./commands/rollout.ts")),
   lazy(() => import("./commands/fuzz.ts")),
+  lazy(() => import("./commands/dash.ts")),
 ]);
 
 try {

@@ -18,7 +18,7 @@ import { decodeMessage } from "../codec/index.ts";
 import { OozeError } from "../errors.ts";
 import { startNode, type RunningNode } from "../topology/node.ts";
 import type { ActorSpec, Topology } from "../topology/schema.ts";
-import { connectBus } from "../transport/bus.ts";
+import { connectBus, type Bus } from "../transport/bus.ts";
 import { jobNames } from "../transport/names.ts";
 import { startNatsServer } from "../transport/nats-server.ts";
 import { resolveKind } from "./kinds.ts";
@@ -45,6 +45,8 @@ export interface TrainJobOptions {
   verbose?: boolean;
   onStart?(info: { job: string; natsUrl: string; hosts: string[]; step: number }): void;
   onStep?(m: StepMetrics): void;
+  /** Called once the job's bus is up, before its nodes start (the dashboard); what it returns is awaited before the bus closes. */
+  onBus?(job: { bus: Bus; id: string; hosts: string[] }): Promise<{ close(): Promise<void> } | null>;
   /** Aborting it drains the job and stops it (the trainer checkpoints what it trained). */
   signal?: AbortSignal;
 }
@@ -142,7 +144,9 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
   const nodes: RunningNode[] = [];
   try {
     const bus = await connectBus({ url: nats.url, ...(nats.token ? { token: nats.token } : {}), name: `ooze-train-${job}`, largeBucket: names.objLarge });
+    let attached: { close(): Promise<void> } | null = null;
     try {
+      attached = (await o.onBus?.({ bus, id: job, hosts: topology.hosts.map((h) => h.name) })) ?? null;
       bus.subscribe(names.trainMetrics, {
         handler: (m) => {
           try {
@@ -163,6 +167,7 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
       if (failed?.error) throw failed.error;
     } finally {
       await Promise.all(nodes.map((n) => n.stop().catch(() => undefined)));
+      await attached?.close().catch(() => undefined);
       await bus.close();
     }
   } finally {

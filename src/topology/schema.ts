@@ -54,6 +54,12 @@ export const natsSchema = z
   })
   .strict();
 
+/** `dash:` — start the dashboard (src/dash) with `ooze up` / `ooze train`: true, or where to listen. */
+const dashSchema = z.union([
+  z.boolean(),
+  z.object({ port: z.number().int().min(0).max(65535).optional(), host: z.string().min(1).optional() }).strict(),
+]);
+
 export const topologySchema = z
   .object({
     name: nameSegment,
@@ -65,6 +71,7 @@ export const topologySchema = z
     /** Free-form sections owned by other parts of ooze (engines, training). */
     engines: z.unknown().optional(),
     train: z.unknown().optional(),
+    dash: dashSchema.optional(),
   })
   .strict();
 

@@ -1,12 +1,11 @@
 // `ooze engines attach|detach|list`: changes and shows a running job's engine fleet from another
 // terminal, by asking the job's fleet actor over NATS.
 import type { Command } from "commander";
-import { attachBus, createSystem, remoteRef } from "../../actor/index.ts";
 import type { EngineEntry } from "../../engine/fleet.ts";
 import { OozeError } from "../../errors.ts";
 import { connectBus, resolveNatsUrl } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
-import { askFleet, type FleetMsg } from "../../../actors/fleet/messages.ts";
+import { askJobFleet, type FleetMsg } from "../../../actors/fleet/messages.ts";
 import { findJob } from "../job.ts";
 
 interface EnginesOptions {
@@ -26,24 +25,9 @@ async function ask(opts: EnginesOptions, msg: FleetMsg) {
     rec = { job: opts.job, natsUrl: target.url, token: target.token };
   } else rec = findJob(opts.job);
   const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-engines", largeBucket: jobNames(rec.job).objLarge });
-  const system = createSystem({ name: rec.job, log: () => {} });
   try {
-    await attachBus(system, bus, { job: rec.job, serve: false, events: false });
-    const ref = remoteRef<FleetMsg>(system, opts.actor);
-    try {
-      await askFleet(ref, { op: "list" }, 3_000);
-    } catch (e) {
-      if (e instanceof OozeError && e.code === "TIMEOUT") {
-        throw new OozeError(
-          "ACTOR_NOT_FOUND",
-          `job '${rec.job}' has no fleet actor '${opts.actor}' answering (asked on ${jobNames(rec.job).actor(opts.actor)}); add an actor of kind 'fleet' to the topology, or pass --actor NAME`,
-        );
-      }
-      throw e;
-    }
-    return { job: rec.job, reply: await askFleet(ref, msg, Number(opts.timeout) * 1000) };
+    return { job: rec.job, reply: await askJobFleet(bus, rec.job, opts.actor, msg, Number(opts.timeout) * 1000) };
   } finally {
-    await system.stop().catch(() => {});
     await bus.close().catch(() => {});
   }
 }

@@ -21,6 +21,8 @@ interface TrainOptions {
   seed?: string;
   quiet?: boolean;
   verbose?: boolean;
+  dash?: boolean;
+  dashPort?: string;
 }
 
 function num(name: string, v: string, min: number): number {
@@ -42,6 +44,8 @@ export function register(program: Command) {
     .option("--seed <n>", "override train.seed (prompts, sampling and the model's initialisation)")
     .option("--quiet", "no progress bar or per-step lines")
     .option("--verbose", "every actor's log lines (default: warnings and errors)")
+    .option("--dash", "serve the dashboard (src/dash) while the job runs; its URL is printed")
+    .option("--dash-port <n>", "port of the dashboard (implies --dash)")
     .action(async (file: string, opts: TrainOptions) => {
       const topo = loadTopology(file);
       const { train, engines } = trainConfigOf(topo);
@@ -83,6 +87,10 @@ export function register(program: Command) {
         signal: stop.signal,
         log: say,
         verbose: opts.verbose === true,
+        onBus: async (job) => {
+          const { dashFromTopology } = await import("./dash.ts");
+          return dashFromTopology(topo, opts, job, { log: say }, (l) => process.stderr.write(`[ooze] ${l}\n`));
+        },
         onStart: ({ job, hosts, step }) => {
           say(`${topo.name}: task ${train.task}, ${train.mode} mode, job ${job} (${hosts.length} node${hosts.length > 1 ? "s" : ""}), run dir ${out}`);
           bar?.start(train.steps, step, { reward: "-", success: "-", sps: "-", secs: "0" });

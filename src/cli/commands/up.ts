@@ -16,6 +16,7 @@ import { connectBus, resolveNatsUrl, type Bus } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
 import { startNatsServer, type NatsServerHandle } from "../../transport/nats-server.ts";
 import { removeJob, writeJob } from "../job.ts";
+import { dashFromTopology } from "./dash.ts";
 
 const OOZE_BIN = fileURLToPath(new URL("../../../bin/ooze.mjs", import.meta.url));
 
@@ -24,6 +25,8 @@ interface UpOptions {
   job?: string;
   duration?: string;
   quiet?: boolean;
+  dash?: boolean;
+  dashPort?: string;
 }
 
 export function register(program: Command) {
@@ -35,6 +38,8 @@ export function register(program: Command) {
     .option("--job <name>", "job id (default: topology name + random suffix)")
     .option("--duration <seconds>", "drain and stop after this many seconds")
     .option("--quiet", "do not print lifecycle events")
+    .option("--dash", "serve the dashboard (src/dash) while the job runs; its URL is printed")
+    .option("--dash-port <n>", "port of the dashboard (implies --dash)")
     .action(async (file: string, opts: UpOptions) => {
       process.exitCode = await up(file, opts);
     });
@@ -78,6 +83,7 @@ async function up(file: string, opts: UpOptions): Promise<number> {
   if (external.length)
     say(`hosts started elsewhere: ${external.join(", ")} — on each run: ooze node --nats nats://TOKEN@HOST:PORT --job ${job} --topology ${file} --host NAME`);
 
+  const dash = await dashFromTopology(topology, opts, { bus, id: job, hosts: topology.hosts.map((h) => h.name) }, {}, say);
   const policy = resolvePolicy(topology.supervision);
   const children = new Map<string, ChildProcess>();
   let shuttingDown = false;
@@ -125,6 +131,7 @@ async function up(file: string, opts: UpOptions): Promise<number> {
     const killer = setTimeout(() => children.forEach((c) => c.kill("SIGKILL")), 15_000);
     await done;
     clearTimeout(killer);
+    await dash?.close();
     await bus.close();
     await server?.stop();
     removeJob(job);

@@ -12,6 +12,7 @@
 // batch, so a restarted buffer finds every undecided group again in the streams (start()).
 import type { Sample } from "../../src/sample.ts";
 import { fullyAsyncLimits } from "../loop/config.ts";
+import { slotsPerPrompt } from "../environment/agent/config.ts";
 import { rewardStats as rewardStatsOf } from "../loop/metrics.ts";
 import type { LoopEnv } from "../loop-actors/context.ts";
 import type { BatchBody, PendingGroup, VersionRecord } from "../loop-actors/messages.ts";
@@ -31,6 +32,8 @@ interface Live extends PendingGroup {
   complete: boolean;
   /** Its prompt was requeued by an earlier incarnation: recorded as requeued once complete. */
   superseded: boolean;
+  /** Samples the rollout produced, from its close (≤ count, the index range: agent episodes yield a variable number). */
+  produced: number | null;
 }
 
 /** What the continuous feeder does on the streams (the buffer actor implements it). */
@@ -154,14 +157,15 @@ export class ContinuousFeeder {
     let l = this.live.get(c.firstSample);
     if (!l) {
       // An attempt an earlier incarnation launched after its last batch.
-      l = this.track({ prompt: c.groupIndex, firstSample: c.firstSample, count: c.count, attempt: c.attempt }, Infinity);
+      const slots = slotsPerPrompt(this.env.train);
+      l = this.track({ prompt: c.groupIndex, firstSample: c.firstSample, count: slots, attempt: c.attempt }, Infinity);
       const cur = this.current.get(c.groupIndex);
       if (cur && cur !== l && cur.attempt > l.attempt) l.superseded = true;
-      this.nextSample = Math.max(this.nextSample, c.firstSample + c.count);
+      this.nextSample = Math.max(this.nextSample, c.firstSample + slots);
       this.nextPrompt = Math.max(this.nextPrompt, c.groupIndex + 1);
     }
     l.acks.push(defer());
-    l.count = c.count;
+    l.produced = c.count;
     const mine = (this.orphans.get(c.groupIndex) ?? []).filter((o) => o.s.index >= l.firstSample && o.s.index < l.firstSample + l.count);
     this.orphans.set(c.groupIndex, (this.orphans.get(c.groupIndex) ?? []).filter((o) => !mine.includes(o)));
     for (const o of mine) await this.addSample(l, o.s, o.ack);
@@ -184,7 +188,7 @@ export class ContinuousFeeder {
   }
 
   private track(g: PendingGroup, launchVersion: number): Live {
-    const l: Live = { ...g, launchVersion, oldest: Infinity, samples: [], acks: [], complete: false, superseded: false };
+    const l: Live = { ...g, launchVersion, oldest: Infinity, samples: [], acks: [], complete: false, superseded: false, produced: null };
     this.live.set(g.firstSample, l);
     const cur = this.current.get(g.prompt);
     if (!cur || cur.attempt <= g.attempt) this.current.set(g.prompt, l);
@@ -201,7 +205,7 @@ export class ContinuousFeeder {
   /** Hands a complete attempt to the group buffer (or records it requeued when superseded). */
   private async closeIfDone(l: Live): Promise<void> {
     const closed = l.acks.length > l.samples.length; // the close's ack is in too
-    if (l.complete || !closed || l.samples.length < l.count) return;
+    if (l.complete || !closed || l.samples.length < (l.produced ?? l.count)) return;
     l.complete = true;
     if (l.superseded) {
       this.decide(l);
@@ -211,7 +215,7 @@ export class ContinuousFeeder {
     }
     const before = this.groups.stats.dropped;
     for (const s of l.samples) this.groups.add(s);
-    this.groups.close(l.prompt, l.count);
+    this.groups.close(l.prompt, l.produced ?? l.count);
     if (this.groups.stats.dropped > before) {
       // the dynamic filter (or every episode failed): dropped, recorded with the next batch
       this.decide(l);
@@ -244,7 +248,7 @@ export class ContinuousFeeder {
     while (generating < this.maxInflight && this.live.size < this.maxInflight + t.promptsPerStep) {
       let g = this.queue.shift();
       if (!g) {
-        g = { prompt: this.nextPrompt++, firstSample: this.nextSample, count: t.samplesPerPrompt, attempt: 0 };
+        g = { prompt: this.nextPrompt++, firstSample: this.nextSample, count: slotsPerPrompt(t), attempt: 0 };
         this.nextSample += g.count;
       }
       this.track(g, this.synced.version);

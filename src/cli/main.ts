@@ -41,6 +41,7 @@ await Promise.all([
   lazy(() => import("./commands/engines.ts")),
   lazy(() => import("./commands/train.ts")),
   lazy(() => import("./commands/rollout.ts")),
+  lazy(() => import("./commands/sft.ts")),
 ]);
 
 try {

@@ -1,0 +1,8 @@
+// The agent gateway's public entry: OpenAI- and Anthropic-compatible endpoints per episode over the
+// fleet, token-in/token-out with trajectory merging and splitting.
+export { Gateway, type GatewayOptions, type OpenedSession } from "./server.ts";
+export type { Generator, SessionReport, SessionSettings } from "./session.ts";
+export { GatewayError, type GatewayErrorKind } from "./errors.ts";
+export { BUILTIN_CHAT_TEMPLATE, ChatTemplate, parseToolCalls } from "./template.ts";
+export { byteChatTokenizer, hfChatTokenizer, loadHfChatModel, type ChatTokenizer, type HfChatModel } from "./tokenizer.ts";
+export { assistantKey, parseAnthropicRequest, parseOpenAIRequest, type ChatMessage, type ChatRequest, type ToolSpec } from "./messages.ts";

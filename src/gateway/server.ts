@@ -1,0 +1,239 @@
+// The agent gateway: an HTTP server (127.0.0.1 by default) speaking OpenAI's chat completions and
+// Anthropic's messages API, one session per episode under its own base path `/s/<session>/v1` and
+// its own generated API key. Requests become token-in/token-out generations on the fleet with the
+// session as routing key (see session.ts); closing a session hands back its samples.
+import { randomBytes, timingSafeEqual } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { OozeError } from "../errors.ts";
+import { anthropicModelsBody, AnthropicStream, messageBody } from "./anthropic.ts";
+import { GatewayError } from "./errors.ts";
+import { parseAnthropicRequest, parseOpenAIRequest } from "./messages.ts";
+import { completionBody, modelsBody, OpenAIStream } from "./openai.ts";
+import { Session, type Generator, type SessionReport, type SessionSettings } from "./session.ts";
+import { BUILTIN_CHAT_TEMPLATE, ChatTemplate } from "./template.ts";
+import { byteChatTokenizer, type ChatTokenizer } from "./tokenizer.ts";
+
+/** Options of `Gateway.start`. */
+export interface GatewayOptions {
+  /** Where generations go: a Fleet (or anything with its `generate`). */
+  fleet: Generator;
+  /** Default: the embedded model's byte tokenizer. */
+  tokenizer?: ChatTokenizer;
+  /** Jinja source (HF `chat_template`) or a ChatTemplate; default: the built-in template. */
+  chatTemplate?: string | ChatTemplate;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0 (any free port). */
+  port?: number;
+  /** The model's context length: prompts that leave no room are refused. */
+  contextLength: number;
+  /** max_tokens when a request gives none (default 1024; clamped to the context). */
+  defaultMaxTokens?: number;
+  /** The model name the API reports (default "ooze"). */
+  model?: string;
+  /** Largest request body, bytes (default 32 MiB). */
+  maxBodyBytes?: number;
+}
+
+/** What `openSession` hands to the agent runner. */
+export interface OpenedSession {
+  id: string;
+  /** For OPENAI_BASE_URL (ends in /v1). */
+  openaiBaseUrl: string;
+  /** For ANTHROPIC_BASE_URL (the SDK appends /v1/messages). */
+  anthropicBaseUrl: string;
+  apiKey: string;
+}
+
+/** Sent by SDKs on every request; accepted in either header. */
+function presentedKey(req: IncomingMessage): string | null {
+  const auth = req.headers.authorization;
+  if (typeof auth === "string" && /^Bearer\s+/i.test(auth)) return auth.replace(/^Bearer\s+/i, "").trim();
+  const x = req.headers["x-api-key"];
+  return typeof x === "string" ? x : null;
+}
+
+function sameKey(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/** The gateway server. */
+export class Gateway {
+  private readonly sessions = new Map<string, Session>();
+  private readonly created = Math.floor(Date.now() / 1000);
+  private readonly tokenizer: ChatTokenizer;
+  private readonly template: ChatTemplate;
+  private readonly model: string;
+  private readonly maxBody: number;
+  private readonly ctx: ConstructorParameters<typeof Session>[3];
+  /** Base URL of the server, e.g. http://127.0.0.1:PORT. */
+  url = "";
+
+  private constructor(
+    private readonly server: Server,
+    opts: GatewayOptions,
+  ) {
+    this.tokenizer = opts.tokenizer ?? byteChatTokenizer();
+    const t = opts.chatTemplate ?? BUILTIN_CHAT_TEMPLATE;
+    this.template = typeof t === "string" ? new ChatTemplate(t, this.tokenizer) : t;
+    this.model = opts.model ?? "ooze";
+    this.maxBody = opts.maxBodyBytes ?? 32 * 1024 * 1024;
+    if (!Number.isInteger(opts.contextLength) || opts.contextLength < 2) {
+      throw new OozeError("CONFIG_INVALID", `gateway: contextLength must be an integer ≥ 2 (got ${String(opts.contextLength)})`);
+    }
+    this.ctx = {
+      generator: opts.fleet,
+      tokenizer: this.tokenizer,
+      template: this.template,
+      contextLength: opts.contextLength,
+      defaultMaxTokens: opts.defaultMaxTokens ?? 1024,
+    };
+  }
+
+  /** Starts the server (127.0.0.1 and a free port unless given). */
+  static async start(opts: GatewayOptions): Promise<Gateway> {
+    const server = createServer();
+    const g = new Gateway(server, opts);
+    server.on("request", (req, res) => void g.handle(req, res));
+    const host = opts.host ?? "127.0.0.1";
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", (e) => reject(new OozeError("CONFIG_INVALID", `gateway: cannot listen on ${host}:${opts.port ?? 0}: ${e.message}`, { cause: e })));
+      server.listen(opts.port ?? 0, host, () => resolve());
+    });
+    const a = server.address() as AddressInfo;
+    g.url = `http://${a.family === "IPv6" ? `[${a.address}]` : a.address}:${a.port}`;
+    return g;
+  }
+
+  /** Opens an episode's session: its base URLs and API key. */
+  openSession(s: SessionSettings): OpenedSession {
+    for (const [k, v] of [["maxTurns", s.maxTurns], ["maxTokens", s.maxTokens]] as const) {
+      if (v !== undefined && (!Number.isInteger(v) || v < 1)) throw new OozeError("CONFIG_INVALID", `gateway.openSession: ${k} must be a positive integer (got ${String(v)})`);
+    }
+    const id = randomBytes(9).toString("hex");
+    const apiKey = `ooze-${randomBytes(24).toString("base64url")}`;
+    this.sessions.set(id, new Session(id, apiKey, { ...s }, this.ctx));
+    return { id, openaiBaseUrl: `${this.url}/s/${id}/v1`, anthropicBaseUrl: `${this.url}/s/${id}`, apiKey };
+  }
+
+  /** A session's counters (requests, generations in flight, segments, sampled tokens), or null when not open. */
+  sessionStats(id: string): Session["stats"] | null {
+    return this.sessions.get(id)?.stats ?? null;
+  }
+
+  /** Closes a session: later requests get 404; returns one sample per trajectory segment. */
+  closeSession(id: string): SessionReport {
+    const s = this.sessions.get(id);
+    if (!s) throw new OozeError("CONFIG_INVALID", `gateway.closeSession: no open session '${id}'`);
+    this.sessions.delete(id);
+    this.ctx.generator.endSession?.(id);
+    return s.close();
+  }
+
+  /** Closes every session and the server. */
+  async close(): Promise<void> {
+    for (const id of [...this.sessions.keys()]) this.closeSession(id);
+    await new Promise<void>((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const m = /^\/s\/([^/]+)\/v1\/(chat\/completions|messages|models)\/?$/.exec(path);
+    // Which dialect to answer errors in: by path, else by the key header the SDK sent.
+    const anthropic = m ? m[2] === "messages" || (m[2] === "models" && req.headers["x-api-key"] !== undefined) : req.headers["x-api-key"] !== undefined;
+    const fail = (e: GatewayError) => send(res, e.status, anthropic ? e.anthropic() : e.openai());
+    try {
+      if (!m) throw new GatewayError("not_found", `no such endpoint: ${req.method ?? "GET"} ${path}; sessions are served under /s/<session>/v1 (chat/completions, messages, models)`);
+      const session = this.sessions.get(m[1]!);
+      if (!session) throw new GatewayError("not_found", `unknown or closed session '${m[1]}'`);
+      const key = presentedKey(req);
+      if (key === null) throw new GatewayError("authentication", "no API key: send the session's key as 'Authorization: Bearer <key>' or 'x-api-key: <key>'");
+      if (!sameKey(key, session.apiKey)) throw new GatewayError("authentication", `the API key is not the one of session '${session.id}'`);
+      const endpoint = m[2]!;
+      if (endpoint === "models") {
+        if (req.method !== "GET") throw new GatewayError("method", `${req.method} ${path}: use GET`);
+        return send(res, 200, anthropic ? anthropicModelsBody(this.model, this.created) : modelsBody(this.model, this.created));
+      }
+      if (req.method !== "POST") throw new GatewayError("method", `${req.method} ${path}: use POST`);
+      session.requests++;
+      const body = await this.readJson(req);
+      await this.chat(session, endpoint === "messages", body, req, res);
+    } catch (e) {
+      const ge = e instanceof GatewayError ? e : new GatewayError("internal", `gateway: ${(e as Error).message}`, null, { cause: e });
+      if (!res.headersSent) fail(ge);
+      else if (!res.writableEnded) res.end();
+    }
+  }
+
+  private async chat(session: Session, anthropic: boolean, body: unknown, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chatReq = anthropic ? parseAnthropicRequest(body) : parseOpenAIRequest(body);
+    const ctl = new AbortController();
+    // The agent went away before the answer: abort the generation (its partial turn is recorded once).
+    const onClose = () => {
+      if (!res.writableEnded) ctl.abort();
+    };
+    res.on("close", onClose);
+    const id = anthropic ? `msg_${randomBytes(12).toString("hex")}` : `chatcmpl-${randomBytes(12).toString("hex")}`;
+    const stream = chatReq.stream ? (anthropic ? new AnthropicStream(res, id, this.model) : new OpenAIStream(res, id, this.model, chatReq, this.tokenizer)) : null;
+    try {
+      // Refusals that need no generation (limits, context) come before the stream's headers.
+      const pending = session.turn(chatReq, ctl.signal);
+      const first = await Promise.race([pending.then(() => null, (e: unknown) => e), new Promise((r) => setImmediate(() => r("running")))]);
+      if (first !== "running" && first !== null) throw first;
+      if (stream) stream.start();
+      let result;
+      try {
+        result = await pending;
+      } catch (e) {
+        const ge = e instanceof GatewayError ? e : new GatewayError("internal", (e as Error).message, null, { cause: e });
+        if (stream && !res.writableEnded) return stream.fail(ge);
+        throw ge;
+      }
+      if (res.destroyed) return;
+      if (stream) stream.finish(result);
+      else send(res, 200, anthropic ? messageBody(id, this.model, result) : completionBody(id, this.model, chatReq, result, this.tokenizer));
+    } finally {
+      res.off("close", onClose);
+    }
+  }
+
+  private readJson(req: IncomingMessage): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      req.on("data", (c: Buffer) => {
+        size += c.length;
+        if (size > this.maxBody) {
+          reject(new GatewayError("too_large", `the request body is over ${this.maxBody} bytes`));
+          req.destroy();
+          return;
+        }
+        chunks.push(c);
+      });
+      req.on("error", (e) => reject(new GatewayError("invalid_request", `reading the request failed: ${e.message}`)));
+      req.on("end", () => {
+        const text = Buffer.concat(chunks).toString("utf8");
+        try {
+          resolve(JSON.parse(text));
+        } catch (e) {
+          reject(new GatewayError("invalid_request", `the request body is not valid JSON: ${(e as Error).message}`, "body"));
+        }
+      });
+    });
+  }
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  if (res.destroyed) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}

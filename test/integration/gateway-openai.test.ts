@@ -1,0 +1,182 @@
+// The gateway driven by the official `openai` SDK over a real socket, in front of a real Fleet whose
+// engine is the recording fake SGLang server (test/fixtures/hostile-sglang.ts) answering scripted
+// token ids: tool calls parsed into the SDK's shapes (streamed and not), unparseable calls kept as
+// text, token-in/token-out across turns (the engine's sampled ids sent back, never re-encoded),
+// a rewritten history opening a new segment, n > 1, logprobs, stop strings and usage.
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Fleet } from "../../src/engine/fleet.ts";
+import { EOS_ID, encodeBytes } from "../../src/engine/tokenizer.ts";
+import { Gateway } from "../../src/gateway/index.ts";
+import { sampleProblem } from "../../src/sample.ts";
+import { startHostileSglang, type HostileSglang } from "../fixtures/hostile-sglang.ts";
+
+let fake: HostileSglang;
+let fleet: Fleet;
+let gw: Gateway;
+
+const ids = (text: string, eos = true) => [...encodeBytes(text), ...(eos ? [EOS_ID] : [])];
+const generateBodies = () => fake.seen.filter((s) => s.path === "/generate").map((s) => s.body as { input_ids: number[]; sampling_params: Record<string, unknown> });
+const lastInput = () => generateBodies().at(-1)!.input_ids;
+
+const tools: OpenAI.Chat.Completions.ChatCompletionTool[] = [
+  { type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } },
+];
+
+beforeAll(async () => {
+  fake = await startHostileSglang();
+  fleet = new Fleet({ healthIntervalMs: 0, requestTimeoutMs: 10_000 });
+  await fleet.attach(fake.url);
+  gw = await Gateway.start({ fleet, contextLength: 4096, model: "ooze-test" });
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await fleet?.close();
+  await fake?.close();
+});
+
+function client(s: { openaiBaseUrl: string; apiKey: string }) {
+  return new OpenAI({ baseURL: s.openaiBaseUrl, apiKey: s.apiKey, maxRetries: 0 });
+}
+
+describe("gateway: OpenAI chat completions", () => {
+  it("parses a tool call, sends the sampled ids back on the next turn, and records one token-exact segment", async () => {
+    const s = gw.openSession({ episodeId: "ep-1", groupIndex: 3 });
+    const ai = client(s);
+    expect(s.openaiBaseUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/s\/[0-9a-f]+\/v1$/);
+    const out1 = ids('Let me look.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>');
+    fake.script("/generate", { kind: "tokens", ids: out1 });
+    const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [
+      { role: "system", content: "You are helpful." },
+      { role: "user", content: "Weather in Paris?" },
+    ];
+    const r1 = await ai.chat.completions.create({ model: "ooze-test", messages, tools, temperature: 0.7 });
+    const m1 = r1.choices[0]!.message;
+    expect(r1.choices[0]!.finish_reason).toBe("tool_calls");
+    expect(m1.content).toBe("Let me look.");
+    expect(m1.tool_calls).toHaveLength(1);
+    const call = m1.tool_calls![0]!;
+    expect(call.type).toBe("function");
+    if (call.type !== "function") throw new Error("not a function call");
+    expect(call.function.name).toBe("get_weather");
+    expect(JSON.parse(call.function.arguments)).toEqual({ city: "Paris" });
+    const input1 = lastInput();
+    expect(generateBodies().at(-1)!.sampling_params.temperature).toBe(0.7);
+    expect(r1.usage).toMatchObject({ prompt_tokens: input1.length, completion_tokens: out1.length });
+    // The rendered prompt carries the tools in the system turn.
+    expect(Buffer.from(input1.filter((t) => t < 256)).toString()).toContain('"get_weather"');
+
+    const out2 = ids("It is sunny in Paris.");
+    fake.script("/generate", { kind: "tokens", ids: out2 });
+    messages.push(m1 as OpenAI.Chat.Completions.ChatCompletionMessageParam, { role: "tool", tool_call_id: call.id, content: "sunny, 21 C" });
+    const r2 = await ai.chat.completions.create({ model: "ooze-test", messages, tools });
+    expect(r2.choices[0]!.message.content).toBe("It is sunny in Paris.");
+    expect(r2.choices[0]!.finish_reason).toBe("stop");
+    const input2 = lastInput();
+    // Token-in/token-out: the second prompt is the first prompt + the engine's own ids + the tool turn.
+    expect(input2.slice(0, input1.length + out1.length)).toEqual([...input1, ...out1]);
+    const toolTurn = input2.slice(input1.length + out1.length);
+    expect(Buffer.from(toolTurn).toString()).toBe("\n<|tool|>sunny, 21 C\n<|assistant|>");
+
+    const rep = gw.closeSession(s.id);
+    expect(rep.requests).toBe(2);
+    expect(rep.error).toBeNull();
+    expect(rep.samples).toHaveLength(1);
+    const smp = rep.samples[0]!;
+    expect(sampleProblem(smp)).toBeNull();
+    expect(smp).toMatchObject({ index: 0, groupIndex: 3, rolloutId: "ep-1", status: "completed" });
+    expect(Array.from(smp.tokens)).toEqual([...input2, ...out2]);
+    const mask = Array.from(smp.lossMask);
+    expect(mask).toEqual([...out1.map(() => 1), ...toolTurn.map(() => 0), ...out2.map(() => 1)]);
+    expect(smp.weightVersions).toEqual([
+      { start: 0, end: out1.length, version: "v0" },
+      { start: out1.length + toolTurn.length, end: smp.responseLength, version: "v0" },
+    ]);
+    expect(Array.from(smp.rolloutLogprobs).filter((_, i) => mask[i] === 0).every((x) => x === 0)).toBe(true);
+    expect((smp.metadata.transcript as unknown[]).length).toBe(5);
+    expect(smp.metadata.segment).toBe(0);
+    // Session affinity: every /generate of the session carried its routing key.
+    const seen = fake.seen.filter((x) => x.path === "/generate").slice(-2);
+    expect(seen.every((x) => x.headers["x-smg-routing-key"] === s.id)).toBe(true);
+  });
+
+  it("streams a tool call in chat.completion.chunk deltas with usage, and returns an unparseable call as text", async () => {
+    const s = gw.openSession({ episodeId: "ep-2", groupIndex: 0 });
+    const ai = client(s);
+    fake.script("/generate", { kind: "tokens", ids: ids('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>') });
+    const stream = await ai.chat.completions.create({
+      model: "ooze-test",
+      messages: [{ role: "user", content: "Oslo?" }],
+      tools,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+    for await (const c of stream) chunks.push(c);
+    expect(chunks[0]!.choices[0]!.delta.role).toBe("assistant");
+    expect(chunks.every((c) => c.object === "chat.completion.chunk")).toBe(true);
+    const calls = chunks.flatMap((c) => c.choices.flatMap((ch) => ch.delta.tool_calls ?? []));
+    expect(calls).toHaveLength(1);
+    expect(calls[0]!.function!.name).toBe("get_weather");
+    expect(JSON.parse(calls[0]!.function!.arguments!)).toEqual({ city: "Oslo" });
+    expect(chunks.flatMap((c) => c.choices.map((ch) => ch.finish_reason)).filter(Boolean)).toEqual(["tool_calls"]);
+    const last = chunks.at(-1)!;
+    expect(last.choices).toEqual([]);
+    expect(last.usage?.completion_tokens).toBeGreaterThan(0);
+
+    // The model writes a broken call: it comes back as text, not dropped.
+    const broken = '<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>';
+    fake.script("/generate", { kind: "tokens", ids: ids(broken) });
+    const r = await ai.chat.completions.create({ model: "ooze-test", messages: [{ role: "user", content: "Oslo again?" }], tools });
+    expect(r.choices[0]!.message.content).toBe(broken);
+    expect(r.choices[0]!.message.tool_calls ?? []).toEqual([]);
+    expect(r.choices[0]!.finish_reason).toBe("stop");
+    gw.closeSession(s.id);
+  });
+
+  it("splits when the agent rewrites its history, keeps sampled ids for echoed turns, and forks n > 1 choices", async () => {
+    const s = gw.openSession({ episodeId: "ep-3", groupIndex: 1 });
+    const ai = client(s);
+    // The sampled ids decode to text that would encode differently (a lone UTF-8 lead byte).
+    const odd = [...encodeBytes("caf"), 0xc3, EOS_ID];
+    fake.script("/generate", { kind: "tokens", ids: odd });
+    const h: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [{ role: "user", content: "Say cafe" }];
+    const r1 = await ai.chat.completions.create({ model: "ooze-test", messages: h });
+    const a1 = r1.choices[0]!.message.content!;
+    const in1 = lastInput();
+    // Extend: the echoed text maps back to the exact sampled ids.
+    fake.script("/generate", { kind: "tokens", ids: ids("ok") });
+    h.push({ role: "assistant", content: a1 }, { role: "user", content: "Again" });
+    await ai.chat.completions.create({ model: "ooze-test", messages: h });
+    expect(lastInput().slice(0, in1.length + odd.length)).toEqual([...in1, ...odd]);
+    // Compaction: the agent summarises the history: a new segment.
+    fake.script("/generate", { kind: "tokens", ids: ids("sure") });
+    await ai.chat.completions.create({ model: "ooze-test", messages: [{ role: "system", content: "Summary: said cafe twice." }, { role: "user", content: "Go on" }] });
+    // n = 2 with logprobs and a stop string: two choices, the second a forked segment.
+    fake.script("/generate", { kind: "tokens", ids: ids("one STOP two") }, { kind: "tokens", ids: ids("three") });
+    const rn = await ai.chat.completions.create({ model: "ooze-test", messages: [{ role: "user", content: "Count" }], n: 2, logprobs: true, stop: ["STOP"] });
+    expect(rn.choices.map((c) => c.message.content).sort()).toEqual(["one ", "three"]);
+    const stopped = rn.choices.find((c) => c.message.content === "one ")!;
+    expect(stopped.finish_reason).toBe("stop");
+    expect(stopped.logprobs!.content!.length).toBe("one STOP two".length);
+    expect(stopped.logprobs!.content![0]).toMatchObject({ token: "o", top_logprobs: [] });
+    expect(generateBodies().at(-1)!.sampling_params.stop).toEqual(["STOP"]);
+    const rep = gw.closeSession(s.id);
+    // Segments: the extended conversation (2 turns), the compacted one, and the two choices of n = 2.
+    expect(rep.samples.map((x) => x.index)).toEqual([0, 1, 2, 3]);
+    expect(rep.samples.map((x) => x.metadata.turns)).toEqual([2, 1, 1, 1]);
+    for (const x of rep.samples) expect(sampleProblem(x)).toBeNull();
+    // The extended segment trains exactly the two sampled turns.
+    const first = rep.samples[0]!;
+    const trained = Array.from(first.tokens.slice(first.tokens.length - first.responseLength)).filter((_, i) => first.lossMask[i] === 1);
+    expect(trained).toEqual([...odd, ...ids("ok")]);
+  });
+
+  it("lists the model", async () => {
+    const s = gw.openSession({ episodeId: "ep-4", groupIndex: 0 });
+    const models = await client(s).models.list();
+    expect(models.data.map((m) => m.id)).toEqual(["ooze-test"]);
+    gw.closeSession(s.id);
+  });
+});

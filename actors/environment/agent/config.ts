@@ -31,8 +31,8 @@ export const agentSchema = z
     killGraceS: z.number().min(0).default(2),
     /** Most chat requests one episode may make (the gateway refuses more). */
     maxTurns: z.number().int().min(1).default(8),
-    /** Most tokens the model may sample per request. */
-    maxTokens: z.number().int().min(1).default(256),
+    /** Most tokens the model may sample over the episode (the gateway refuses requests after). */
+    maxTokens: z.number().int().min(1).default(512),
     /**
      * Most samples (trajectory segments) one episode may yield: each episode owns this many sample
      * indices, so indices stay deterministic on redelivery. Segments past it are dropped, recorded.

@@ -2,7 +2,7 @@
 // session, the agent command run in its own process group with the session's endpoints in its
 // environment and the task on stdin, then the reward (a command in the workdir or the task's
 // reward()), and the session's samples numbered in the episode's own index range. A crash, a
-// timeout, a gateway error or a failing reward yields the episode's samples as `failed` (one
+// timeout or a failing reward yields the episode's samples as `failed` (one
 // placeholder when it produced none), the reason in metadata: never a thrown error, never a stuck step.
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -87,6 +87,9 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
   let requests = 0;
   let result: ProcessResult | null = null;
   let reward: { reward: number; success: boolean | null } | null = null;
+  // A session the gateway ended early (turn or token limit spent, context too long) is the policy's
+  // doing: the agent sees an API error, and if it still exits cleanly the reward decides (recorded).
+  let gatewayError: string | null = null;
   try {
     await mkdir(workdir);
     for (const [rel, content] of Object.entries(prompt.files ?? {})) {
@@ -117,7 +120,8 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
       const closed = deps.sessions.closeSession(session.id);
       samples = closed.samples;
       requests = closed.requests;
-      failure = processFailure("agent", result ?? failedStart(), agent.timeoutS) ?? (closed.error ? `gateway: ${closed.error}` : null);
+      gatewayError = closed.error;
+      failure = processFailure("agent", result ?? failedStart(), agent.timeoutS);
     }
     if (!failure && samples.length === 0) failure = "the agent made no model request";
     if (!failure) {
@@ -139,7 +143,7 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
     if (!agent.keepWorkdirs) await rm(root, { recursive: true, force: true }).catch(() => undefined);
   }
   return numberSamples(samples, spec, rolloutId, agent.maxSegments, {
-    failure, reward, requests,
+    failure, reward, requests, gatewayError,
     agent: result ? { exitCode: result.exitCode, signal: result.signal, seconds: result.seconds } : null,
     ...(agent.keepWorkdirs ? { workdir: root } : {}),
   }, prompt);
@@ -153,6 +157,7 @@ interface Outcome {
   failure: string | null;
   reward: { reward: number; success: boolean | null } | null;
   requests: number;
+  gatewayError: string | null;
   agent: { exitCode: number | null; signal: string | null; seconds: number } | null;
   workdir?: string;
 }
@@ -166,6 +171,7 @@ export function numberSamples(samples: Sample[], spec: AgentEpisodeSpec, rollout
   const meta = {
     episode: spec.episode, segments: samples.length, droppedSegments: samples.length - kept.length, requests: o.requests, agent: o.agent,
     ...(o.failure ? { error: o.failure } : {}),
+    ...(o.gatewayError ? { gatewayError: o.gatewayError } : {}),
     ...(o.reward && o.reward.success !== null ? { success: o.reward.success } : {}),
     ...(o.workdir ? { workdir: o.workdir } : {}),
   };

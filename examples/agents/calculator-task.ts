@@ -1,0 +1,35 @@
+// Agent task of the calculator examples (topologies/agent-calculator-*.yaml): prompt i asks for the
+// sum or difference of two numbers of 2–3 digits, which the byte-level model cannot work out alone
+// but can with the `calc` tool. The agent prints {answer, toolCalls} on stdout; success is the right
+// answer after at least one tool call (reward 1); a tool call with a wrong answer earns 0.25.
+import type { AgentTask } from "../../actors/environment/agent/task.ts";
+import { episodeSeed, prng } from "../../actors/environment/task.ts";
+
+/** The question and answer of prompt `index`. */
+export function calculatorQuestion(index: number, seed: number): { question: string; answer: string } {
+  const r = prng(episodeSeed(index, seed));
+  const a = 10 + Math.floor(r() * 990), b = 10 + Math.floor(r() * 90);
+  const op = r() < 0.5 ? "+" : "-";
+  return { question: `${a}${op}${b}=?`, answer: String(op === "+" ? a + b : a - b) };
+}
+
+export default function createCalculatorTask(): AgentTask {
+  return {
+    name: "calculator",
+    prompt(index, seed) {
+      const q = calculatorQuestion(index, seed);
+      return { task: q.question, data: q.answer };
+    },
+    reward({ prompt, transcript }) {
+      let out: { answer?: unknown; toolCalls?: unknown } = {};
+      try {
+        out = JSON.parse(transcript.stdout.trim().split("\n").at(-1) ?? "{}") as typeof out;
+      } catch {
+        return { reward: 0, success: false };
+      }
+      const used = typeof out.toolCalls === "number" && out.toolCalls > 0;
+      const right = typeof out.answer === "string" && out.answer.trim() === prompt.data;
+      return { reward: used && right ? 1 : used ? 0.25 : 0, success: used && right };
+    },
+  };
+}

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { OozeError } from "../../src/errors.ts";
 import { mulberry32 } from "../../src/random.ts";
 import { TrainerWorker } from "../../native/worker/client.ts";
+import { parseOpenAIRequest, type ChatTemplate, type ChatTokenizer } from "../../src/gateway/index.ts";
 
 /** Files of a model directory that are not weights and are copied to the SFT checkpoint. */
 const TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"];
@@ -96,7 +97,9 @@ export interface SftOptions {
   seed: number;
   maxGradNorm?: number;
   weightDecay?: number;
-  /** After each step. */
+  /** Steps between loss measurements (default 10; the first and last step are always measured). */
+  lossEvery?: number;
+  /** After each step (loss NaN where not measured). */
   onStep?: (s: { step: number; loss: number; tokens: number; gradNorm: number }) => void;
 }
 
@@ -139,14 +142,18 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
       const batch = Array.from({ length: Math.min(o.batch, examples.length) }, next);
       const p = packSft(batch);
       const packed = { tokens: p.tokens, cuSeqlens: p.cuSeqlens };
-      const { logprobs } = await worker.logprobs(packed, 1);
-      let loss = 0;
-      for (let t = 0; t < p.tokens.length; t++) if (p.mask[t]) loss -= logprobs[t]! / p.n;
+      // the loss costs a forward pass of its own: measured on the first, every `lossEvery`-th and the last step
+      let loss = NaN;
+      if (step === 1 || step % (o.lossEvery ?? 10) === 0 || step === o.steps) {
+        const { logprobs } = await worker.logprobs(packed, 1);
+        loss = 0;
+        for (let t = 0; t < p.tokens.length; t++) if (p.mask[t]) loss -= logprobs[t]! / p.n;
+      }
       await worker.zeroGrads();
       await worker.backward(packed, 1, p.dLogprobs, new Float32Array(p.tokens.length));
       const r = await worker.applyGrads({ lr: o.lr, maxGradNorm: o.maxGradNorm ?? 1, weightDecay: o.weightDecay ?? 0 });
       if (step === 1) firstLoss = loss;
-      lastLoss = loss;
+      if (!Number.isNaN(loss)) lastLoss = loss;
       tokens += p.n;
       o.onStep?.({ step, loss, tokens: p.n, gradNorm: r.gradNorm });
     }
@@ -157,4 +164,46 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
     await worker.close();
   }
   return { firstLoss, lastLoss, tokens };
+}
+
+/**
+ * The chat renderer of a model: OpenAI-format messages (and tools) rendered with its chat template
+ * exactly as the gateway renders an agent's requests, each assistant message as the ids the model
+ * would sample for it — its text, its tool calls as `<tool_call>{"name":…,"arguments":…}</tool_call>`
+ * (the form the gateway parses back), then the end-of-turn id — trained (mask 1); everything else
+ * (template, system, user, tool results) mask 0. Text after the last assistant message is dropped.
+ */
+export function chatRenderer(tokenizer: ChatTokenizer, template: ChatTemplate): ChatRenderer {
+  const eos = tokenizer.stopIds[0];
+  if (eos === undefined) throw new OozeError("CONFIG_INVALID", "sft: the tokenizer has no end-of-turn id");
+  return (messages, tools, where) => {
+    let req;
+    try {
+      req = parseOpenAIRequest({ messages, ...(tools ? { tools } : {}) });
+    } catch (e) {
+      throw new OozeError("CONFIG_INVALID", `${where}: ${(e as Error).message}`);
+    }
+    const slots = new Set<number>();
+    req.messages.forEach((m, i) => m.role === "assistant" && slots.add(i));
+    if (slots.size === 0) throw new OozeError("CONFIG_INVALID", `${where}: field 'messages' has no assistant message to learn`);
+    const pieces = template.renderPieces(req.messages, req.tools, slots);
+    if (!pieces.some((p) => "message" in p)) throw new OozeError("CONFIG_INVALID", `${where}: the chat template does not render assistant messages as written, so they cannot be trained on`);
+    const out: { ids: number[]; train: boolean }[] = [];
+    let afterTurn = false;
+    for (const p of pieces) {
+      if ("message" in p) {
+        const m = req.messages[p.message]!;
+        const calls = m.toolCalls.map((c) => `<tool_call>${JSON.stringify({ name: c.name, arguments: JSON.parse(c.arguments) as unknown })}</tool_call>`);
+        out.push({ ids: [...tokenizer.encode(m.content + calls.join("")), eos], train: true });
+        afterTurn = true;
+        continue;
+      }
+      let text = p.text;
+      const shown = tokenizer.specialText.get(eos);
+      if (afterTurn && shown !== undefined && text.startsWith(shown)) text = text.slice(shown.length); // the turn's own end-of-turn id stands for it
+      out.push({ ids: tokenizer.encode(text), train: false });
+    }
+    while (out.length > 0 && !out[out.length - 1]!.train) out.pop();
+    return out;
+  };
 }

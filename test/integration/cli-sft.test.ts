@@ -6,9 +6,10 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { readSftJsonl } from "../../actors/trainer/sft.ts";
+import { chatRenderer, readSftJsonl } from "../../actors/trainer/sft.ts";
+import { BUILTIN_CHAT_TEMPLATE, byteChatTokenizer, ChatTemplate, parseOpenAIRequest } from "../../src/gateway/index.ts";
 import { Trainer } from "../../native/trainer.ts";
-import { BOS_ID, encodeBytes, EOS_ID } from "../../src/engine/tokenizer.ts";
+import { BOS_ID, decodeBytes, encodeBytes, EOS_ID } from "../../src/engine/tokenizer.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "ooze-sft-test-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -40,6 +41,32 @@ describe("ooze sft", () => {
     const [e] = readSftJsonl(data, tok, null);
     expect(Array.from(e!.tokens)).toEqual([BOS_ID, 97, 98, 99, EOS_ID]);
     expect(Array.from(e!.mask)).toEqual([0, 0, 0, 1, 1]);
+  });
+
+  it("renders chat messages as the gateway does: trains the assistant turns (tool call, answer, EOS) only", () => {
+    const data = join(dir, "chat.jsonl");
+    const tools = [{ type: "function", function: { name: "calc", description: "arithmetic", parameters: { type: "object", properties: { expression: { type: "string" } } } } }];
+    const messages = [
+      { role: "user", content: "12+30=?" },
+      { role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "calc", arguments: "{\"expression\":\"12+30\"}" } }] },
+      { role: "tool", tool_call_id: "c1", content: "42" },
+      { role: "assistant", content: "42" },
+    ];
+    writeFileSync(data, JSON.stringify({ messages, tools }) + "\n");
+    const ct = byteChatTokenizer();
+    const template = new ChatTemplate(BUILTIN_CHAT_TEMPLATE, ct);
+    const [e] = readSftJsonl(data, tok, chatRenderer(ct, template));
+    const trained: string[] = [];
+    let run: number[] = [];
+    e!.mask.forEach((m, i) => {
+      if (m) run.push(e!.tokens[i]!);
+      else if (run.length) (trained.push(decodeBytes(run, false)), (run = []));
+    });
+    if (run.length) trained.push(decodeBytes(run, false));
+    expect(trained).toEqual(['<tool_call>{"name":"calc","arguments":{"expression":"12+30"}}</tool_call><eos>', "42<eos>"]);
+    // what precedes the first assistant turn is exactly the gateway's rendering of the agent's first request
+    const first = template.render(parseOpenAIRequest({ messages: messages.slice(0, 1), tools }).messages, parseOpenAIRequest({ messages: messages.slice(0, 1), tools }).tools);
+    expect(Array.from(e!.tokens.subarray(0, e!.mask.indexOf(1)))).toEqual(ct.encode(first));
   });
 
   it("names the file, line and field of bad input, and exits as a configuration error", () => {

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import type { Command } from "commander";
 import { SingleBar } from "cli-progress";
 import { OozeError } from "../../errors.ts";
-import { BOS_ID, encodeBytes, EOS_ID } from "../../engine/tokenizer.ts";
+import { EOS_ID } from "../../engine/tokenizer.ts";
 
 interface SftCliOptions {
   model?: string;
@@ -57,10 +57,15 @@ export function register(program: Command) {
           await initModelDir(opts.preset!, modelDir, seed);
         }
         const config = await readModelConfig(modelDir);
-        if (existsSync(join(modelDir, "tokenizer.json")))
-          throw new OozeError("CONFIG_INVALID", `${modelDir}: models with their own tokenizer (tokenizer.json) are not supported by ooze sft yet; the byte-level models of ooze's presets are`);
-        if (config.vocab_size <= EOS_ID) throw new OozeError("CONFIG_INVALID", `${modelDir}/config.json: vocab_size ${config.vocab_size} is too small for the byte tokenizer (needs > ${EOS_ID})`);
-        const examples = readSftJsonl(opts.data, { encode: (t) => Array.from(encodeBytes(t)), bos: BOS_ID, eos: EOS_ID }, null);
+        const { byteChatTokenizer, loadHfChatModel, ChatTemplate, BUILTIN_CHAT_TEMPLATE } = await import("../../gateway/index.ts");
+        const { chatRenderer } = await import("../../../actors/trainer/sft.ts");
+        // the model's own tokenizer and chat template, or the byte-level model's built-in ones (as the gateway renders them)
+        const hf = existsSync(join(modelDir, "tokenizer.json")) ? loadHfChatModel(modelDir) : null;
+        if (!hf && config.vocab_size <= EOS_ID) throw new OozeError("CONFIG_INVALID", `${modelDir}/config.json: vocab_size ${config.vocab_size} is too small for the byte tokenizer (needs > ${EOS_ID}) and there is no tokenizer.json`);
+        const tokenizer = hf?.tokenizer ?? byteChatTokenizer();
+        const bos = tokenizer.bosToken ? tokenizer.encode(tokenizer.bosToken) : [];
+        const tok = { encode: (t: string) => tokenizer.encode(t), bos: bos.length === 1 ? bos[0]! : null, eos: tokenizer.stopIds[0] ?? EOS_ID };
+        const examples = readSftJsonl(opts.data, tok, chatRenderer(tokenizer, new ChatTemplate(hf?.chatTemplate ?? BUILTIN_CHAT_TEMPLATE, tokenizer)));
         const longest = Math.max(...examples.map((e) => e.tokens.length));
         const tooLong = examples.find((e) => e.tokens.length > config.max_position_embeddings);
         if (tooLong) throw new OozeError("CONFIG_INVALID", `${tooLong.where}: ${tooLong.tokens.length} tokens, more than the model's max_position_embeddings (${config.max_position_embeddings})`);
@@ -72,7 +77,7 @@ export function register(program: Command) {
           modelDir, out: opts.out, steps, batch, lr, seed,
           onStep: (s) => {
             const secs = ((performance.now() - t0) / 1000).toFixed(0);
-            if (bar) bar.update(s.step, { loss: s.loss.toFixed(4), secs });
+            if (bar) bar.update(s.step, { secs, ...(Number.isNaN(s.loss) ? {} : { loss: s.loss.toFixed(4) }) });
             else if (!opts.quiet && (s.step === 1 || s.step % 10 === 0 || s.step === steps)) process.stderr.write(`[ooze] sft step ${s.step}/${steps} loss ${s.loss.toFixed(4)} ${secs}s\n`);
           },
         });

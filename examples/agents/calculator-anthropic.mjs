@@ -11,7 +11,7 @@ const tools = [{ name: TOOL.name, description: TOOL.description, input_schema: T
 const messages = [{ role: "user", content: question }];
 let toolCalls = 0;
 for (let turn = 0; turn < 4; turn++) {
-  const r = await client.messages.create({ model: "ooze", max_tokens: 48, messages, tools });
+  const r = await client.messages.create({ model: "ooze", max_tokens: 96, messages, tools });
   messages.push({ role: "assistant", content: r.content });
   const uses = r.content.filter((b) => b.type === "tool_use");
   if (uses.length === 0) {

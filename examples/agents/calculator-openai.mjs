@@ -13,7 +13,7 @@ const tools = [{ type: "function", function: { name: TOOL.name, description: TOO
 const messages = [{ role: "user", content: question }];
 let toolCalls = 0;
 for (let turn = 0; turn < 4; turn++) {
-  const r = await client.chat.completions.create({ model: "ooze", messages, tools, max_tokens: 48 });
+  const r = await client.chat.completions.create({ model: "ooze", messages, tools, max_tokens: 96 });
   const msg = r.choices[0].message;
   messages.push(msg);
   if (!msg.tool_calls || msg.tool_calls.length === 0) {

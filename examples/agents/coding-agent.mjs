@@ -17,7 +17,7 @@ const tools = [{
 const messages = [{ role: "user", content: `${task}\n${readFileSync(file, "utf8")}` }];
 let edits = 0;
 for (let turn = 0; turn < 3; turn++) {
-  const r = await client.chat.completions.create({ model: "ooze", messages, tools, max_tokens: 64 });
+  const r = await client.chat.completions.create({ model: "ooze", messages, tools, max_tokens: 96 });
   const msg = r.choices[0].message;
   messages.push(msg);
   if (!msg.tool_calls?.length) break;

@@ -66,8 +66,14 @@ function processFailure(what: string, r: ProcessResult, timeoutS: number): strin
   if (r.timedOut) return `${what} timed out after ${timeoutS} s (process group killed)`;
   if (r.aborted) return `${what} was abandoned (rollout stopping)`;
   if (r.signal) return `${what} was killed by ${r.signal}`;
-  if (r.exitCode !== 0) return `${what} exited with code ${r.exitCode}${lastLine(r.stderr) ? `: ${lastLine(r.stderr)}` : ""}`;
+  if (r.exitCode !== 0) return `${what} exited with code ${r.exitCode}${errorLine(r.stderr) ? `: ${errorLine(r.stderr)}` : ""}`;
   return null;
+}
+
+/** The line of stderr that says what went wrong: the first naming an error, else the last. */
+function errorLine(s: string): string {
+  const lines = s.trim().split("\n");
+  return (lines.find((l) => /\b\w*(Error|Exception)\b/.test(l)) ?? lines[lines.length - 1] ?? "").trim().slice(0, 300);
 }
 
 function lastLine(s: string): string {

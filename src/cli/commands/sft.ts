@@ -33,7 +33,7 @@ export function register(program: Command) {
   program
     .command("sft")
     .description("supervised fine-tuning on JSONL ({prompt, completion} or {messages}); loss only on completion / assistant tokens; writes an HF checkpoint to --out")
-    .requiredOption("--data <file>", "JSONL training examples")
+    .requiredOption("--data <files>", "JSONL training examples (several files: comma-separated)")
     .requiredOption("--out <dir>", "checkpoint directory to write")
     .option("--model <dir>", "model directory to start from")
     .option("--preset <name>", "start from a randomly initialised preset instead (tiny, quickstart, small, base100m)")
@@ -65,7 +65,8 @@ export function register(program: Command) {
         const tokenizer = hf?.tokenizer ?? byteChatTokenizer();
         const bos = tokenizer.bosToken ? tokenizer.encode(tokenizer.bosToken) : [];
         const tok = { encode: (t: string) => tokenizer.encode(t), bos: bos.length === 1 ? bos[0]! : null, eos: tokenizer.stopIds[0] ?? EOS_ID };
-        const examples = readSftJsonl(opts.data, tok, chatRenderer(tokenizer, new ChatTemplate(hf?.chatTemplate ?? BUILTIN_CHAT_TEMPLATE, tokenizer)));
+        const render = chatRenderer(tokenizer, new ChatTemplate(hf?.chatTemplate ?? BUILTIN_CHAT_TEMPLATE, tokenizer));
+        const examples = opts.data.split(",").filter((f) => f !== "").flatMap((f) => readSftJsonl(f, tok, render));
         const longest = Math.max(...examples.map((e) => e.tokens.length));
         const tooLong = examples.find((e) => e.tokens.length > config.max_position_embeddings);
         if (tooLong) throw new OozeError("CONFIG_INVALID", `${tooLong.where}: ${tooLong.tokens.length} tokens, more than the model's max_position_embeddings (${config.max_position_embeddings})`);

@@ -8,7 +8,7 @@ import OpenAI from "openai";
 import { readStdin } from "./calc-tool.mjs";
 
 const task = (await readStdin()).trim();
-const file = task.split(":")[0]; // "lib.mjs: make f(x) return x*7"
+const file = task.split(":")[0]; // 'lib.mjs: f(x) must return:"x*7"'
 const client = new OpenAI();
 const tools = [{
   type: "function",

@@ -18,8 +18,7 @@ mkdirSync(out, { recursive: true });
 const calcTools = [{ type: "function", function: { name: TOOL.name, description: TOOL.description, parameters: TOOL.parameters } }];
 const calcLines: string[] = [];
 for (let i = FIRST; i < FIRST + N; i++) {
-  const { question, answer } = calculatorQuestion(i, 0);
-  const expression = question.replace("=?", "");
+  const { question, expression, answer } = calculatorQuestion(i, 0);
   if ((calc as (e: string) => string)(expression) !== answer) throw new Error(`calc disagrees on ${expression}`);
   calcLines.push(JSON.stringify({
     messages: [
@@ -43,7 +42,7 @@ for (let i = FIRST; i < FIRST + N; i++) {
   const expr = `x${op}${k}`;
   codeLines.push(JSON.stringify({
     messages: [
-      { role: "user", content: `lib.mjs: make f(x) return ${expr}\nexport const f = (x) => TODO;\n` },
+      { role: "user", content: `lib.mjs: f(x) must return:"${expr}"\nexport const f = (x) => TODO;\n` },
       { role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "edit", arguments: JSON.stringify({ find: "TODO", replace: expr }) } }] },
       { role: "tool", tool_call_id: "c1", content: "ok" },
       { role: "assistant", content: "done" },

@@ -100,7 +100,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
         for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
         await ensureTrainStreams(bus, names, train);
         // train.agent: episodes are agent processes talking to a gateway over this fleet (actors/environment/agent)
-        if (agent) agents = await startAgentRollout({ ...train, agent }, env.baseDir, gen.fleet);
+        if (agent) agents = await startAgentRollout({ ...train, agent }, env.baseDir, gen.countingFleet());
       } catch (e) {
         await gen.close();
         throw e;

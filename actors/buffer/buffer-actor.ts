@@ -4,7 +4,8 @@
 // (one message per prompt group) into a GroupBuffer, and when a step's groups are complete publishes
 // one batch with advantages computed over it to BATCHES.
 // Groups the dynamic filter drops are refilled (at most 3 rounds, as `ooze train` does). Sample
-// indices are a function of the group (groupIndex · samplesPerPrompt + k), so a regenerated group
+// indices are a function of the group (groupIndex · slots + k; slots = samplesPerPrompt, × maxSegments
+// with train.agent: actors/environment/agent/config.ts slotsPerPrompt), so a regenerated group
 // reproduces the same indices. Group messages are acked only once their batch is published, so a
 // restarted buffer gets back every message of the round in progress; it recovers its position from
 // the last batch on BATCHES (in a new job, e.g. `ooze train --resume`, from the position the trainer
@@ -21,6 +22,7 @@ import {
 import { consumeStream, ensureTrainStreams, lastMessage, publish, scanStream, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
 import { ContinuousFeeder, statsOf, type FeederStart } from "./continuous.ts";
 import { GroupBuffer } from "./groups.ts";
+import { slotsPerPrompt } from "../environment/agent/config.ts";
 import { z } from "zod";
 
 /** The buffer actor's `config`. */
@@ -122,7 +124,7 @@ class Feeder implements FeederLike {
   }
 
   private async feed(prompts: number): Promise<void> {
-    const n = this.env.train.samplesPerPrompt;
+    const n = slotsPerPrompt(this.env.train);
     const sent: Promise<void>[] = [];
     for (let i = 0; i < prompts; i++) {
       const g = this.nextPrompt++;
@@ -188,7 +190,7 @@ class Feeder implements FeederLike {
       dropped: all.filter((s) => !trained.has(s.index)).map((s) => s.index).sort((a, b) => a - b),
       stalenessMax: Math.max(0, batch.stalenessMax),
       nextPrompt: this.nextPrompt,
-      nextSample: this.nextPrompt * t.samplesPerPrompt,
+      nextSample: this.nextPrompt * slotsPerPrompt(t),
       stats: {
         generated: all.length,
         ...statsOf(all),
@@ -244,7 +246,7 @@ async function startingPosition(env: LoopEnv, log: (l: string) => void): Promise
     for (const m of await scanStream(bus, names.streamPrompts, promptRegistry))
       from.inStreams.push({ prompt: m.body.groupIndex, firstSample: m.body.firstSample, count: m.body.samples, attempt: m.body.attempt });
     for (const m of await scanStream(bus, names.streamSamples, groupRegistry))
-      from.inStreams.push({ prompt: m.body.groupIndex, firstSample: m.body.firstSample, count: Math.max(1, m.body.samples.length), attempt: m.body.attempt });
+      from.inStreams.push({ prompt: m.body.groupIndex, firstSample: m.body.firstSample, count: slotsPerPrompt(env.train), attempt: m.body.attempt });
   }
   return from;
 }

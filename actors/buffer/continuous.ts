@@ -12,6 +12,7 @@
 // batch, so a restarted buffer finds every undecided group again in the streams (start()).
 import type { Sample } from "../../src/sample.ts";
 import { fullyAsyncLimits } from "../loop/config.ts";
+import { slotsPerPrompt } from "../environment/agent/config.ts";
 import { rewardStats as rewardStatsOf } from "../loop/metrics.ts";
 import type { LoopEnv } from "../loop-actors/context.ts";
 import type { BatchBody, GroupBody, PendingGroup, VersionRecord } from "../loop-actors/messages.ts";
@@ -31,6 +32,8 @@ interface Live extends PendingGroup {
   complete: boolean;
   /** Its prompt was requeued by an earlier incarnation: recorded as requeued once complete. */
   superseded: boolean;
+  /** Samples the rollout produced, from its close (≤ count, the index range: agent episodes yield a variable number). */
+  produced: number | null;
 }
 
 /** What the continuous feeder does on the streams (the buffer actor implements it). */
@@ -136,17 +139,18 @@ export class ContinuousFeeder {
     let l = this.live.get(c.firstSample);
     if (!l) {
       // An attempt an earlier incarnation launched after its last batch.
-      l = this.track({ prompt: c.groupIndex, firstSample: c.firstSample, count: c.samples.length, attempt: c.attempt }, Infinity);
+      const slots = slotsPerPrompt(this.env.train);
+      l = this.track({ prompt: c.groupIndex, firstSample: c.firstSample, count: slots, attempt: c.attempt }, Infinity);
       const cur = this.current.get(c.groupIndex);
       if (cur && cur !== l && cur.attempt > l.attempt) l.superseded = true;
-      this.nextSample = Math.max(this.nextSample, c.firstSample + c.samples.length);
+      this.nextSample = Math.max(this.nextSample, c.firstSample + slots);
       this.nextPrompt = Math.max(this.nextPrompt, c.groupIndex + 1);
     }
     l.acks.push(defer());
     if (l.complete) return; // a copy (an ack lost to a nats-server restart): acked with the decision
     this.promptTokens += c.promptTokens;
     this.cachedTokens += c.cachedTokens;
-    l.count = c.samples.length;
+    l.produced = c.samples.length;
     for (const s of c.samples) {
       l.samples.push(s);
       l.oldest = Math.min(l.oldest, minVersion(s));
@@ -163,7 +167,7 @@ export class ContinuousFeeder {
   }
 
   private track(g: PendingGroup, launchVersion: number): Live {
-    const l: Live = { ...g, launchVersion, oldest: Infinity, samples: [], acks: [], complete: false, superseded: false };
+    const l: Live = { ...g, launchVersion, oldest: Infinity, samples: [], acks: [], complete: false, superseded: false, produced: null };
     this.live.set(g.firstSample, l);
     const cur = this.current.get(g.prompt);
     if (!cur || cur.attempt <= g.attempt) this.current.set(g.prompt, l);
@@ -181,7 +185,7 @@ export class ContinuousFeeder {
     }
     const before = this.groups.stats.dropped;
     for (const s of l.samples) this.groups.add(s);
-    this.groups.close(l.prompt, l.count);
+    this.groups.close(l.prompt, l.produced ?? l.count);
     if (this.groups.stats.dropped > before) {
       // the dynamic filter (or every episode failed): dropped, recorded with the next batch
       this.decide(l);
@@ -214,7 +218,7 @@ export class ContinuousFeeder {
     while (generating < this.maxInflight && this.live.size < this.maxInflight + t.promptsPerStep) {
       let g = this.queue.shift();
       if (!g) {
-        g = { prompt: this.nextPrompt++, firstSample: this.nextSample, count: t.samplesPerPrompt, attempt: 0 };
+        g = { prompt: this.nextPrompt++, firstSample: this.nextSample, count: slotsPerPrompt(t), attempt: 0 };
         this.nextSample += g.count;
       }
       this.track(g, this.synced.version);

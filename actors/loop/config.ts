@@ -3,6 +3,7 @@
 import { z } from "zod";
 import { OozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
+import { agentSchema } from "../environment/agent/config.ts";
 
 const estimators = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gspo"] as const;
 
@@ -37,6 +38,11 @@ export const trainSchema = z
      * are trained, not regenerated; requeue: the step goes on and they are generated again.
      */
     lateGroups: z.enum(["wait", "requeue"]).default("wait"),
+    /**
+     * A black-box agent run as a command per episode through the gateway (actors/environment/agent);
+     * train.task is then an agent task module (prompts and reward).
+     */
+    agent: agentSchema.optional(),
     /** A built-in task name (addition, guess-number) or a module path relative to the topology. */
     task: z.string().default("addition"),
     taskConfig: z.record(z.string(), z.unknown()).default({}),

@@ -113,9 +113,25 @@ export class FleetGenerator implements Generator {
 
   async generate(req: GenRequest): Promise<GenOutput> {
     const r = await this.fleet.generate({ inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, ...(req.signal ? { signal: req.signal } : {}) });
-    this.promptTokens += req.inputIds.length;
-    this.cachedTokens += Math.min(r.cachedTokens, req.inputIds.length);
+    this.count(req.inputIds.length, r.cachedTokens);
     return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };
+  }
+
+  /** The fleet's generate and endSession as they are (the agent gateway's view), counted in takeCacheStats like generate(). */
+  countingFleet(): Pick<Fleet, "generate" | "endSession"> {
+    return {
+      generate: async (req) => {
+        const r = await this.fleet.generate(req);
+        this.count(req.inputIds.length, r.cachedTokens);
+        return r;
+      },
+      endSession: (id) => this.fleet.endSession(id),
+    };
+  }
+
+  private count(promptTokens: number, cachedTokens: number): void {
+    this.promptTokens += promptTokens;
+    this.cachedTokens += Math.min(cachedTokens, promptTokens);
   }
 
   takeCacheStats(): { promptTokens: number; cachedTokens: number } {

@@ -12,6 +12,11 @@ export async function loadTask(name: string, config: Record<string, unknown>, ba
   if (builtin) return builtin(config);
   if (!name.includes("/") && !/\.(ts|js|mjs)$/.test(name))
     throw new OozeError("CONFIG_INVALID", `train.task '${name}' is neither a built-in task (${Object.keys(BUILTIN_TASKS).join(", ")}) nor a module path like ./my-task.ts`);
+  return ((await importTaskFactory(name, baseDir, "a task factory (config) => Task")) as TaskFactory)(config);
+}
+
+/** The default export (a function) of the task module `name`, relative to `baseDir`; errors name train.task and the path. */
+export async function importTaskFactory(name: string, baseDir: string, what: string): Promise<(config: Record<string, unknown>) => unknown> {
   const path = isAbsolute(name) ? name : resolve(baseDir, name);
   let mod: { default?: unknown };
   try {
@@ -19,6 +24,6 @@ export async function loadTask(name: string, config: Record<string, unknown>, ba
   } catch (e) {
     throw new OozeError("CONFIG_INVALID", `train.task: cannot load ${path}: ${(e as Error).message}`, { cause: e });
   }
-  if (typeof mod.default !== "function") throw new OozeError("CONFIG_INVALID", `train.task: ${path} must export default a task factory (config) => Task`);
-  return (mod.default as TaskFactory)(config);
+  if (typeof mod.default !== "function") throw new OozeError("CONFIG_INVALID", `train.task: ${path} must export default ${what}`);
+  return mod.default as (config: Record<string, unknown>) => unknown;
 }

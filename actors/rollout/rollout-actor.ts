@@ -19,6 +19,7 @@ import { fullyAsyncLimits } from "../loop/config.ts";
 import { FleetGenerator } from "../loop/engines.ts";
 import { loadTask } from "../loop/task-loader.ts";
 import { rolloutRange } from "./rollout.ts";
+import { startAgentRollout, type AgentRollout } from "../environment/agent/rollout-hook.ts";
 
 /** The rollout actor's `config`. */
 export const rolloutActorConfig = z.object({
@@ -49,6 +50,7 @@ interface RolloutState {
   consumer: StreamConsumer;
   gen: FleetGenerator;
   stopFollowing: () => void;
+  agents: AgentRollout | null;
 }
 
 /**
@@ -96,16 +98,20 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const env = loopEnv(system, topology, ctx as never);
       const cfg = actorConfig(rolloutActorConfig, ctx as never);
       const { bus, names, train } = env;
-      const task = await loadTask(train.task, train.taskConfig, env.baseDir);
+      const agent = train.agent;
+      const task = agent ? null : await loadTask(train.task, train.taskConfig, env.baseDir);
       const registry = await FleetRegistry.open(bus, env.job);
       // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
       const urls = await engineUrls(registry, cfg.engineWaitMs);
       const { progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries } = cfg;
       const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries }).filter(([, v]) => v !== undefined));
       const gen = await FleetGenerator.create([], (l) => ctx.log.info(l), faultOpts);
+      let agents: AgentRollout | null = null;
       try {
         for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
         await ensureTrainStreams(bus, names, train);
+        // train.agent: episodes are agent processes talking to a gateway over this fleet (actors/environment/agent)
+        if (agent) agents = await startAgentRollout({ ...train, agent }, env.baseDir, gen.countingFleet());
       } catch (e) {
         await gen.close();
         throw e;
@@ -116,9 +122,11 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
         registry: promptRegistry, actor: ctx.path, concurrency, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
         async handle(msg, info) {
           const p = msg.body;
-          const r = await rolloutRange(task, gen, { firstPrompt: p.groupIndex, prompts: 1, samplesPerPrompt: p.samples, firstSample: p.firstSample }, {
-            seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout,
-          });
+          const r = agents
+            ? { samples: await agents.group(p) }
+            : await rolloutRange(task!, gen, { firstPrompt: p.groupIndex, prompts: 1, samplesPerPrompt: p.samples, firstSample: p.firstSample }, {
+                seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout,
+              });
           if (cfg.holdGroup === p.groupIndex && info.deliveryCount === 1) {
             ctx.log.warn(`rollout: holding group ${p.groupIndex} unpublished (holdGroup fault injection)`);
             await new Promise(() => undefined);
@@ -130,7 +138,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       });
       const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l));
       ctx.log.info(`rollout: consuming ${names.streamPrompts} with ${concurrency} groups in flight on ${gen.fleet.list().length} engine(s)`);
-      return { consumer, gen, stopFollowing };
+      return { consumer, gen, stopFollowing, agents };
     },
     handle(_state, msg) {
       throw new OozeError("ACTOR_CRASHED", `rollout: ${msg.error}`, { retryable: true });
@@ -138,6 +146,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
     async onStop(state) {
       state.stopFollowing();
       await state.consumer.stop();
+      await state.agents?.close();
       await state.gen.close();
     },
   });

@@ -43,6 +43,7 @@ await Promise.all([
   lazy(() => import("./commands/rollout.ts")),
   lazy(() => import("./commands/fuzz.ts")),
   lazy(() => import("./commands/dash.ts")),
+  lazy(() => import("./commands/sft.ts")),
 ]);
 
 try {

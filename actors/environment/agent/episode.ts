@@ -1,0 +1,232 @@
+// One agent episode: a temporary directory (the agent's workdir, with the task's files), a gateway
+// session, the agent command run in its own process group with the session's endpoints in its
+// environment and the task on stdin, then the reward (a command in the workdir or the task's
+// reward()), and the session's samples numbered in the episode's own index range. A crash, a
+// timeout or a failing reward yields the episode's samples as `failed` (one
+// placeholder when it produced none), the reason in metadata: never a thrown error, never a stuck step.
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, isAbsolute, join, resolve } from "node:path";
+import type { Sample } from "../../../src/sample.ts";
+import type { AgentConfig, RewardCommandConfig } from "./config.ts";
+import { runProcess, type ProcessResult } from "./process.ts";
+import type { AgentPrompt, AgentTask, RewardResult, Transcript } from "./task.ts";
+
+/** What an episode needs of the gateway (src/gateway Gateway): one session per episode. */
+export interface SessionHost {
+  openSession(s: { episodeId: string; groupIndex: number; maxTurns?: number; maxTokens?: number; temperature?: number; samplingSeed?: number }): {
+    id: string;
+    openaiBaseUrl: string;
+    anthropicBaseUrl: string;
+    apiKey: string;
+  };
+  closeSession(id: string): { samples: Sample[]; requests: number; error: string | null };
+}
+
+/** Everything an episode runs with (one per rollout). */
+export interface AgentDeps {
+  sessions: SessionHost;
+  task: AgentTask;
+  agent: AgentConfig;
+  /** Relative command paths resolve here (the topology's directory). */
+  baseDir: string;
+  /** Decodes token ids for the transcript's text (optional). */
+  decode?: (ids: Int32Array) => string;
+}
+
+/** One episode's place in the job. */
+export interface AgentEpisodeSpec {
+  groupIndex: number;
+  /** Episode number within its group (0 … samplesPerPrompt − 1). */
+  episode: number;
+  /** First of the agent.maxSegments sample indices this episode owns. */
+  firstIndex: number;
+  seed: number;
+  temperature: number;
+  samplingSeed: number;
+  signal?: AbortSignal;
+}
+
+/** Environment variables an agent inherits from ooze's own (nothing else leaks, no keys). */
+const INHERITED = ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "NODE_PATH", "SystemRoot"];
+
+/** Replaces `{task}`, `{workdir}` and `{episode}` in an argument. */
+function expand(arg: string, vars: Record<string, string>): string {
+  return arg.replace(/\{(task|workdir|episode)\}/g, (_, k: string) => vars[k]!);
+}
+
+/** A command path: absolute, a bare name (PATH), or relative to the topology's directory. */
+function commandPath(cmd: string, baseDir: string): string {
+  return isAbsolute(cmd) || !cmd.includes("/") ? cmd : resolve(baseDir, cmd);
+}
+
+/** Why a process run counts as failed, or null. */
+function processFailure(what: string, r: ProcessResult, timeoutS: number): string | null {
+  if (r.spawnError) return `${what} could not start: ${r.spawnError}`;
+  if (r.timedOut) return `${what} timed out after ${timeoutS} s (process group killed)`;
+  if (r.aborted) return `${what} was abandoned (rollout stopping)`;
+  if (r.signal) return `${what} was killed by ${r.signal}`;
+  if (r.exitCode !== 0) return `${what} exited with code ${r.exitCode}${errorLine(r.stderr) ? `: ${errorLine(r.stderr)}` : ""}`;
+  return null;
+}
+
+/** The line of stderr that says what went wrong: the first naming an error, else the last. */
+function errorLine(s: string): string {
+  const lines = s.trim().split("\n");
+  return (lines.find((l) => /\b\w*(Error|Exception)\b/.test(l)) ?? lines[lines.length - 1] ?? "").trim().slice(0, 300);
+}
+
+function lastLine(s: string): string {
+  const lines = s.trim().split("\n");
+  return (lines[lines.length - 1] ?? "").slice(0, 300);
+}
+
+/** Runs one agent episode; resolves with its samples (≥ 1), never rejects for the agent's failures. */
+export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): Promise<Sample[]> {
+  const { agent, task } = deps;
+  const rolloutId = `r${spec.firstIndex}`;
+  const prompt = task.prompt(spec.groupIndex, spec.seed);
+  const root = await mkdtemp(join(tmpdir(), `ooze-agent-${spec.groupIndex}-${spec.episode}-`));
+  const workdir = join(root, "work");
+  let failure: string | null = null;
+  let samples: Sample[] = [];
+  let requests = 0;
+  let result: ProcessResult | null = null;
+  let reward: { reward: number; success: boolean | null } | null = null;
+  // A session the gateway ended early (turn or token limit spent, context too long) is the policy's
+  // doing: the agent sees an API error, and if it still exits cleanly the reward decides (recorded).
+  let gatewayError: string | null = null;
+  try {
+    await mkdir(workdir);
+    for (const [rel, content] of Object.entries(prompt.files ?? {})) {
+      const p = resolve(workdir, rel);
+      if (!p.startsWith(workdir + "/")) throw new Error(`task file '${rel}' is outside the workdir`);
+      await mkdir(dirname(p), { recursive: true });
+      await writeFile(p, content);
+    }
+    const session = deps.sessions.openSession({
+      episodeId: rolloutId, groupIndex: spec.groupIndex, maxTurns: agent.maxTurns, maxTokens: agent.maxTokens,
+      temperature: spec.temperature, samplingSeed: spec.samplingSeed,
+    });
+    const vars = { task: prompt.task, workdir, episode: rolloutId };
+    const env: NodeJS.ProcessEnv = {};
+    for (const k of INHERITED) if (process.env[k] !== undefined) env[k] = process.env[k];
+    Object.assign(env, agent.env, {
+      OPENAI_BASE_URL: session.openaiBaseUrl, OPENAI_API_KEY: session.apiKey,
+      ANTHROPIC_BASE_URL: session.anthropicBaseUrl, ANTHROPIC_API_KEY: session.apiKey,
+      OOZE_TASK: prompt.task, OOZE_WORKDIR: workdir, OOZE_EPISODE: rolloutId,
+    });
+    try {
+      result = await runProcess({
+        command: commandPath(agent.command, deps.baseDir), args: agent.args.map((a) => expand(a, vars)), cwd: workdir, env,
+        stdin: prompt.task, timeoutMs: agent.timeoutS * 1000, killGraceMs: agent.killGraceS * 1000,
+        ...(spec.signal ? { signal: spec.signal } : {}),
+      });
+    } finally {
+      const closed = deps.sessions.closeSession(session.id);
+      samples = closed.samples;
+      requests = closed.requests;
+      gatewayError = closed.error;
+      failure = processFailure("agent", result ?? failedStart(), agent.timeoutS);
+    }
+    if (!failure && samples.length === 0) failure = "the agent made no model request";
+    if (!failure) {
+      const transcript: Transcript = {
+        samples, text: deps.decode ? samples.map((s) => deps.decode!(s.tokens)) : [],
+        stdout: result!.stdout, stderr: result!.stderr, exitCode: result!.exitCode,
+      };
+      const r = agent.reward
+        ? await rewardByCommand(agent.reward, deps.baseDir, root, workdir, prompt, transcript)
+        : task.reward
+          ? await rewardByModule(task, workdir, prompt, transcript)
+          : { error: `task '${task.name}' has no reward() and train.agent.reward is not set` };
+      if ("error" in r) failure = r.error;
+      else reward = r;
+    }
+  } catch (e) {
+    failure = `episode setup: ${(e as Error).message}`;
+  } finally {
+    if (!agent.keepWorkdirs) await rm(root, { recursive: true, force: true }).catch(() => undefined);
+  }
+  return numberSamples(samples, spec, rolloutId, agent.maxSegments, {
+    failure, reward, requests, gatewayError,
+    agent: result ? { exitCode: result.exitCode, signal: result.signal, seconds: result.seconds } : null,
+    ...(agent.keepWorkdirs ? { workdir: root } : {}),
+  }, prompt);
+}
+
+function failedStart(): ProcessResult {
+  return { exitCode: null, signal: null, timedOut: false, aborted: false, spawnError: "not started", stdout: "", stderr: "", pgid: null, seconds: 0 };
+}
+
+interface Outcome {
+  failure: string | null;
+  reward: { reward: number; success: boolean | null } | null;
+  requests: number;
+  gatewayError: string | null;
+  agent: { exitCode: number | null; signal: string | null; seconds: number } | null;
+  workdir?: string;
+}
+
+/**
+ * The episode's samples with their indices (firstIndex + segment), group, episode id, reward and
+ * status; segments beyond maxSegments are dropped (counted in metadata). No samples: one failed placeholder.
+ */
+export function numberSamples(samples: Sample[], spec: AgentEpisodeSpec, rolloutId: string, maxSegments: number, o: Outcome, prompt: AgentPrompt): Sample[] {
+  const kept = samples.slice(0, maxSegments);
+  const meta = {
+    episode: spec.episode, segments: samples.length, droppedSegments: samples.length - kept.length, requests: o.requests, agent: o.agent,
+    ...(o.failure ? { error: o.failure } : {}),
+    ...(o.gatewayError ? { gatewayError: o.gatewayError } : {}),
+    ...(o.reward && o.reward.success !== null ? { success: o.reward.success } : {}),
+    ...(o.workdir ? { workdir: o.workdir } : {}),
+  };
+  if (kept.length === 0)
+    return [{
+      index: spec.firstIndex, groupIndex: spec.groupIndex, rolloutId, prompt: prompt.task, tokens: new Int32Array(0), responseLength: 0,
+      lossMask: new Uint8Array(0), rolloutLogprobs: new Float32Array(0), reward: null, status: "failed", weightVersions: [], metadata: { ...meta, segment: 0 },
+    }];
+  return kept.map((s, i) => ({
+    ...s,
+    index: spec.firstIndex + i,
+    groupIndex: spec.groupIndex,
+    rolloutId,
+    prompt: prompt.task,
+    reward: o.failure ? null : o.reward!.reward,
+    status: o.failure ? "failed" : s.status === "pending" || s.status === "aborted" ? "completed" : s.status,
+    metadata: { ...s.metadata, ...meta, segment: i },
+  }));
+}
+
+/** The reward command's verdict: its last stdout line if a number, else exit 0 → 1, other → 0. */
+async function rewardByCommand(
+  cmd: RewardCommandConfig, baseDir: string, root: string, workdir: string, prompt: AgentPrompt, transcript: Transcript,
+): Promise<{ reward: number; success: boolean | null } | { error: string }> {
+  const file = join(root, "transcript.json");
+  await writeFile(file, JSON.stringify({ task: prompt.task, text: transcript.text, stdout: transcript.stdout, exitCode: transcript.exitCode }));
+  const env: NodeJS.ProcessEnv = {};
+  for (const k of INHERITED) if (process.env[k] !== undefined) env[k] = process.env[k];
+  Object.assign(env, cmd.env, { OOZE_TASK: prompt.task, OOZE_WORKDIR: workdir, OOZE_TRANSCRIPT: file });
+  const vars = { task: prompt.task, workdir, episode: "" };
+  const r = await runProcess({
+    command: commandPath(cmd.command, baseDir), args: cmd.args.map((a) => expand(a, vars)), cwd: workdir, env, stdin: "",
+    timeoutMs: cmd.timeoutS * 1000, killGraceMs: 1000,
+  });
+  if (r.spawnError) return { error: `reward command could not start: ${r.spawnError}` };
+  if (r.timedOut) return { error: `reward command timed out after ${cmd.timeoutS} s` };
+  const last = lastLine(r.stdout);
+  if (last !== "" && Number.isFinite(Number(last))) return { reward: Number(last), success: r.exitCode === 0 };
+  return { reward: r.exitCode === 0 ? 1 : 0, success: r.exitCode === 0 };
+}
+
+async function rewardByModule(task: AgentTask, workdir: string, prompt: AgentPrompt, transcript: Transcript): Promise<{ reward: number; success: boolean | null } | { error: string }> {
+  let r: RewardResult;
+  try {
+    r = await task.reward!({ workdir, prompt, transcript });
+  } catch (e) {
+    return { error: `task '${task.name}' reward() threw: ${(e as Error).message}` };
+  }
+  const reward = typeof r === "number" ? r : r.reward;
+  if (!Number.isFinite(reward)) return { error: `task '${task.name}' reward() returned ${String(reward)}, not a finite number` };
+  return { reward, success: typeof r === "number" ? null : (r.success ?? null) };
+}

@@ -1,0 +1,46 @@
+// The rollout's side of agent environments (train.agent): a gateway on loopback over the rollout's
+// fleet, the agent task module, and the model's tokenizer and chat template (a model directory's
+// own, or the built-in ones of the byte-level presets). The rollout actor calls `group` instead of
+// rolloutRange when the topology names an agent; nothing else in the rollout changes.
+import { existsSync } from "node:fs";
+import { isAbsolute, resolve } from "node:path";
+import { Gateway, loadHfChatModel, type Generator } from "../../../src/gateway/index.ts";
+import { decodeBytes } from "../../../src/engine/tokenizer.ts";
+import type { Sample } from "../../../src/sample.ts";
+import { readModelConfig } from "../../../native/model-dir.ts";
+import { PRESETS, isPresetName } from "../../../native/presets.ts";
+import type { TrainConfig } from "../../loop/config.ts";
+import { OozeError } from "../../../src/errors.ts";
+import type { AgentConfig } from "./config.ts";
+import { runAgentGroup } from "./group.ts";
+import { loadAgentTask } from "./task.ts";
+
+/** A rollout's agent environment: runs prompt groups of agent episodes. */
+export interface AgentRollout {
+  readonly gateway: Gateway;
+  /** The group's episodes (prompt message: `samples` sample indices from firstSample = episodes × maxSegments). */
+  group(p: { groupIndex: number; firstSample: number; samples: number }, onSample?: (s: Sample) => void, signal?: AbortSignal): Promise<Sample[]>;
+  close(): Promise<void>;
+}
+
+/** Starts the gateway and loads the agent task for a topology's `train:` section (train.agent set). */
+export async function startAgentRollout(train: TrainConfig & { agent: AgentConfig }, baseDir: string, fleet: Generator): Promise<AgentRollout> {
+  const task = await loadAgentTask(train.task, train.taskConfig, baseDir);
+  const modelDir = train.model === undefined ? null : isAbsolute(train.model) ? train.model : resolve(baseDir, train.model);
+  let contextLength: number;
+  if (modelDir) contextLength = (await readModelConfig(modelDir)).max_position_embeddings;
+  else if (isPresetName(train.preset)) contextLength = PRESETS[train.preset].max_position_embeddings;
+  else throw new OozeError("CONFIG_INVALID", `train.preset '${train.preset}' is not a preset (${Object.keys(PRESETS).join(", ")})`);
+  const hf = modelDir && existsSync(resolve(modelDir, "tokenizer.json")) ? loadHfChatModel(modelDir) : null;
+  const gateway = await Gateway.start({ fleet, contextLength, ...(hf ? { tokenizer: hf.tokenizer, chatTemplate: hf.chatTemplate } : {}) });
+  const decode = hf ? (ids: Int32Array) => hf.tokenizer.decode(ids, false) : (ids: Int32Array) => decodeBytes(ids, false);
+  const deps = { sessions: gateway, task, agent: train.agent, baseDir, decode };
+  return {
+    gateway,
+    group(p, onSample, signal) {
+      const episodes = Math.max(1, Math.floor(p.samples / train.agent.maxSegments));
+      return runAgentGroup(deps, { groupIndex: p.groupIndex, firstSample: p.firstSample, episodes, seed: train.seed, temperature: train.temperature, ...(signal ? { signal } : {}) }, onSample);
+    },
+    close: () => gateway.close(),
+  };
+}

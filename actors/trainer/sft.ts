@@ -1,0 +1,209 @@
+// Supervised fine-tuning (`ooze sft`): JSONL examples — prompt/completion pairs or chat messages
+// rendered with the model's chat template — become token sequences with a loss mask (1 only on what
+// the assistant says, its end-of-turn token included), and the native trainer worker takes
+// cross-entropy steps on them: the gradient of −(1/N)·Σ log π(token) over the N masked tokens of the
+// step (Trainer.backward with dlogp = −mask/N, then clip + AdamW), so no clipping and no ratio. The
+// result is an HF checkpoint directory.
+import { copyFileSync, existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { OozeError } from "../../src/errors.ts";
+import { mulberry32 } from "../../src/random.ts";
+import { TrainerWorker } from "../../native/worker/client.ts";
+import { parseOpenAIRequest, type ChatTemplate, type ChatTokenizer } from "../../src/gateway/index.ts";
+
+/** Files of a model directory that are not weights and are copied to the SFT checkpoint. */
+const TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"];
+
+/** One training sequence: ids and, per id, whether its logprob is trained (position 0 never is). */
+export interface SftExample {
+  tokens: Int32Array;
+  mask: Uint8Array;
+  /** file:line it came from, for messages. */
+  where: string;
+}
+
+/** What SFT needs to turn text into ids. */
+export interface SftTokenizer {
+  encode(text: string): number[];
+  /** Prepended to every sequence, or null. */
+  bos: number | null;
+  /** Appended to each completion (trained: the model learns to stop). */
+  eos: number;
+}
+
+/** Renders a chat example into pieces: text (mask 0) and assistant turns (mask 1); from the model's chat template. */
+export type ChatRenderer = (messages: unknown[], tools: unknown[] | null, where: string) => { ids: number[]; train: boolean }[];
+
+/**
+ * Reads a JSONL file of `{"prompt", "completion"}` or `{"messages": [...], "tools"?: [...]}` lines
+ * (blank lines skipped). Errors name file:line and the field.
+ */
+export function readSftJsonl(file: string, tok: SftTokenizer, chat: ChatRenderer | null): SftExample[] {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (e) {
+    throw new OozeError("CONFIG_INVALID", `${file}: cannot read: ${(e as Error).message}`, { cause: e });
+  }
+  const out: SftExample[] = [];
+  text.split("\n").forEach((line, i) => {
+    const where = `${file}:${i + 1}`;
+    if (line.trim() === "") return;
+    let v: unknown;
+    try {
+      v = JSON.parse(line);
+    } catch (e) {
+      throw new OozeError("CONFIG_INVALID", `${where}: not JSON: ${(e as Error).message}`);
+    }
+    if (typeof v !== "object" || v === null || Array.isArray(v)) throw new OozeError("CONFIG_INVALID", `${where}: each line must be a JSON object with prompt/completion or messages`);
+    const o = v as Record<string, unknown>;
+    const pieces: { ids: number[]; train: boolean }[] = [];
+    if ("messages" in o) {
+      if (!Array.isArray(o.messages) || o.messages.length === 0) throw new OozeError("CONFIG_INVALID", `${where}: field 'messages' must be a non-empty array`);
+      if (o.tools !== undefined && !Array.isArray(o.tools)) throw new OozeError("CONFIG_INVALID", `${where}: field 'tools' must be an array`);
+      if (!chat) throw new OozeError("CONFIG_INVALID", `${where}: chat messages need the model's chat template, and none is available for this model`);
+      pieces.push(...chat(o.messages, (o.tools as unknown[] | undefined) ?? null, where));
+    } else {
+      for (const f of ["prompt", "completion"] as const)
+        if (typeof o[f] !== "string") throw new OozeError("CONFIG_INVALID", `${where}: field '${f}' must be a string (or give 'messages')`);
+      if (tok.bos !== null) pieces.push({ ids: [tok.bos], train: false });
+      pieces.push({ ids: tok.encode(o.prompt as string), train: false }, { ids: [...tok.encode(o.completion as string), tok.eos], train: true });
+    }
+    const n = pieces.reduce((a, p) => a + p.ids.length, 0);
+    const tokens = new Int32Array(n), mask = new Uint8Array(n);
+    let at = 0;
+    for (const p of pieces) {
+      tokens.set(p.ids, at);
+      if (p.train) mask.fill(1, at, at + p.ids.length);
+      at += p.ids.length;
+    }
+    mask[0] = 0; // the first token has no logprob
+    if (!mask.includes(1)) throw new OozeError("CONFIG_INVALID", `${where}: nothing to learn (no assistant / completion tokens)`);
+    out.push({ tokens, mask, where });
+  });
+  if (out.length === 0) throw new OozeError("CONFIG_INVALID", `${file}: no examples`);
+  return out;
+}
+
+/** SFT hyperparameters. */
+export interface SftOptions {
+  /** Model directory to start from (HF checkpoint). */
+  modelDir: string;
+  out: string;
+  steps: number;
+  /** Examples per step. */
+  batch: number;
+  lr: number;
+  seed: number;
+  maxGradNorm?: number;
+  weightDecay?: number;
+  /** Steps between loss measurements (default 10; the first and last step are always measured). */
+  lossEvery?: number;
+  /** After each step (loss NaN where not measured). */
+  onStep?: (s: { step: number; loss: number; tokens: number; gradNorm: number }) => void;
+}
+
+/** Packs examples into one batch: ids, cuSeqlens and dlogp = −mask/N (N = masked tokens of the step). */
+export function packSft(examples: readonly SftExample[]): { tokens: Int32Array; cuSeqlens: Int32Array; dLogprobs: Float32Array; mask: Uint8Array; n: number } {
+  const total = examples.reduce((a, e) => a + e.tokens.length, 0);
+  const tokens = new Int32Array(total), cuSeqlens = new Int32Array(examples.length + 1), mask = new Uint8Array(total);
+  let at = 0;
+  examples.forEach((e, i) => {
+    tokens.set(e.tokens, at);
+    mask.set(e.mask, at);
+    at += e.tokens.length;
+    cuSeqlens[i + 1] = at;
+  });
+  let n = 0;
+  for (const m of mask) n += m;
+  const dLogprobs = new Float32Array(total);
+  for (let t = 0; t < total; t++) if (mask[t]) dLogprobs[t] = -1 / n;
+  return { tokens, cuSeqlens, dLogprobs, mask, n };
+}
+
+/** Trains `steps` cross-entropy steps over shuffled epochs of `examples` and saves the model to `out`. */
+export async function runSft(examples: readonly SftExample[], o: SftOptions): Promise<{ firstLoss: number; lastLoss: number; tokens: number }> {
+  const worker = await TrainerWorker.start({ source: { modelDir: o.modelDir } });
+  const rand = mulberry32(o.seed);
+  let order: number[] = [];
+  const next = (): SftExample => {
+    if (order.length === 0) {
+      order = examples.map((_, i) => i);
+      for (let i = order.length - 1; i > 0; i--) {
+        const j = Math.floor(rand() * (i + 1));
+        [order[i], order[j]] = [order[j]!, order[i]!];
+      }
+    }
+    return examples[order.pop()!]!;
+  };
+  let firstLoss = NaN, lastLoss = NaN, tokens = 0;
+  try {
+    for (let step = 1; step <= o.steps; step++) {
+      const batch = Array.from({ length: Math.min(o.batch, examples.length) }, next);
+      const p = packSft(batch);
+      const packed = { tokens: p.tokens, cuSeqlens: p.cuSeqlens };
+      // the loss costs a forward pass of its own: measured on the first, every `lossEvery`-th and the last step
+      let loss = NaN;
+      if (step === 1 || step % (o.lossEvery ?? 10) === 0 || step === o.steps) {
+        const { logprobs } = await worker.logprobs(packed, 1);
+        loss = 0;
+        for (let t = 0; t < p.tokens.length; t++) if (p.mask[t]) loss -= logprobs[t]! / p.n;
+      }
+      await worker.zeroGrads();
+      await worker.backward(packed, 1, p.dLogprobs, new Float32Array(p.tokens.length));
+      const r = await worker.applyGrads({ lr: o.lr, maxGradNorm: o.maxGradNorm ?? 1, weightDecay: o.weightDecay ?? 0 });
+      if (step === 1) firstLoss = loss;
+      if (!Number.isNaN(loss)) lastLoss = loss;
+      tokens += p.n;
+      o.onStep?.({ step, loss, tokens: p.n, gradNorm: r.gradNorm });
+    }
+    await worker.save(o.out, "sft");
+    // The tokenizer travels with the weights, so the checkpoint serves as it is.
+    for (const f of TOKENIZER_FILES) if (existsSync(join(o.modelDir, f))) copyFileSync(join(o.modelDir, f), join(o.out, f));
+  } finally {
+    await worker.close();
+  }
+  return { firstLoss, lastLoss, tokens };
+}
+
+/**
+ * The chat renderer of a model: OpenAI-format messages (and tools) rendered with its chat template
+ * exactly as the gateway renders an agent's requests, each assistant message as the ids the model
+ * would sample for it — its text, its tool calls as `<tool_call>{"name":…,"arguments":…}</tool_call>`
+ * (the form the gateway parses back), then the end-of-turn id — trained (mask 1); everything else
+ * (template, system, user, tool results) mask 0. Text after the last assistant message is dropped.
+ */
+export function chatRenderer(tokenizer: ChatTokenizer, template: ChatTemplate): ChatRenderer {
+  const eos = tokenizer.stopIds[0];
+  if (eos === undefined) throw new OozeError("CONFIG_INVALID", "sft: the tokenizer has no end-of-turn id");
+  return (messages, tools, where) => {
+    let req;
+    try {
+      req = parseOpenAIRequest({ messages, ...(tools ? { tools } : {}) });
+    } catch (e) {
+      throw new OozeError("CONFIG_INVALID", `${where}: ${(e as Error).message}`);
+    }
+    const slots = new Set<number>();
+    req.messages.forEach((m, i) => m.role === "assistant" && slots.add(i));
+    if (slots.size === 0) throw new OozeError("CONFIG_INVALID", `${where}: field 'messages' has no assistant message to learn`);
+    const pieces = template.renderPieces(req.messages, req.tools, slots);
+    if (!pieces.some((p) => "message" in p)) throw new OozeError("CONFIG_INVALID", `${where}: the chat template does not render assistant messages as written, so they cannot be trained on`);
+    const out: { ids: number[]; train: boolean }[] = [];
+    let afterTurn = false;
+    for (const p of pieces) {
+      if ("message" in p) {
+        const m = req.messages[p.message]!;
+        const calls = m.toolCalls.map((c) => `<tool_call>${JSON.stringify({ name: c.name, arguments: JSON.parse(c.arguments) as unknown })}</tool_call>`);
+        out.push({ ids: [...tokenizer.encode(m.content + calls.join("")), eos], train: true });
+        afterTurn = true;
+        continue;
+      }
+      let text = p.text;
+      const shown = tokenizer.specialText.get(eos);
+      if (afterTurn && shown !== undefined && text.startsWith(shown)) text = text.slice(shown.length); // the turn's own end-of-turn id stands for it
+      out.push({ ids: tokenizer.encode(text), train: false });
+    }
+    while (out.length > 0 && !out[out.length - 1]!.train) out.pop();
+    return out;
+  };
+}

@@ -1,0 +1,93 @@
+// `ooze sft`: supervised fine-tuning of a model directory (or a fresh preset) on a JSONL file of
+// prompt/completion pairs or chat messages, with a progress bar; writes an HF checkpoint directory
+// (actors/trainer/sft.ts does the work on the native trainer worker).
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Command } from "commander";
+import { SingleBar } from "cli-progress";
+import { OozeError } from "../../errors.ts";
+import { EOS_ID } from "../../engine/tokenizer.ts";
+
+interface SftCliOptions {
+  model?: string;
+  preset?: string;
+  data: string;
+  out: string;
+  steps?: string;
+  epochs: string;
+  batch: string;
+  lr: string;
+  seed: string;
+  quiet?: boolean;
+}
+
+function num(name: string, v: string, min: number, integer: boolean): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < min || (integer && !Number.isInteger(n)))
+    throw new OozeError("CONFIG_INVALID", `--${name} must be ${integer ? "an integer" : "a number"} ≥ ${min} (got '${v}')`);
+  return n;
+}
+
+export function register(program: Command) {
+  program
+    .command("sft")
+    .description("supervised fine-tuning on JSONL ({prompt, completion} or {messages}); loss only on completion / assistant tokens; writes an HF checkpoint to --out")
+    .requiredOption("--data <files>", "JSONL training examples (several files: comma-separated)")
+    .requiredOption("--out <dir>", "checkpoint directory to write")
+    .option("--model <dir>", "model directory to start from")
+    .option("--preset <name>", "start from a randomly initialised preset instead (tiny, quickstart, small, base100m)")
+    .option("--steps <n>", "optimizer steps (default: --epochs passes over the data)")
+    .option("--epochs <n>", "passes over the data when --steps is not given", "3")
+    .option("--batch <n>", "examples per step", "8")
+    .option("--lr <x>", "AdamW learning rate", "1e-3")
+    .option("--seed <n>", "shuffling seed (and the preset's initialisation)", "0")
+    .option("--quiet", "no progress bar")
+    .action(async (opts: SftCliOptions) => {
+      if ((opts.model === undefined) === (opts.preset === undefined)) throw new OozeError("CONFIG_INVALID", "give exactly one of --model DIR or --preset NAME");
+      const batch = num("batch", opts.batch, 1, true), lr = num("lr", opts.lr, 0, false), seed = num("seed", opts.seed, 0, true);
+      const { readSftJsonl, runSft } = await import("../../../actors/trainer/sft.ts");
+      const { readModelConfig, initModelDir } = await import("../../../native/model-dir.ts");
+      let scratch: string | null = null;
+      try {
+        let modelDir = opts.model;
+        if (modelDir === undefined) {
+          scratch = mkdtempSync(join(tmpdir(), "ooze-sft-"));
+          modelDir = join(scratch, "init");
+          await initModelDir(opts.preset!, modelDir, seed);
+        }
+        const config = await readModelConfig(modelDir);
+        const { byteChatTokenizer, loadHfChatModel, ChatTemplate, BUILTIN_CHAT_TEMPLATE } = await import("../../gateway/index.ts");
+        const { chatRenderer } = await import("../../../actors/trainer/sft.ts");
+        // the model's own tokenizer and chat template, or the byte-level model's built-in ones (as the gateway renders them)
+        const hf = existsSync(join(modelDir, "tokenizer.json")) ? loadHfChatModel(modelDir) : null;
+        if (!hf && config.vocab_size <= EOS_ID) throw new OozeError("CONFIG_INVALID", `${modelDir}/config.json: vocab_size ${config.vocab_size} is too small for the byte tokenizer (needs > ${EOS_ID}) and there is no tokenizer.json`);
+        const tokenizer = hf?.tokenizer ?? byteChatTokenizer();
+        const bos = tokenizer.bosToken ? tokenizer.encode(tokenizer.bosToken) : [];
+        const tok = { encode: (t: string) => tokenizer.encode(t), bos: bos.length === 1 ? bos[0]! : null, eos: tokenizer.stopIds[0] ?? EOS_ID };
+        const render = chatRenderer(tokenizer, new ChatTemplate(hf?.chatTemplate ?? BUILTIN_CHAT_TEMPLATE, tokenizer));
+        const examples = opts.data.split(",").filter((f) => f !== "").flatMap((f) => readSftJsonl(f, tok, render));
+        const longest = Math.max(...examples.map((e) => e.tokens.length));
+        const tooLong = examples.find((e) => e.tokens.length > config.max_position_embeddings);
+        if (tooLong) throw new OozeError("CONFIG_INVALID", `${tooLong.where}: ${tooLong.tokens.length} tokens, more than the model's max_position_embeddings (${config.max_position_embeddings})`);
+        const steps = opts.steps !== undefined ? num("steps", opts.steps, 1, true) : Math.max(1, Math.ceil((num("epochs", opts.epochs, 1, true) * examples.length) / batch));
+        const bar = process.stderr.isTTY && !opts.quiet ? new SingleBar({ format: "sft {value}/{total} |{bar}| loss {loss} | {secs}s", hideCursor: true, stream: process.stderr }) : null;
+        const t0 = performance.now();
+        bar?.start(steps, 0, { loss: "-", secs: "0" });
+        const r = await runSft(examples, {
+          modelDir, out: opts.out, steps, batch, lr, seed,
+          onStep: (s) => {
+            const secs = ((performance.now() - t0) / 1000).toFixed(0);
+            if (bar) bar.update(s.step, { secs, ...(Number.isNaN(s.loss) ? {} : { loss: s.loss.toFixed(4) }) });
+            else if (!opts.quiet && (s.step === 1 || s.step % 10 === 0 || s.step === steps)) process.stderr.write(`[ooze] sft step ${s.step}/${steps} loss ${s.loss.toFixed(4)} ${secs}s\n`);
+          },
+        });
+        bar?.stop();
+        console.log(
+          `ooze sft: ${steps} steps on ${examples.length} examples (longest ${longest} tokens, ${r.tokens} trained tokens) in ${((performance.now() - t0) / 1000).toFixed(1)} s; loss ${r.firstLoss.toFixed(4)} → ${r.lastLoss.toFixed(4)}; checkpoint ${opts.out}`,
+        );
+      } finally {
+        if (scratch) rmSync(scratch, { recursive: true, force: true });
+      }
+    });
+}

@@ -1,0 +1,84 @@
+// `ooze sft` as a real CLI child process on the tiny preset: prompt/completion JSONL → an HF
+// checkpoint whose greedy choice at every completion position is the completion's token (loss only
+// on the completion: the prompt's own tokens stay unlearned), and bad input named by file:line and field.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { chatRenderer, readSftJsonl } from "../../actors/trainer/sft.ts";
+import { BUILTIN_CHAT_TEMPLATE, byteChatTokenizer, ChatTemplate, parseOpenAIRequest } from "../../src/gateway/index.ts";
+import { Trainer } from "../../native/trainer.ts";
+import { BOS_ID, decodeBytes, encodeBytes, EOS_ID } from "../../src/engine/tokenizer.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "ooze-sft-test-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const tok = { encode: (t: string) => Array.from(encodeBytes(t)), bos: BOS_ID, eos: EOS_ID };
+const ooze = (...args: string[]) => spawnSync(process.execPath, ["bin/ooze.mjs", ...args], { encoding: "utf8" });
+
+describe("ooze sft", () => {
+  it("fine-tunes the tiny preset on prompt/completion pairs; the checkpoint predicts every completion token", async () => {
+    const data = join(dir, "pairs.jsonl");
+    const pairs = [["3*3=", "9"], ["2*4=", "8"], ["1*7=", "7"], ["2*3=", "6"]];
+    writeFileSync(data, pairs.map(([p, c]) => JSON.stringify({ prompt: p, completion: c })).join("\n") + "\n\n");
+    const out = join(dir, "ckpt");
+    const r = ooze("sft", "--preset", "tiny", "--data", data, "--out", out, "--steps", "80", "--batch", "4", "--lr", "3e-3", "--quiet");
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/ooze sft: 80 steps on 4 examples .* loss [\d.]+ → [\d.]+; checkpoint/);
+    expect(existsSync(join(out, "config.json")) && existsSync(join(out, "model.safetensors"))).toBe(true);
+    const t = await Trainer.create({ modelDir: out });
+    const examples = readSftJsonl(data, tok, null);
+    for (const e of examples) {
+      // each completion position: the trained token must be the most likely one (its probability > 1/2)
+      const { logprobs } = await t.logprobs({ tokens: e.tokens, cuSeqlens: Int32Array.of(0, e.tokens.length) });
+      for (let i = 0; i < e.tokens.length; i++) if (e.mask[i]) expect(logprobs[i], `${e.where} position ${i}`).toBeGreaterThan(Math.log(0.5));
+    }
+  });
+
+  it("masks the prompt: only completion tokens and the EOS after them are trained", () => {
+    const data = join(dir, "mask.jsonl");
+    writeFileSync(data, JSON.stringify({ prompt: "ab", completion: "c" }) + "\n");
+    const [e] = readSftJsonl(data, tok, null);
+    expect(Array.from(e!.tokens)).toEqual([BOS_ID, 97, 98, 99, EOS_ID]);
+    expect(Array.from(e!.mask)).toEqual([0, 0, 0, 1, 1]);
+  });
+
+  it("renders chat messages as the gateway does: trains the assistant turns (tool call, answer, EOS) only", () => {
+    const data = join(dir, "chat.jsonl");
+    const tools = [{ type: "function", function: { name: "calc", description: "arithmetic", parameters: { type: "object", properties: { expression: { type: "string" } } } } }];
+    const messages = [
+      { role: "user", content: "12+30=?" },
+      { role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "calc", arguments: "{\"expression\":\"12+30\"}" } }] },
+      { role: "tool", tool_call_id: "c1", content: "42" },
+      { role: "assistant", content: "42" },
+    ];
+    writeFileSync(data, JSON.stringify({ messages, tools }) + "\n");
+    const ct = byteChatTokenizer();
+    const template = new ChatTemplate(BUILTIN_CHAT_TEMPLATE, ct);
+    const [e] = readSftJsonl(data, tok, chatRenderer(ct, template));
+    const trained: string[] = [];
+    let run: number[] = [];
+    e!.mask.forEach((m, i) => {
+      if (m) run.push(e!.tokens[i]!);
+      else if (run.length) (trained.push(decodeBytes(run, false)), (run = []));
+    });
+    if (run.length) trained.push(decodeBytes(run, false));
+    expect(trained).toEqual(['<tool_call>{"name":"calc","arguments":{"expression":"12+30"}}</tool_call><eos>', "42<eos>"]);
+    // what precedes the first assistant turn is exactly the gateway's rendering of the agent's first request
+    const first = template.render(parseOpenAIRequest({ messages: messages.slice(0, 1), tools }).messages, parseOpenAIRequest({ messages: messages.slice(0, 1), tools }).tools);
+    expect(Array.from(e!.tokens.subarray(0, e!.mask.indexOf(1)))).toEqual(ct.encode(first));
+  });
+
+  it("names the file, line and field of bad input, and exits as a configuration error", () => {
+    const data = join(dir, "bad.jsonl");
+    writeFileSync(data, [JSON.stringify({ prompt: "1+1=", completion: "2" }), JSON.stringify({ prompt: "2+2=", completion: 4 })].join("\n"));
+    const r = ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "never"), "--quiet");
+    expect(r.status).toBe(78);
+    expect(r.stderr).toContain(`${data}:2: field 'completion' must be a string`);
+    writeFileSync(data, "{not json\n");
+    expect(ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "never")).stderr).toContain(`${data}:1: not JSON`);
+    writeFileSync(data, JSON.stringify({ messages: "hi" }) + "\n");
+    expect(ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "never")).stderr).toContain(`${data}:1: field 'messages' must be a non-empty array`);
+    expect(existsSync(join(dir, "never"))).toBe(false);
+  });
+});

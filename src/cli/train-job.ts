@@ -76,6 +76,11 @@ export interface TrainSummary {
  */
 export function trainTopology(topo: Topology, train: TrainConfig, engines: EnginesConfig, out: string): Topology {
   const where = topo.file ?? "topology";
+  if (train.model !== undefined) {
+    const dir = isAbsolute(train.model) ? train.model : resolve(topo.file ? dirname(topo.file) : process.cwd(), train.model);
+    if (!existsSync(join(dir, "config.json")))
+      throw new OozeError("CONFIG_INVALID", `${where}: train.model: ${dir} is not a model directory (no config.json); make it first (the topology's comments say how, e.g. with ooze sft or ooze model init)`);
+  }
   // Every node of `ooze train` runs on this machine: engines load full checkpoints from the trainer's
   // directory (weight-sync transport `directory`) unless the topology says otherwise; `ooze up` passes
   // them through the job's object store.

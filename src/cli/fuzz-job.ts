@@ -16,7 +16,7 @@ import { checkSchedules, type ScheduleSpace } from "../testing/arbitraries.ts";
 import { createCutProxy } from "../testing/cut-proxy.ts";
 import { startEngineFaultProxy, type EngineFaultProxy } from "../testing/engine-fault-proxy.ts";
 import { checkTargets, playFaults, type FaultKind, type FaultPlayer, type FaultSpec } from "../testing/faults.ts";
-import { checkInvariants, everySampleOnce, finishesWithin, stalenessWithin, versionsIncrease, type Verdict } from "../testing/invariants.ts";
+import { checkInvariants, everySampleOnce, finishesWithin, noFailedSamples, stalenessWithin, versionsIncrease, type Verdict } from "../testing/invariants.ts";
 import { startTestNats } from "../testing/nats.ts";
 import { describeFault, formatReport, replaySchedule, writeReport, type FaultReport } from "../testing/report.ts";
 import { waitUntil } from "../testing/wait.ts";
@@ -96,7 +96,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
   const baseDir = resolve(o.file, "..");
   const engineCount = Math.max(1, engines.count + engines.urls.length);
   const bound = train.mode === "sync" ? 0 : train.mode === "async" ? 1 : fullyAsyncLimits(train).maxStaleness;
-  const invariants = [everySampleOnce, versionsIncrease, stalenessWithin(bound), finishesWithin(o.deadlineMs)];
+  const invariants = [everySampleOnce, noFailedSamples, versionsIncrease, stalenessWithin(bound), finishesWithin(o.deadlineMs)];
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
   const space: ScheduleSpace = {

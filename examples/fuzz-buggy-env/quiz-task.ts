@@ -1,9 +1,9 @@
 // A user's own environment for `ooze fuzz` to test: a timed addition quiz ("12+34=", reward 1 for
 // the exact sum) whose grading service closes each prompt's round `roundMs` after it opened. With
 // taskConfig `bug: true` it carries a bug a real user could write: the round opens at the prompt's
-// first reset in a module-level map, is measured with the wall clock, and is never reopened — so
-// an episode that is slow (a stalled engine, a retry after backoff) or that runs again after a
-// failure is answered after the round closed and throws. Without faults every episode answers in
+// first reset in a map the task object shares between episodes, is measured with the wall clock,
+// and is never reopened — so an episode that is slow (a stalled engine, a retry after backoff) or
+// that runs again after a failure is answered after the round closed and throws. Without faults every episode answers in
 // milliseconds and the bug never shows; `ooze fuzz` finds it (see README.md beside this file).
 // Without the bug the round is counted in the model's tokens (maxTurnTokens), never on the clock.
 import { decodeBytes, encodeBytes } from "../../src/engine/tokenizer.ts";
@@ -21,14 +21,13 @@ export interface QuizConfig {
   roundMs?: number;
 }
 
-/** When each prompt's round opened (ms since the epoch): module state shared by every episode. */
-const roundOpened = new Map<number, number>();
-
 const createQuizTask: TaskFactory = (config) => {
   const c = config as QuizConfig;
   const bug = c.bug === true || process.env.OOZE_EXAMPLE_BUG === "1";
   const roundMs = Number(c.roundMs ?? 2000);
   if (!(roundMs > 0)) throw new RangeError(`quiz: roundMs must be a positive number of ms (got ${JSON.stringify(c.roundMs)})`);
+  /** With the bug: when each prompt's round opened (ms since the epoch), shared by every episode of the job. */
+  const roundOpened = new Map<number, number>();
   const task: Task<QuizState> = {
     name: "timed-quiz",
     maxTurns: 1,

@@ -44,6 +44,13 @@ export interface FuzzOptions {
   deadlineMs: number;
   /** Where runs and the report go. */
   out: string;
+  /**
+   * Most job runs spent shrinking after the first failure (default unlimited). Past it the
+   * remaining smaller candidates are not run, so the result is the smallest failing schedule found
+   * within the budget: a bound on a search whose runs take seconds and whose faults meet the job
+   * at times that vary from run to run (one schedule may fail once and pass the next time).
+   */
+  shrinkRuns?: number;
   log: (line: string) => void;
 }
 
@@ -206,9 +213,11 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
     return { ok: report.verdicts.every((v) => v.ok), runs: 1, report, reportPath };
   }
   let failing: FaultReport | null = null;
+  let shrinking = 0;
   const r = await checkSchedules(
     space,
     async (schedule) => {
+      if (failing !== null && shrinking++ >= (o.shrinkRuns ?? Infinity)) return; // shrink budget spent: not run
       const rep = await runOne(schedule);
       const bad = rep.verdicts.filter((v) => !v.ok);
       if (bad.length > 0) {

@@ -37,7 +37,9 @@ describe("ooze fuzz on examples/fuzz-buggy-env", () => {
     const out = join(dir, "bug");
     const r = await fuzz(true, out);
     expect(r.code, r.out).toBe(1);
-    expect(r.out).toMatch(/ooze fuzz: a violation; minimal schedule after \d+ runs:/);
+    const runs = Number(/ooze fuzz: a violation; minimal schedule after (\d+) runs:/.exec(r.out)?.[1]);
+    expect(runs, r.out).toBeLessThanOrEqual(5 + 4); // --shrink-runs 4: at most 4 job runs after the first failure
+    expect(r.out.match(/ooze fuzz: run \d+: /g)).toHaveLength(runs);
     expect(r.out).toMatch(/FAIL no sample lost to a failed episode: \d+ failed episode\(s\), dropped from training: step \d+/);
     expect(r.out).toMatch(/ok {3}every sample trained or dropped exactly once/); // the old invariants accept a failed episode
     const faults = Number(/schedule \((\d+) faults?\):/.exec(r.out)?.[1]);

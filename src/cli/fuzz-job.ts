@@ -16,7 +16,7 @@ import { checkSchedules, type ScheduleSpace } from "../testing/arbitraries.ts";
 import { createCutProxy } from "../testing/cut-proxy.ts";
 import { startEngineFaultProxy, type EngineFaultProxy } from "../testing/engine-fault-proxy.ts";
 import { checkTargets, playFaults, type FaultKind, type FaultPlayer, type FaultSpec } from "../testing/faults.ts";
-import { checkInvariants, everySampleOnce, finishesWithin, stalenessWithin, versionsIncrease, type Verdict } from "../testing/invariants.ts";
+import { checkInvariants, everySampleOnce, finishesWithin, noFailedSamples, stalenessWithin, versionsIncrease, type Verdict } from "../testing/invariants.ts";
 import { startTestNats } from "../testing/nats.ts";
 import { describeFault, formatReport, replaySchedule, writeReport, type FaultReport } from "../testing/report.ts";
 import { waitUntil } from "../testing/wait.ts";
@@ -44,6 +44,13 @@ export interface FuzzOptions {
   deadlineMs: number;
   /** Where runs and the report go. */
   out: string;
+  /**
+   * Most job runs spent shrinking after the first failure (default unlimited). Past it the
+   * remaining smaller candidates are not run, so the result is the smallest failing schedule found
+   * within the budget: a bound on a search whose runs take seconds and whose faults meet the job
+   * at times that vary from run to run (one schedule may fail once and pass the next time).
+   */
+  shrinkRuns?: number;
   log: (line: string) => void;
 }
 
@@ -96,7 +103,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
   const baseDir = resolve(o.file, "..");
   const engineCount = Math.max(1, engines.count + engines.urls.length);
   const bound = train.mode === "sync" ? 0 : train.mode === "async" ? 1 : fullyAsyncLimits(train).maxStaleness;
-  const invariants = [everySampleOnce, versionsIncrease, stalenessWithin(bound), finishesWithin(o.deadlineMs)];
+  const invariants = [everySampleOnce, noFailedSamples, versionsIncrease, stalenessWithin(bound), finishesWithin(o.deadlineMs)];
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
   const space: ScheduleSpace = {
@@ -206,9 +213,11 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
     return { ok: report.verdicts.every((v) => v.ok), runs: 1, report, reportPath };
   }
   let failing: FaultReport | null = null;
+  let shrinking = 0;
   const r = await checkSchedules(
     space,
     async (schedule) => {
+      if (failing !== null && shrinking++ >= (o.shrinkRuns ?? Infinity)) return; // shrink budget spent: not run
       const rep = await runOne(schedule);
       const bad = rep.verdicts.filter((v) => !v.ok);
       if (bad.length > 0) {

@@ -33,6 +33,7 @@ export {
   checkInvariants,
   everySampleOnce,
   finishesWithin,
+  noFailedSamples,
   readJsonLines,
   stalenessWithin,
   versionsIncrease,

@@ -42,6 +42,8 @@ export interface MetricsLine {
   step: number;
   weight_version: number;
   staleness_max: number;
+  /** Samples of the step whose episode failed (retries exhausted, or the environment threw). */
+  failed?: number;
 }
 
 /** Reads a JSONL file (missing → []); a line that is not JSON throws naming file and line. */
@@ -128,6 +130,25 @@ export function stalenessWithin(bound: number): Invariant {
     },
   };
 }
+
+/**
+ * No sample lost to a failure: every step's `failed` count (metrics.jsonl) is 0. everySampleOnce
+ * accepts a failed episode as accounted for (it is dropped, not lost from the books); this one
+ * holds the job to what a user expects of transient faults — retried until they pass, nothing
+ * dropped. It sees engines whose retries ran out and environments (tasks, rewards, agents) that
+ * throw when an episode is slow or runs again: their samples never reach training.
+ */
+export const noFailedSamples: Invariant = {
+  name: "no sample lost to a failed episode",
+  check(job) {
+    const ms = readJsonLines<MetricsLine>(join(job.dir, "metrics.jsonl"));
+    const bad = ms.filter((m) => (m.failed ?? 0) > 0);
+    const total = bad.reduce((n, m) => n + (m.failed ?? 0), 0);
+    return bad.length === 0
+      ? { ok: true, detail: `${ms.length} steps, no failed episode` }
+      : { ok: false, detail: `${total} failed episode(s), dropped from training: ${bad.map((m) => `step ${m.step}: ${m.failed}`).join(", ")}` };
+  },
+};
 
 /** The job ended by itself within `ms` (no hang). */
 export function finishesWithin(ms: number): Invariant {

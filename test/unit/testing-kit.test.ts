@@ -12,6 +12,7 @@ import {
   everySampleOnce,
   finishesWithin,
   formatReport,
+  noFailedSamples,
   parseEngineFaultSpec,
   parseFaultSchedule,
   replaySchedule,
@@ -108,6 +109,17 @@ describe("invariants over a job's output", () => {
     expect(vs[1]!.detail).toMatch(/step 2: weight version 1 after 1/);
     expect(vs[2]!.detail).toMatch(/steps 2 \(staleness 3\) beyond 1/);
     expect(vs[3]!.detail).toMatch(/still running after 9000 ms/);
+  });
+
+  it("no sample lost to a failed episode: a step's failed count breaks it though every sample is accounted for", async () => {
+    const batches = [{ step: 1, trained: [0, 1], dropped: [2, 3] }, { step: 2, trained: [4, 5, 6, 7], dropped: [] }];
+    const good = job("no-failed", batches, [{ ...m(1, 1), failed: 0 }, { ...m(2, 2), failed: 0 }]);
+    const [ok] = await checkInvariants(good, [noFailedSamples]);
+    expect(ok).toMatchObject({ ok: true, detail: "2 steps, no failed episode" });
+    const bad = job("failed", batches, [{ ...m(1, 1), failed: 2 }, { ...m(2, 2), failed: 0 }]);
+    const [once, lost] = await checkInvariants(bad, [everySampleOnce, noFailedSamples]);
+    expect(once!.ok).toBe(true); // dropped failures are accounted for…
+    expect(lost).toMatchObject({ ok: false, detail: "2 failed episode(s), dropped from training: step 1: 2" }); // …but lost to training
   });
 
   it("a malformed line is reported with its file and line", async () => {

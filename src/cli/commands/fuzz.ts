@@ -15,6 +15,7 @@ interface FuzzCliOptions {
   horizon: string;
   deadline: string;
   out: string;
+  shrinkRuns?: string;
   verbose?: boolean;
 }
 
@@ -31,6 +32,7 @@ export function register(program: Command) {
     .option("--horizon <ms>", "faults start within this many ms of the job's start", "10000")
     .option("--deadline <ms>", "a job still running after this long is stopped and counts as a hang", "120000")
     .option("--out <dir>", "where the runs and report.json go", "runs/fuzz")
+    .option("--shrink-runs <n>", "most job runs spent shrinking a failing schedule (default: until fast-check is done)")
     .option("--verbose", "print a line per run")
     .action(async (file: string, opts: FuzzCliOptions) => {
       const kinds = opts.faults.split(",").map((k) => k.trim()).filter(Boolean);
@@ -48,6 +50,7 @@ export function register(program: Command) {
         horizonMs: int("horizon", opts.horizon, 1),
         deadlineMs: int("deadline", opts.deadline, 1),
         out: opts.out,
+        ...(opts.shrinkRuns !== undefined ? { shrinkRuns: int("shrink-runs", opts.shrinkRuns, 0) } : {}),
         log: opts.verbose ? (l) => process.stderr.write(`${l}\n`) : () => {},
       });
       console.log(fuzzSummary(r));

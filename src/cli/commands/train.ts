@@ -21,6 +21,8 @@ interface TrainOptions {
   seed?: string;
   quiet?: boolean;
   verbose?: boolean;
+  nats?: string;
+  replicas?: string;
 }
 
 function num(name: string, v: string, min: number): number {
@@ -42,6 +44,8 @@ export function register(program: Command) {
     .option("--seed <n>", "override train.seed (prompts, sampling and the model's initialisation)")
     .option("--quiet", "no progress bar or per-step lines")
     .option("--verbose", "every actor's log lines (default: warnings and errors)")
+    .option("--nats <urls>", "run on this NATS server or cluster (nats://token@host:port[,nats://host2:port…]) instead of an embedded one")
+    .option("--replicas <n>", "replicas of the job's streams, KV buckets and object stores (default 1; 3 with three or more --nats servers)")
     .action(async (file: string, opts: TrainOptions) => {
       const topo = loadTopology(file);
       const { train, engines } = trainConfigOf(topo);
@@ -59,6 +63,10 @@ export function register(program: Command) {
       if (opts.resume && opts.out && opts.resume !== opts.out) throw new OozeError("CONFIG_INVALID", "give either --out or --resume (the run directory), not both");
       const out = opts.resume ?? opts.out ?? `runs/${topo.name}`;
       const { runTrainJob } = await import("../train-job.ts");
+      const { resolveNatsUrl, resolveReplicas } = await import("../../transport/bus.ts");
+      const target = resolveNatsUrl(opts.nats, process.env, topo.nats);
+      const nats = target ? { url: target.url, token: target.token, replicas: resolveReplicas(target.url, false, opts.replicas, topo.nats.replicas) } : undefined;
+      if (!target && opts.replicas !== undefined) resolveReplicas("embedded", true, opts.replicas, undefined);
       const stop = new AbortController();
       const onSignal = () => {
         if (stop.signal.aborted) process.exit(130);
@@ -83,6 +91,7 @@ export function register(program: Command) {
         signal: stop.signal,
         log: say,
         verbose: opts.verbose === true,
+        ...(nats ? { nats } : {}),
         onStart: ({ job, hosts, step }) => {
           say(`${topo.name}: task ${train.task}, ${train.mode} mode, job ${job} (${hosts.length} node${hosts.length > 1 ? "s" : ""}), run dir ${out}`);
           bar?.start(train.steps, step, { reward: "-", success: "-", sps: "-", secs: "0" });

@@ -19,6 +19,7 @@ import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, t
 import { appendJsonl, readJsonl, writeRewardSvg, type BatchRecord, type StepMetrics } from "../loop/metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
 import { PolicyTrainer, type TrainStepResult } from "./policy-trainer.ts";
+import { SimTrainer, type StepTrainer } from "./sim-trainer.ts";
 
 /** The trainer actor's `config`. */
 export const trainerActorConfig = z.object({
@@ -33,7 +34,7 @@ export const trainerActorConfig = z.object({
 type Batch = z.output<typeof batchMsg.schema>;
 
 interface TrainerState {
-  trainer: PolicyTrainer;
+  trainer: StepTrainer;
   stopVersions: () => void;
   consumer: StreamConsumer;
   run: Run;
@@ -60,13 +61,15 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
         entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, temperature: t.temperature,
         microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep,
       };
-      const trainer = await PolicyTrainer.start({
-        modelDir: from.modelDir,
-        version: from.version,
-        weightsRoot: from.weightsRoot,
-        config,
-        onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
-      });
+      const trainer: StepTrainer = t.simulate
+        ? new SimTrainer(from.modelDir, from.version, t.simulate)
+        : await PolicyTrainer.start({
+            modelDir: from.modelDir,
+            version: from.version,
+            weightsRoot: from.weightsRoot,
+            config,
+            onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
+          });
       ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version}`);
       try {
         await ensureTrainStreams(env.bus, env.names, env.train);
@@ -177,7 +180,7 @@ class Run {
     private readonly cfg: z.output<typeof trainerActorConfig>,
     private readonly out: string,
     private readonly paths: { metrics: string; batches: string; svg: string },
-    private readonly trainer: PolicyTrainer,
+    private readonly trainer: StepTrainer,
     private readonly versions: { until(step: number): Promise<unknown> },
     private readonly announce: (step: number, position: Position) => Promise<unknown>,
     private readonly publishMetrics: (m: StepMetrics) => Promise<unknown>,

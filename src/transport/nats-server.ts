@@ -4,6 +4,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { accessSync, constants as fsConstants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { OozeError } from "../errors.ts";
@@ -339,6 +340,18 @@ function clusterConf(c: NatsClusterOptions, host: string): string {
     `  routes: [${routes.join(", ")}]`,
     "}",
   ].join("\n");
+}
+
+/** A free TCP port on 127.0.0.1 (bound, then released; the cluster's route ports must be known before start). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      srv.close(() => (typeof addr === "object" && addr !== null ? resolve(addr.port) : reject(new Error("no port"))));
+    });
+  });
 }
 
 function killPid(pid: number, signal: NodeJS.Signals): void {

@@ -4,9 +4,10 @@
 // 3 replicas can be created at once. Servers are killed and restarted through their handles; each
 // has an HTTP monitoring port (connections per server, to pick one that clients use).
 import { randomBytes } from "node:crypto";
-import { createServer } from "node:net";
 import { connectBus } from "../../src/transport/bus.ts";
-import { type NatsServerHandle, type NatsServerOptions, startNatsServer } from "../../src/transport/nats-server.ts";
+import { freePort, type NatsServerHandle, type NatsServerOptions, startNatsServer } from "../../src/transport/nats-server.ts";
+
+export { freePort };
 import { waitUntil } from "./wait.ts";
 
 /** A running test cluster. */
@@ -30,18 +31,6 @@ export interface TestNatsCluster {
 export interface TestNatsClusterOptions extends Pick<NatsServerOptions, "maxPayload" | "readyTimeoutMs"> {
   /** Number of servers (default 3). */
   size?: number;
-}
-
-/** A free TCP port on 127.0.0.1 (bound, then released; the cluster's route ports must be known before start). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === "object" && addr !== null ? resolve(addr.port) : reject(new Error("no port"))));
-    });
-  });
 }
 
 /** Starts a cluster of real nats-servers on 127.0.0.1 with JetStream, routes and token auth. */

@@ -17,6 +17,7 @@ interface SimEngineOptions {
   maxRunning?: string;
   kvTokens?: string;
   stopProbability: string;
+  updateWeightsMs?: string;
   weightVersion: string;
   parentPid?: string;
 }
@@ -39,19 +40,22 @@ export function register(program: Command) {
     .option("--max-running <n>", `requests decoding together (default the table's, ${H100_LLAMA_8B.maxRunning})`)
     .option("--kv-tokens <n>", `KV cache capacity in tokens (default the table's, ${H100_LLAMA_8B.kvTokens})`)
     .option("--stop-probability <p>", "chance that a sampled token is EOS (0: requests run to max_new_tokens)", "0")
+    .option("--update-weights-ms <ms>", `time of one weight update (default the table's, ${H100_LLAMA_8B.updateWeightsMs})`)
     .option("--weight-version <v>", "initial weight_version", "default")
     .option("--parent-pid <pid>", "exit when this process is gone")
     .action(async (opts: SimEngineOptions) => {
       const p = Number(opts.stopProbability);
       if (!(p >= 0 && p < 1)) throw new OozeError("CONFIG_INVALID", `--stop-probability must be in [0, 1) (got '${opts.stopProbability}')`);
+      let table = opts.table !== undefined ? readPerfTable(opts.table) : H100_LLAMA_8B;
+      if (opts.updateWeightsMs !== undefined) table = { ...table, updateWeightsMs: int("update-weights-ms", opts.updateWeightsMs, 0) };
       const engines = await startSimEngines({
+        table,
         count: int("count", opts.count, 1),
         host: opts.host,
         port: int("port", opts.port, 0),
         seed: int("seed", opts.seed, 0),
         stopProbability: p,
         weightVersion: opts.weightVersion,
-        ...(opts.table !== undefined ? { table: readPerfTable(opts.table) } : {}),
         ...(opts.maxRunning !== undefined ? { maxRunning: int("max-running", opts.maxRunning, 1) } : {}),
         ...(opts.kvTokens !== undefined ? { kvTokens: int("kv-tokens", opts.kvTokens, 1) } : {}),
       });

@@ -7,7 +7,7 @@
 // everything before them) of finished requests, LRU within the KV capacity. Sampled ids are printable
 // bytes (never EOS, unless stopProbability says so) and their logprobs, both deterministic in the seed,
 // the request's sampling seed and the context. The engine's clock keeps its pace under timer jitter
-// (a late step shortens the next wait); the time it could not keep shows as `lagSeconds`.
+// (late steps shorten the next waits, up to 50 ms behind); time it could not make up shows as `lagSeconds`.
 import type { BackendAdmission, BackendCacheStats, BackendModelInfo, BackendSampling, FinishReason, InferenceBackend, TokenEvent } from "../backend.ts";
 import { OozeError } from "../../errors.ts";
 import { BOS_ID, BYTE_TOKENIZER_VOCAB, EOS_ID } from "../tokenizer.ts";
@@ -39,8 +39,12 @@ export interface SimStats extends BackendCacheStats {
 }
 
 const BLOCK = 16;
-/** A step this late or less is made up on the next one. */
-const CATCH_UP_MS = 5;
+/**
+ * Time behind its clock an engine makes up (its next steps wait less, or not at all), so that timer
+ * and scheduling delays of a loaded host do not slow the simulated GPU; beyond it the time is lost
+ * and counted as lag.
+ */
+const CATCH_UP_MS = 50;
 
 interface SimReq {
   rid: string;
@@ -278,8 +282,8 @@ export class SimBackend implements InferenceBackend {
 
   /**
    * Waits `ms` of simulated GPU time on the engine's own clock (a timer: no CPU burned). While the
-   * engine is busy, a step starts when the previous one ended by the clock, so timer jitter is made
-   * up on the next wait; a step that ends more than CATCH_UP_MS late counts as lag.
+   * engine is busy, a step starts when the previous one ended by the clock, so a late timer is made
+   * up on the next waits; a step that ends more than CATCH_UP_MS behind counts as lag.
    */
   private async wait(ms: number): Promise<void> {
     this.stats.busyMs += ms;
@@ -287,7 +291,8 @@ export class SimBackend implements InferenceBackend {
     const start = now - this.clock < CATCH_UP_MS ? this.clock : now;
     this.clock = start + ms;
     const delay = this.clock - now;
-    if (delay >= 1) await new Promise((r) => setTimeout(r, delay));
+    // Behind the clock: no wait, but let I/O in before the next step.
+    await new Promise((r) => (delay >= 1 ? setTimeout(r, delay) : setImmediate(r)));
     const late = performance.now() - this.clock;
     if (late > CATCH_UP_MS) {
       this.stats.lagMs += late;

@@ -2,7 +2,8 @@
 // object store helpers, and transparent large payloads (a body above the server's max_payload goes
 // to the object store and a small reference message crosses instead). Every NATS failure leaves
 // here as a TransportError (retryable), a deadline as a TimeoutError.
-import { connect, headers as natsHeaders, type MsgHdrs, type NatsConnection, nuid, type Status } from "@nats-io/transport-node";
+import { readFileSync } from "node:fs";
+import { connect, credsAuthenticator, headers as natsHeaders, type MsgHdrs, type NatsConnection, nuid, type Status } from "@nats-io/transport-node";
 import {
   type Consumer,
   type ConsumerConfig,
@@ -50,6 +51,24 @@ export interface BusOptions {
    * otherwise (default 1; 3 on a three-server cluster). See `defaultReplicas`.
    */
   replicas?: number;
+  /**
+   * TLS to the servers: CA bundle (a private CA) and, for servers that verify clients, a certificate
+   * and key; default from OOZE_NATS_TLS_CA / OOZE_NATS_TLS_CERT / OOZE_NATS_TLS_KEY. A `tls://` URL
+   * asks for TLS with the system's CAs.
+   */
+  tls?: { caFile?: string; certFile?: string; keyFile?: string };
+  /** A NATS credentials file (JWT + NKey seed, as `nsc` writes it); default from OOZE_NATS_CREDS. */
+  credsFile?: string;
+}
+
+/** TLS and credentials options from the environment (what `ooze up` passes on to its node processes unchanged). */
+export function natsSecurityFromEnv(env: Record<string, string | undefined> = process.env): Pick<BusOptions, "tls" | "credsFile"> {
+  const tls = {
+    ...(env.OOZE_NATS_TLS_CA ? { caFile: env.OOZE_NATS_TLS_CA } : {}),
+    ...(env.OOZE_NATS_TLS_CERT ? { certFile: env.OOZE_NATS_TLS_CERT } : {}),
+    ...(env.OOZE_NATS_TLS_KEY ? { keyFile: env.OOZE_NATS_TLS_KEY } : {}),
+  };
+  return { ...(Object.keys(tls).length > 0 ? { tls } : {}), ...(env.OOZE_NATS_CREDS ? { credsFile: env.OOZE_NATS_CREDS } : {}) };
 }
 
 /** A message received from the bus, its body already resolved if it was sent as a large payload. */
@@ -242,10 +261,22 @@ export async function connectBus(opts: BusOptions): Promise<Bus> {
   const token = opts.token ?? target.token;
   const reconnect = opts.reconnect ?? true;
   const shown = target.urls.join(",");
+  const sec = { ...natsSecurityFromEnv(), ...(opts.tls !== undefined ? { tls: opts.tls } : {}), ...(opts.credsFile !== undefined ? { credsFile: opts.credsFile } : {}) };
+  const wantsTls = sec.tls !== undefined || target.urls.some((u) => u.startsWith("tls://"));
+  let creds: Uint8Array | null = null;
+  if (sec.credsFile !== undefined) {
+    try {
+      creds = readFileSync(sec.credsFile);
+    } catch (e) {
+      throw new OozeError("CONFIG_INVALID", `cannot read the NATS credentials file ${sec.credsFile} (OOZE_NATS_CREDS): ${(e as Error).message}`, { cause: e });
+    }
+  }
   let nc: NatsConnection;
   try {
     nc = await connect({
-      servers: target.urls,
+      servers: target.urls.map((u) => u.replace(/^tls:\/\//, "nats://")),
+      ...(wantsTls ? { tls: sec.tls ?? {} } : {}),
+      ...(creds !== null ? { authenticator: credsAuthenticator(creds) } : {}),
       ...(token !== null ? { token } : {}),
       ...(target.user !== null && target.pass !== null ? { user: target.user, pass: target.pass } : {}),
       ...(opts.name !== undefined ? { name: opts.name } : {}),

@@ -35,6 +35,8 @@ export interface NatsServerOptions {
   cluster?: NatsClusterOptions;
   /** Port of the HTTP monitoring endpoint (/varz, /connz, /jsz) on `host`; default: none. */
   monitorPort?: number;
+  /** TLS for clients: the server's certificate and key; with `caFile` and `verify`, clients must present a certificate of that CA. */
+  tls?: { certFile: string; keyFile: string; caFile?: string; verify?: boolean };
 }
 
 /** The cluster part of a server's configuration (all servers of a cluster share `name`, `user` and `pass`). */
@@ -184,6 +186,11 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   if (opts.serverName !== undefined) conf.push(`server_name: ${JSON.stringify(opts.serverName)}`);
   if (opts.cluster !== undefined) conf.push(clusterConf(opts.cluster, host));
   if (opts.monitorPort !== undefined) conf.push(`http: ${JSON.stringify(`${host}:${opts.monitorPort}`)}`);
+  if (opts.tls !== undefined) {
+    const t = opts.tls;
+    const ca = t.caFile !== undefined ? `, ca_file: ${JSON.stringify(t.caFile)}` : "";
+    conf.push(`tls { cert_file: ${JSON.stringify(t.certFile)}, key_file: ${JSON.stringify(t.keyFile)}${ca}, verify: ${t.verify === true} }`);
+  }
   writeFileSync(confPath, `${conf.join("\n")}\n`, { mode: 0o600 });
   let port = opts.port ?? -1;
   let log = "";

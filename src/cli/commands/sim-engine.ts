@@ -18,6 +18,7 @@ interface SimEngineOptions {
   kvTokens?: string;
   stopProbability: string;
   updateWeightsMs?: string;
+  catchUpMs: string;
   weightVersion: string;
   parentPid?: string;
 }
@@ -41,6 +42,7 @@ export function register(program: Command) {
     .option("--kv-tokens <n>", `KV cache capacity in tokens (default the table's, ${H100_LLAMA_8B.kvTokens})`)
     .option("--stop-probability <p>", "chance that a sampled token is EOS (0: requests run to max_new_tokens)", "0")
     .option("--update-weights-ms <ms>", `time of one weight update (default the table's, ${H100_LLAMA_8B.updateWeightsMs})`)
+    .option("--catch-up-ms <ms>", "how far behind its clock an engine still makes up time on a loaded host (beyond: counted as lag)", "50")
     .option("--weight-version <v>", "initial weight_version", "default")
     .option("--parent-pid <pid>", "exit when this process is gone")
     .action(async (opts: SimEngineOptions) => {
@@ -56,6 +58,7 @@ export function register(program: Command) {
         seed: int("seed", opts.seed, 0),
         stopProbability: p,
         weightVersion: opts.weightVersion,
+        catchUpMs: int("catch-up-ms", opts.catchUpMs, 0),
         ...(opts.maxRunning !== undefined ? { maxRunning: int("max-running", opts.maxRunning, 1) } : {}),
         ...(opts.kvTokens !== undefined ? { kvTokens: int("kv-tokens", opts.kvTokens, 1) } : {}),
       });

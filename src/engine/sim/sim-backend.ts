@@ -24,6 +24,8 @@ export interface SimBackendOptions {
   /** Overrides of the table's maxRunning and kvTokens. */
   maxRunning?: number;
   kvTokens?: number;
+  /** How far behind its clock the engine still makes up time (default 50 ms; see `wait`). */
+  catchUpMs?: number;
 }
 
 /** Counters of a simulated engine (also in /server_info's internal_states[0].cache). */
@@ -40,9 +42,9 @@ export interface SimStats extends BackendCacheStats {
 
 const BLOCK = 16;
 /**
- * Time behind its clock an engine makes up (its next steps wait less, or not at all), so that timer
- * and scheduling delays of a loaded host do not slow the simulated GPU; beyond it the time is lost
- * and counted as lag.
+ * Default time behind its clock an engine makes up (its next steps wait less, or not at all), so that
+ * timer and scheduling delays of a loaded host do not slow the simulated GPU; beyond it the time is
+ * lost and counted as lag.
  */
 const CATCH_UP_MS = 50;
 
@@ -83,6 +85,7 @@ export class SimBackend implements InferenceBackend {
   private readonly stopProbability: number;
   private readonly maxRunning: number;
   private readonly kvTokens: number;
+  private readonly catchUpMs: number;
   private readonly waiting: SimReq[] = [];
   private readonly batch = new Map<string, SimReq>();
   /** Prefix cache: block hash → true, in LRU order (Map order). */
@@ -99,6 +102,7 @@ export class SimBackend implements InferenceBackend {
     this.stopProbability = opts.stopProbability ?? 0;
     this.maxRunning = opts.maxRunning ?? this.table.maxRunning;
     this.kvTokens = opts.kvTokens ?? this.table.kvTokens;
+    this.catchUpMs = opts.catchUpMs ?? CATCH_UP_MS;
     this.info = {
       modelPath: this.table.name,
       // The simulated model's shape (Llama-3.1-8B) over ooze's byte vocabulary: token-in/token-out
@@ -283,18 +287,18 @@ export class SimBackend implements InferenceBackend {
   /**
    * Waits `ms` of simulated GPU time on the engine's own clock (a timer: no CPU burned). While the
    * engine is busy, a step starts when the previous one ended by the clock, so a late timer is made
-   * up on the next waits; a step that ends more than CATCH_UP_MS behind counts as lag.
+   * up on the next waits; a step that ends more than catchUpMs behind counts as lag.
    */
   private async wait(ms: number): Promise<void> {
     this.stats.busyMs += ms;
     const now = performance.now();
-    const start = now - this.clock < CATCH_UP_MS ? this.clock : now;
+    const start = now - this.clock < this.catchUpMs ? this.clock : now;
     this.clock = start + ms;
     const delay = this.clock - now;
     // Behind the clock: no wait, but let I/O in before the next step.
     await new Promise((r) => (delay >= 1 ? setTimeout(r, delay) : setImmediate(r)));
     const late = performance.now() - this.clock;
-    if (late > CATCH_UP_MS) {
+    if (late > this.catchUpMs) {
       this.stats.lagMs += late;
       this.clock = performance.now();
     }

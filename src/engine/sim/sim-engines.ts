@@ -22,6 +22,8 @@ export interface SimEnginesOptions {
   stopProbability?: number;
   maxRunning?: number;
   kvTokens?: number;
+  /** How far behind its clock an engine still makes up time, ms (default 50). */
+  catchUpMs?: number;
   /** Initial weight_version (default "default"). */
   weightVersion?: string;
 }
@@ -60,6 +62,7 @@ export async function startSimEngines(opts: SimEnginesOptions = {}): Promise<Sim
         ...(opts.stopProbability !== undefined ? { stopProbability: opts.stopProbability } : {}),
         ...(opts.maxRunning !== undefined ? { maxRunning: opts.maxRunning } : {}),
         ...(opts.kvTokens !== undefined ? { kvTokens: opts.kvTokens } : {}),
+        ...(opts.catchUpMs !== undefined ? { catchUpMs: opts.catchUpMs } : {}),
       });
       backends.push(backend);
       servers.push(

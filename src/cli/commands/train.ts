@@ -66,7 +66,8 @@ export function register(program: Command) {
       const { resolveNatsUrl, resolveReplicas } = await import("../../transport/bus.ts");
       const target = resolveNatsUrl(opts.nats, process.env, topo.nats);
       const nats = target ? { url: target.url, token: target.token, replicas: resolveReplicas(target.url, false, opts.replicas, topo.nats.replicas) } : undefined;
-      if (!target && opts.replicas !== undefined) resolveReplicas("embedded", true, opts.replicas, undefined);
+      // the embedded server is one server: refuses replicas above 1
+      if (!target) resolveReplicas("nats://127.0.0.1", true, opts.replicas, topo.nats.replicas);
       const stop = new AbortController();
       const onSignal = () => {
         if (stop.signal.aborted) process.exit(130);

@@ -103,11 +103,23 @@ async function simEngines(n: number): Promise<{ urls: string[]; pid: number; sto
 }
 
 /** The engines' counters, summed. */
-async function engineTotals(urls: readonly string[]): Promise<{ busy: number; lag: number; prompt: number; hit: number }> {
+interface EngineTotals {
+  busy: number;
+  lag: number;
+  prompt: number;
+  hit: number;
+  steps: number;
+  seqs: number;
+}
+
+async function engineTotals(urls: readonly string[]): Promise<EngineTotals> {
   const all = await Promise.all(
     urls.map(async (u) => ((await (await fetch(`${u}/server_info`)).json()) as { internal_states: { cache: SimStats }[] }).internal_states[0]!.cache),
   );
-  return all.reduce((a, s) => ({ busy: a.busy + s.busySeconds, lag: a.lag + s.lagSeconds, prompt: a.prompt + s.promptTokens, hit: a.hit + s.hitTokens }), { busy: 0, lag: 0, prompt: 0, hit: 0 });
+  return all.reduce(
+    (a, s) => ({ busy: a.busy + s.busySeconds, lag: a.lag + s.lagSeconds, prompt: a.prompt + s.promptTokens, hit: a.hit + s.hitTokens, steps: a.steps + s.decodeSteps, seqs: a.seqs + s.decodeSequences }),
+    { busy: 0, lag: 0, prompt: 0, hit: 0, steps: 0, seqs: 0 },
+  );
 }
 
 /** CPU seconds (user + system) of a process, from /proc (0 where it cannot be read). */
@@ -127,7 +139,7 @@ interface Snapshot {
   sim: number;
   nats: number;
   msgs: number;
-  engines: Promise<{ busy: number; lag: number; prompt: number; hit: number }>;
+  engines: Promise<EngineTotals>;
 }
 
 interface ModeFigures {
@@ -140,6 +152,7 @@ interface ModeFigures {
   sim_cores: number;
   nats_cores: number;
   engine_lag_fraction: number;
+  mean_decode_batch: number;
   mean_step_s: number;
   staleness_max: number;
 }
@@ -206,12 +219,13 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
       sim_cores: (b.sim - a.sim) / wall,
       nats_cores: (b.nats - a.nats) / wall,
       engine_lag_fraction: (eb.lag - ea.lag) / Math.max(1e-9, busy),
+      mean_decode_batch: (eb.seqs - ea.seqs) / Math.max(1, eb.steps - ea.steps),
       mean_step_s: ms.slice(1).reduce((k, m) => k + m.step_seconds, 0) / (ms.length - 1),
       staleness_max: Math.max(...ms.map((m) => m.staleness_max)),
     };
     say(
       `N=${n} ${mode}: ${f.sps.toFixed(1)} samples/s (step ${f.mean_step_s.toFixed(2)} s), engines ${(100 * f.engine_utilisation).toFixed(0)} % busy, prefix hits ${(100 * f.prefix_hit_rate).toFixed(0)} %, ` +
-        `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %`,
+        `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}`,
     );
     return f;
   } finally {
@@ -268,6 +282,7 @@ try {
       sim_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.sim_cores])),
       nats_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.nats_cores])),
       engine_lag_fraction: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_lag_fraction])),
+      mean_decode_batch: Object.fromEntries(modes.map((m) => [m, figures[m]!.mean_decode_batch])),
     };
     say(`N=${n}: fully_async_vs_sync ${row.fully_async_vs_sync.toFixed(2)}, fully_async_vs_bound ${row.fully_async_vs_bound.toFixed(2)}`);
     bySize[String(n)] = row;

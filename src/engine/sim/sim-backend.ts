@@ -38,6 +38,8 @@ export interface SimStats extends BackendCacheStats {
   decodeSteps: number;
   decodedTokens: number;
   prefilledTokens: number;
+  /** Sequences summed over decode steps (÷ decodeSteps: the mean decode batch). */
+  decodeSequences: number;
 }
 
 const BLOCK = 16;
@@ -93,7 +95,7 @@ export class SimBackend implements InferenceBackend {
   private nextSeed = 1;
   /** When the engine's next step may end at the earliest (its own clock), ms. */
   private clock = 0;
-  private readonly stats = { promptTokens: 0, hitTokens: 0, busyMs: 0, lagMs: 0, prefillSteps: 0, decodeSteps: 0, decodedTokens: 0, prefilledTokens: 0 };
+  private readonly stats = { promptTokens: 0, hitTokens: 0, busyMs: 0, lagMs: 0, prefillSteps: 0, decodeSteps: 0, decodedTokens: 0, prefilledTokens: 0, decodeSequences: 0 };
   private closed = false;
 
   constructor(opts: SimBackendOptions = {}) {
@@ -187,6 +189,7 @@ export class SimBackend implements InferenceBackend {
       decodeSteps: this.stats.decodeSteps,
       decodedTokens: this.stats.decodedTokens,
       prefilledTokens: this.stats.prefilledTokens,
+      decodeSequences: this.stats.decodeSequences,
     };
   }
 
@@ -245,6 +248,7 @@ export class SimBackend implements InferenceBackend {
     const reqs = [...this.batch.values()];
     const context = reqs.reduce((n, r) => n + r.ids.length, 0) / reqs.length;
     this.stats.decodeSteps++;
+    this.stats.decodeSequences += reqs.length;
     await this.wait(decodeStepMs(this.table, reqs.length, context));
     return reqs.filter((r) => this.batch.has(r.rid)).map((r) => this.sample(r));
   }

@@ -131,6 +131,15 @@ export const trainSchema = z
     keepCheckpoints: z.number().int().min(1).default(3),
     /** Training micro-batch size in tokens (bounds activation memory); null = whole batch. */
     microBatchTokens: z.number().int().min(1).nullable().default(null),
+    /**
+     * Benchmarks at scale: a simulated trainer instead of the native worker (actors/trainer/sim-trainer.ts):
+     * a step takes stepOverheadMs + its batch's tokens / tokensPerSecond, and trains nothing.
+     */
+    simulate: z
+      .object({ tokensPerSecond: z.number().positive(), stepOverheadMs: z.number().min(0).default(0) })
+      .strict()
+      .nullable()
+      .default(null),
   })
   .strict();
 

@@ -20,6 +20,7 @@ import { appendJsonl, readJsonl, writeRewardSvg, type BatchRecord, type StepMetr
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
 import { oldestVersion } from "../buffer/groups.ts";
 import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
+import { SimTrainer, type StepTrainer } from "./sim-trainer.ts";
 
 /** The trainer actor's `config`. */
 export const trainerActorConfig = z.object({
@@ -34,7 +35,7 @@ export const trainerActorConfig = z.object({
 type Batch = z.output<typeof batchMsg.schema>;
 
 interface TrainerState {
-  trainer: PolicyTrainer;
+  trainer: StepTrainer;
   stopVersions: () => void;
   consumer: StreamConsumer;
   run: Run;
@@ -56,13 +57,15 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       const from = await startingPoint(out, env, paths);
       if (from.resumed) ctx.log.warn(`trainer: resuming job ${env.job} at step ${from.step} from ${from.modelDir}`);
       const config = policyTrainerConfig(t);
-      const trainer = await PolicyTrainer.start({
-        modelDir: from.modelDir,
-        version: from.version,
-        weightsRoot: from.weightsRoot,
-        config,
-        onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
-      });
+      const trainer: StepTrainer = t.simulate
+        ? new SimTrainer(from.modelDir, from.version, t.simulate)
+        : await PolicyTrainer.start({
+            modelDir: from.modelDir,
+            version: from.version,
+            weightsRoot: from.weightsRoot,
+            config,
+            onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
+          });
       ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version}`);
       try {
         await ensureTrainStreams(env.bus, env.names, env.train);
@@ -184,7 +187,7 @@ class Run {
     private readonly cfg: z.output<typeof trainerActorConfig>,
     private readonly out: string,
     private readonly paths: { metrics: string; batches: string; svg: string },
-    private readonly trainer: PolicyTrainer,
+    private readonly trainer: StepTrainer,
     private readonly versions: { until(step: number): Promise<unknown> },
     private readonly announce: (step: number, position: Position) => Promise<unknown>,
     private readonly publishMetrics: (m: StepMetrics) => Promise<unknown>,

@@ -38,6 +38,7 @@ await Promise.all([
   lazy(() => import("./commands/node.ts")),
   lazy(() => import("./commands/ps.ts")),
   lazy(() => import("./commands/serve.ts")),
+  lazy(() => import("./commands/sim-engine.ts")),
   lazy(() => import("./commands/engines.ts")),
   lazy(() => import("./commands/train.ts")),
   lazy(() => import("./commands/rollout.ts")),

@@ -36,8 +36,8 @@ export interface TrainJobOptions {
   out: string;
   /** Continue the run in `out` from its latest checkpoint. */
   resume?: boolean;
-  /** A running NATS server (JetStream) to use instead of an embedded one. */
-  nats?: { url: string; token: string | null };
+  /** A running NATS server or cluster (JetStream; URLs comma-separated) to use instead of an embedded one; `replicas` of the job's streams (default 1). */
+  nats?: { url: string; token: string | null; replicas?: number };
   /** The job id (default: the one the run directory recorded, or the topology's name and a random suffix). */
   job?: string;
   /** Lines worth showing (warnings, errors; every actor line with `verbose`). */
@@ -145,10 +145,10 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
   const names = jobNames(job);
   const topology = trainTopology(o.topology, o.train, o.engines, out);
   const server = o.nats ? null : await startNatsServer({ host: topology.nats.host, maxPayload: topology.nats.maxPayload });
-  const nats = o.nats ?? { url: server!.url, token: server!.token };
+  const nats = o.nats ?? { url: server!.url, token: server!.token, replicas: 1 };
   const nodes: RunningNode[] = [];
   try {
-    const bus = await connectBus({ url: nats.url, ...(nats.token ? { token: nats.token } : {}), name: `ooze-train-${job}`, largeBucket: names.objLarge });
+    const bus = await connectBus({ url: nats.url, ...(nats.token ? { token: nats.token } : {}), name: `ooze-train-${job}`, largeBucket: names.objLarge, replicas: nats.replicas ?? 1 });
     let attached: { close(): Promise<void> } | null = null;
     try {
       attached = (await o.onBus?.({ bus, id: job, hosts: topology.hosts.map((h) => h.name) })) ?? null;

@@ -45,8 +45,13 @@ export const hostSchema = z
 
 export const natsSchema = z
   .object({
-    /** A NATS server to use; absent = an embedded nats-server. */
-    url: z.string().url().optional(),
+    /** A NATS server to use, or several servers of one cluster comma-separated; absent = an embedded nats-server. */
+    url: z
+      .string()
+      .refine((v) => v.split(",").every((u) => URL.canParse(u.trim())), "must be a URL, or several comma-separated (nats://host:4222,nats://host2:4222)")
+      .optional(),
+    /** Replicas of the job's streams, KV buckets and object stores (default 1; 3 when `url` lists three or more servers). */
+    replicas: z.number().int().min(1).max(5).optional(),
     token: z.string().optional(),
     maxPayload: z.number().int().min(1024).default(8 * 1024 * 1024),
     /** Bind address of the embedded server: loopback unless configured otherwise. */

@@ -2,7 +2,8 @@
 // object store helpers, and transparent large payloads (a body above the server's max_payload goes
 // to the object store and a small reference message crosses instead). Every NATS failure leaves
 // here as a TransportError (retryable), a deadline as a TimeoutError.
-import { connect, headers as natsHeaders, type MsgHdrs, type NatsConnection, nuid, type Status } from "@nats-io/transport-node";
+import { readFileSync } from "node:fs";
+import { connect, credsAuthenticator, headers as natsHeaders, type MsgHdrs, type NatsConnection, nuid, type Status } from "@nats-io/transport-node";
 import {
   type Consumer,
   type ConsumerConfig,
@@ -29,7 +30,7 @@ const HEADER_ROOM = 8 * 1024;
 
 /** Options of `connectBus`. */
 export interface BusOptions {
-  /** `nats://host:port`, or `nats://token@host:port` carrying the token. */
+  /** `nats://host:port`, or `nats://token@host:port` carrying the token; several servers of one cluster comma-separated. */
   url: string;
   /** Auth token (overrides one in the URL). */
   token?: string;
@@ -45,6 +46,29 @@ export interface BusOptions {
   largeBucket?: string;
   /** How long large payloads stay in the object store (default 1 h). */
   largeTtlMs?: number;
+  /**
+   * Replicas of every stream, KV bucket and object store this bus creates, unless a call says
+   * otherwise (default 1; 3 on a three-server cluster). See `defaultReplicas`.
+   */
+  replicas?: number;
+  /**
+   * TLS to the servers: CA bundle (a private CA) and, for servers that verify clients, a certificate
+   * and key; default from OOZE_NATS_TLS_CA / OOZE_NATS_TLS_CERT / OOZE_NATS_TLS_KEY. A `tls://` URL
+   * asks for TLS with the system's CAs.
+   */
+  tls?: { caFile?: string; certFile?: string; keyFile?: string };
+  /** A NATS credentials file (JWT + NKey seed, as `nsc` writes it); default from OOZE_NATS_CREDS. */
+  credsFile?: string;
+}
+
+/** TLS and credentials options from the environment (what `ooze up` passes on to its node processes unchanged). */
+export function natsSecurityFromEnv(env: Record<string, string | undefined> = process.env): Pick<BusOptions, "tls" | "credsFile"> {
+  const tls = {
+    ...(env.OOZE_NATS_TLS_CA ? { caFile: env.OOZE_NATS_TLS_CA } : {}),
+    ...(env.OOZE_NATS_TLS_CERT ? { certFile: env.OOZE_NATS_TLS_CERT } : {}),
+    ...(env.OOZE_NATS_TLS_KEY ? { keyFile: env.OOZE_NATS_TLS_KEY } : {}),
+  };
+  return { ...(Object.keys(tls).length > 0 ? { tls } : {}), ...(env.OOZE_NATS_CREDS ? { credsFile: env.OOZE_NATS_CREDS } : {}) };
 }
 
 /** A message received from the bus, its body already resolved if it was sent as a large payload. */
@@ -94,6 +118,8 @@ export interface Bus {
   readonly maxPayload: number;
   /** Bucket used for large payloads. */
   readonly largeBucket: string;
+  /** Replicas of the streams, KV buckets and object stores it creates. */
+  readonly replicas: number;
   /** Publishes bytes; bodies above max_payload go through the object store transparently. */
   publish(subject: string, data: Uint8Array, opts?: { headers?: Record<string, string>; reply?: string }): Promise<void>;
   /** Publishes through the object store whatever the size (what `publish` does for large bodies). */
@@ -132,13 +158,14 @@ export interface Bus {
 
 /** Where to find NATS: from --nats, OOZE_NATS_URL or the topology; null means start an embedded server. */
 export interface NatsTarget {
+  /** One server, or several of one cluster comma-separated (without credentials). */
   url: string;
   token: string | null;
   source: "flag" | "env" | "topology";
 }
 
 /**
- * Picks the NATS server: the --nats flag, else OOZE_NATS_URL (token from the URL or OOZE_NATS_TOKEN),
+ * Picks the NATS server(s): the --nats flag (one URL or a comma-separated list), else OOZE_NATS_URL (token from the URL or OOZE_NATS_TOKEN),
  * else the topology's `nats.url`; null when none is set (the caller starts an embedded server).
  */
 export function resolveNatsUrl(
@@ -147,8 +174,8 @@ export function resolveNatsUrl(
   topology?: { url?: string | undefined; token?: string | undefined } | null,
 ): NatsTarget | null {
   const pick = (url: string, token: string | null | undefined, source: NatsTarget["source"]): NatsTarget => {
-    const parsed = splitNatsUrl(url);
-    return { url: parsed.url, token: parsed.token ?? token ?? null, source };
+    const parsed = splitNatsUrls(url);
+    return { url: parsed.urls.join(","), token: parsed.token ?? token ?? null, source };
   };
   if (flag) return pick(flag, env.OOZE_NATS_TOKEN, "flag");
   if (env.OOZE_NATS_URL) return pick(env.OOZE_NATS_URL, env.OOZE_NATS_TOKEN, "env");
@@ -176,6 +203,47 @@ export function splitNatsUrl(url: string): { url: string; token: string | null; 
   };
 }
 
+/**
+ * Splits a comma-separated list of servers of one cluster (`nats://token@h1:4222,nats://h2:4222`)
+ * into URLs without credentials and the one set of credentials they share (the first that carries any).
+ */
+export function splitNatsUrls(list: string): { urls: string[]; token: string | null; user: string | null; pass: string | null } {
+  const parts = list.split(",").map((x) => x.trim()).filter((x) => x.length > 0);
+  if (parts.length === 0) throw new OozeError("CONFIG_INVALID", `NATS URL list '${list}' names no server; expected nats://[token@]host:port[,nats://host:port…]`);
+  const each = parts.map((x) => splitNatsUrl(x));
+  const creds = each.find((e) => e.token !== null || e.user !== null);
+  return { urls: each.map((e) => e.url), token: creds?.token ?? null, user: creds?.user ?? null, pass: creds?.pass ?? null };
+}
+
+/**
+ * Stream replicas when a job does not say: 3 when it is given three or more servers (a cluster), else 1
+ * (an embedded or single server). An explicit `nats.replicas` / `--replicas` wins.
+ */
+export function defaultReplicas(urlList: string, explicit?: number | null): number {
+  if (explicit !== undefined && explicit !== null) {
+    if (!Number.isInteger(explicit) || explicit < 1 || explicit > 5)
+      throw new OozeError("CONFIG_INVALID", `NATS replicas must be an integer from 1 to 5 (JetStream's limit); got ${explicit}`);
+    return explicit;
+  }
+  return splitNatsUrls(urlList).urls.length >= 3 ? 3 : 1;
+}
+
+/**
+ * The job's stream replicas: --replicas, else the topology's nats.replicas, else 3 for three or more
+ * servers and 1 for one. An embedded server is one server: more than one replica is refused there.
+ */
+export function resolveReplicas(natsUrl: string, embedded: boolean, flag: string | undefined, topo: number | undefined): number {
+  let explicit: number | undefined = topo;
+  if (flag !== undefined) {
+    explicit = Number(flag);
+    if (!Number.isInteger(explicit)) throw new OozeError("CONFIG_INVALID", `--replicas must be an integer from 1 to 5 (got '${flag}')`);
+  }
+  const r = defaultReplicas(natsUrl, explicit);
+  if (embedded && r > 1)
+    throw new OozeError("CONFIG_INVALID", `${r} stream replicas need a NATS cluster (--nats URL1,URL2,URL3); the embedded nats-server is one server (use replicas 1)`);
+  return r;
+}
+
 /** Turns a nats.js failure into a TransportError / TimeoutError naming what was attempted. */
 export function toTransportError(e: unknown, what: string): OozeError {
   if (e instanceof OozeError) return e;
@@ -189,13 +257,26 @@ export function toTransportError(e: unknown, what: string): OozeError {
 
 /** Connects to NATS; rejects with a TransportError naming the URL if the server cannot be reached. */
 export async function connectBus(opts: BusOptions): Promise<Bus> {
-  const target = splitNatsUrl(opts.url);
+  const target = splitNatsUrls(opts.url);
   const token = opts.token ?? target.token;
   const reconnect = opts.reconnect ?? true;
+  const shown = target.urls.join(",");
+  const sec = { ...natsSecurityFromEnv(), ...(opts.tls !== undefined ? { tls: opts.tls } : {}), ...(opts.credsFile !== undefined ? { credsFile: opts.credsFile } : {}) };
+  const wantsTls = sec.tls !== undefined || target.urls.some((u) => u.startsWith("tls://"));
+  let creds: Uint8Array | null = null;
+  if (sec.credsFile !== undefined) {
+    try {
+      creds = readFileSync(sec.credsFile);
+    } catch (e) {
+      throw new OozeError("CONFIG_INVALID", `cannot read the NATS credentials file ${sec.credsFile} (OOZE_NATS_CREDS): ${(e as Error).message}`, { cause: e });
+    }
+  }
   let nc: NatsConnection;
   try {
     nc = await connect({
-      servers: target.url,
+      servers: target.urls.map((u) => u.replace(/^tls:\/\//, "nats://")),
+      ...(wantsTls ? { tls: sec.tls ?? {} } : {}),
+      ...(creds !== null ? { authenticator: credsAuthenticator(creds) } : {}),
       ...(token !== null ? { token } : {}),
       ...(target.user !== null && target.pass !== null ? { user: target.user, pass: target.pass } : {}),
       ...(opts.name !== undefined ? { name: opts.name } : {}),
@@ -206,11 +287,11 @@ export async function connectBus(opts: BusOptions): Promise<Bus> {
     });
   } catch (e) {
     throw new TransportError(
-      `cannot connect to NATS at ${target.url}: ${(e as Error).message}; check that the server runs and the token is right (--nats URL / OOZE_NATS_URL)`,
+      `cannot connect to NATS at ${shown}: ${(e as Error).message}; check that the server runs and the token is right (--nats URL / OOZE_NATS_URL)`,
       { cause: e },
     );
   }
-  return new NatsBus(nc, target.url, opts);
+  return new NatsBus(nc, shown, opts);
 }
 
 class NatsBus implements Bus {
@@ -218,6 +299,7 @@ class NatsBus implements Bus {
   readonly url: string;
   readonly js: JetStreamClient;
   readonly largeBucket: string;
+  readonly replicas: number;
   readonly closed: Promise<Error | null>;
   private readonly largeTtlMs: number;
   private readonly listeners = new Set<(s: BusStatus) => void>();
@@ -231,6 +313,7 @@ class NatsBus implements Bus {
     this.js = jetstream(nc);
     this.largeBucket = opts.largeBucket ?? "ooze_large";
     this.largeTtlMs = opts.largeTtlMs ?? 3_600_000;
+    this.replicas = opts.replicas ?? 1;
     this.closed = nc.closed().then((e) => (e instanceof Error ? e : null));
     void this.watchStatus();
   }
@@ -459,7 +542,7 @@ class NatsBus implements Bus {
   async ensureStream(name: string, subjects: string[], opts: Partial<StreamConfig> = {}): Promise<StreamInfo> {
     const jsm = await this.jsm();
     try {
-      return await jsm.streams.add({ ...opts, name, subjects });
+      return await jsm.streams.add({ num_replicas: this.replicas, ...opts, name, subjects });
     } catch (e) {
       // Already there with another config: update it to the wanted one.
       try {
@@ -468,7 +551,7 @@ class NatsBus implements Bus {
         throw toTransportError(e, `creating stream '${name}' on ${subjects.join(", ")}`);
       }
       try {
-        return await jsm.streams.update(name, { ...opts, subjects });
+        return await jsm.streams.update(name, { num_replicas: this.replicas, ...opts, subjects });
       } catch (e2) {
         throw toTransportError(e2, `updating stream '${name}' to subjects ${subjects.join(", ")}`);
       }
@@ -495,7 +578,7 @@ class NatsBus implements Bus {
 
   async kv(bucket: string, opts: Partial<KvOptions> = {}): Promise<KV> {
     try {
-      return await new Kvm(this.js).create(bucket, opts);
+      return await new Kvm(this.js).create(bucket, { replicas: this.replicas, ...opts });
     } catch (e) {
       throw toTransportError(e, `opening KV bucket '${bucket}'`);
     }
@@ -504,7 +587,7 @@ class NatsBus implements Bus {
   obj(bucket: string, opts: Partial<ObjectStoreOptions> = {}): Promise<ObjectStore> {
     let p = this.stores.get(bucket);
     if (p === undefined) {
-      p = new Objm(this.js).create(bucket, opts).catch((e) => {
+      p = new Objm(this.js).create(bucket, { replicas: this.replicas, ...opts }).catch((e) => {
         this.stores.delete(bucket);
         throw toTransportError(e, `opening object store '${bucket}'`);
       });

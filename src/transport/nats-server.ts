@@ -4,6 +4,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { accessSync, constants as fsConstants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { OozeError } from "../errors.ts";
@@ -28,6 +29,27 @@ export interface NatsServerOptions {
   searchDirs?: readonly string[];
   /** How long to wait for "Server is ready" (default 20 s). */
   readyTimeoutMs?: number;
+  /** Server name, unique within a cluster (JetStream clustering needs one); default: the server's own. */
+  serverName?: string;
+  /** Makes this server one of a cluster: its route listener and the routes to the others. */
+  cluster?: NatsClusterOptions;
+  /** Port of the HTTP monitoring endpoint (/varz, /connz, /jsz) on `host`; default: none. */
+  monitorPort?: number;
+  /** TLS for clients: the server's certificate and key; with `caFile` and `verify`, clients must present a certificate of that CA. */
+  tls?: { certFile: string; keyFile: string; caFile?: string; verify?: boolean };
+}
+
+/** The cluster part of a server's configuration (all servers of a cluster share `name`, `user` and `pass`). */
+export interface NatsClusterOptions {
+  /** Cluster name. */
+  name: string;
+  /** Port this server listens on for routes from the others (on the server's host). */
+  port: number;
+  /** Route URLs of the other servers (`nats-route://host:port`; the credentials are added). */
+  routes: readonly string[];
+  /** Credentials routes present to each other. */
+  user: string;
+  pass: string;
 }
 
 /** A running embedded nats-server. */
@@ -161,6 +183,14 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   // local user could read it with ps.
   const conf = [`authorization { token: ${JSON.stringify(token)} }`];
   if (maxPayload !== null) conf.push(`max_payload: ${maxPayload}`);
+  if (opts.serverName !== undefined) conf.push(`server_name: ${JSON.stringify(opts.serverName)}`);
+  if (opts.cluster !== undefined) conf.push(clusterConf(opts.cluster, host));
+  if (opts.monitorPort !== undefined) conf.push(`http: ${JSON.stringify(`${host}:${opts.monitorPort}`)}`);
+  if (opts.tls !== undefined) {
+    const t = opts.tls;
+    const ca = t.caFile !== undefined ? `, ca_file: ${JSON.stringify(t.caFile)}` : "";
+    conf.push(`tls { cert_file: ${JSON.stringify(t.certFile)}, key_file: ${JSON.stringify(t.keyFile)}${ca}, verify: ${t.verify === true} }`);
+  }
   writeFileSync(confPath, `${conf.join("\n")}\n`, { mode: 0o600 });
   let port = opts.port ?? -1;
   let log = "";
@@ -303,6 +333,32 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
     },
   };
   return handle;
+}
+
+/** The `cluster {}` block: routes listen on host:port, authenticate with user/pass, and reach the others. */
+function clusterConf(c: NatsClusterOptions, host: string): string {
+  const cred = `${encodeURIComponent(c.user)}:${encodeURIComponent(c.pass)}@`;
+  const routes = c.routes.map((r) => JSON.stringify(r.replace(/^(nats-route:\/\/)/, `$1${cred}`)));
+  return [
+    "cluster {",
+    `  name: ${JSON.stringify(c.name)}`,
+    `  listen: ${JSON.stringify(`${host}:${c.port}`)}`,
+    `  authorization { user: ${JSON.stringify(c.user)}, password: ${JSON.stringify(c.pass)} }`,
+    `  routes: [${routes.join(", ")}]`,
+    "}",
+  ].join("\n");
+}
+
+/** A free TCP port on 127.0.0.1 (bound, then released; the cluster's route ports must be known before start). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      srv.close(() => (typeof addr === "object" && addr !== null ? resolve(addr.port) : reject(new Error("no port"))));
+    });
+  });
 }
 
 function killPid(pid: number, signal: NodeJS.Signals): void {

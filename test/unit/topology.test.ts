@@ -29,6 +29,13 @@ describe("topology loading", () => {
     for (const f of files) expect(loadTopology(`topologies/${f}`).name.length).toBeGreaterThan(0);
   });
 
+  it("nats.url takes a cluster's servers comma-separated, nats.replicas 1 to 5; errors name the field", () => {
+    const ok = parseTopology("name: t\nnats: { url: 'nats://a:4222,nats://b:4222,nats://c:4222', replicas: 3 }\nactors: [{ name: a, kind: x }]\n", "t.yaml");
+    expect(ok.nats).toMatchObject({ url: "nats://a:4222,nats://b:4222,nats://c:4222", replicas: 3 });
+    expect(errorOf(() => parseTopology("name: t\nnats: { url: 'nats://a:4222,not a url' }\nactors: [{ name: a, kind: x }]\n", "t.yaml")).message).toMatch(/t\.yaml:2:\d+ nats\.url: must be a URL, or several comma-separated/);
+    expect(errorOf(() => parseTopology("name: t\nnats: { replicas: 7 }\nactors: [{ name: a, kind: x }]\n", "t.yaml")).message).toMatch(/nats\.replicas/);
+  });
+
   it("names file, line, column and field for a wrong type", () => {
     const text = "name: t\nactors:\n  - name: a\n    kind: x\n    count: lots\n";
     const e = errorOf(() => parseTopology(text, "t.yaml"));

@@ -6,12 +6,13 @@ import { resolveKind } from "../kinds.ts";
 import { watchParent } from "../parent.ts";
 import { loadTopology } from "../../topology/load.ts";
 import { startNode } from "../../topology/node.ts";
-import { connectBus, resolveNatsUrl } from "../../transport/bus.ts";
+import { connectBus, resolveNatsUrl, resolveReplicas } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
 import { OozeError } from "../../errors.ts";
 
 interface NodeOptions {
   nats?: string;
+  replicas?: string;
   topology: string;
   host: string;
   job?: string;
@@ -24,7 +25,8 @@ export function register(program: Command) {
     .description("run the actors of one host of a topology (joins a running job over NATS)")
     .requiredOption("--topology <file>", "topology YAML file")
     .requiredOption("--host <name>", "which of the topology's hosts this process is")
-    .option("--nats <url>", "NATS server of the job (nats://token@host:port; or OOZE_NATS_URL / OOZE_NATS_TOKEN)")
+    .option("--nats <urls>", "NATS server of the job (nats://token@host:port, or a cluster's servers comma-separated; or OOZE_NATS_URL / OOZE_NATS_TOKEN)")
+    .option("--replicas <n>", "replicas of the streams, KV buckets and object stores it creates (default 1; 3 with three or more --nats servers)")
     .option("--job <name>", "job id (default: the topology's name)")
     .option("--parent-pid <pid>", "exit when this process is gone (set by ooze up)")
     .action(async (opts: NodeOptions) => {
@@ -38,7 +40,8 @@ async function runNodeCommand(opts: NodeOptions): Promise<number> {
   const target = resolveNatsUrl(opts.nats, process.env, topology.nats);
   if (!target) throw new OozeError("CONFIG_INVALID", "ooze node needs a NATS server: pass --nats nats://TOKEN@HOST:PORT or set OOZE_NATS_URL");
   const log = (line: string) => process.stderr.write(`[${opts.host}] ${line}\n`);
-  const bus = await connectBus({ url: target.url, ...(target.token ? { token: target.token } : {}), name: `ooze-node-${job}-${opts.host}`, largeBucket: jobNames(job).objLarge });
+  const replicas = resolveReplicas(target.url, false, opts.replicas, topology.nats.replicas);
+  const bus = await connectBus({ url: target.url, ...(target.token ? { token: target.token } : {}), name: `ooze-node-${job}-${opts.host}`, largeBucket: jobNames(job).objLarge, replicas });
   const node = await startNode({ topology, host: opts.host, job, bus, resolveKind, log });
   log(`running ${node.actors.map((a) => a.path).join(", ") || "no actors"} (pid ${process.pid})`);
   const stop = () => void node.stop();

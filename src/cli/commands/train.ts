@@ -23,6 +23,8 @@ interface TrainOptions {
   verbose?: boolean;
   dash?: boolean;
   dashPort?: string;
+  nats?: string;
+  replicas?: string;
 }
 
 function num(name: string, v: string, min: number): number {
@@ -46,6 +48,8 @@ export function register(program: Command) {
     .option("--verbose", "every actor's log lines (default: warnings and errors)")
     .option("--dash", "serve the dashboard (src/dash) while the job runs; its URL is printed")
     .option("--dash-port <n>", "port of the dashboard (implies --dash)")
+    .option("--nats <urls>", "run on this NATS server or cluster (nats://token@host:port[,nats://host2:port…]) instead of an embedded one")
+    .option("--replicas <n>", "replicas of the job's streams, KV buckets and object stores (default 1; 3 with three or more --nats servers)")
     .action(async (file: string, opts: TrainOptions) => {
       const topo = loadTopology(file);
       const { train, engines } = trainConfigOf(topo);
@@ -63,6 +67,11 @@ export function register(program: Command) {
       if (opts.resume && opts.out && opts.resume !== opts.out) throw new OozeError("CONFIG_INVALID", "give either --out or --resume (the run directory), not both");
       const out = opts.resume ?? opts.out ?? `runs/${topo.name}`;
       const { runTrainJob } = await import("../train-job.ts");
+      const { resolveNatsUrl, resolveReplicas } = await import("../../transport/bus.ts");
+      const target = resolveNatsUrl(opts.nats, process.env, topo.nats);
+      const nats = target ? { url: target.url, token: target.token, replicas: resolveReplicas(target.url, false, opts.replicas, topo.nats.replicas) } : undefined;
+      // the embedded server is one server: refuses replicas above 1
+      if (!target) resolveReplicas("nats://127.0.0.1", true, opts.replicas, topo.nats.replicas);
       const stop = new AbortController();
       const onSignal = () => {
         if (stop.signal.aborted) process.exit(130);
@@ -91,6 +100,7 @@ export function register(program: Command) {
           const { dashFromTopology } = await import("./dash.ts");
           return dashFromTopology(topo, opts, job, { log: say }, (l) => process.stderr.write(`[ooze] ${l}\n`));
         },
+        ...(nats ? { nats } : {}),
         onStart: ({ job, hosts, step }) => {
           say(`${topo.name}: task ${train.task}, ${train.mode} mode, job ${job} (${hosts.length} node${hosts.length > 1 ? "s" : ""}), run dir ${out}`);
           bar?.start(train.steps, step, { reward: "-", success: "-", sps: "-", secs: "0" });

@@ -12,7 +12,7 @@ import { OozeError } from "../../errors.ts";
 import { resolvePolicy, RestartTracker } from "../../supervisor/policy.ts";
 import { loadTopology } from "../../topology/load.ts";
 import { nodeDown, nodeStatus } from "../../topology/node.ts";
-import { connectBus, resolveNatsUrl, type Bus } from "../../transport/bus.ts";
+import { connectBus, resolveNatsUrl, resolveReplicas, type Bus } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
 import { startNatsServer, type NatsServerHandle } from "../../transport/nats-server.ts";
 import { removeJob, writeJob } from "../job.ts";
@@ -22,6 +22,7 @@ const OOZE_BIN = fileURLToPath(new URL("../../../bin/ooze.mjs", import.meta.url)
 
 interface UpOptions {
   nats?: string;
+  replicas?: string;
   job?: string;
   duration?: string;
   quiet?: boolean;
@@ -34,7 +35,8 @@ export function register(program: Command) {
     .command("up")
     .description("run a topology: NATS, one process per host, supervised; Ctrl-C drains and stops")
     .argument("<file>", "topology YAML file")
-    .option("--nats <url>", "use this NATS server (nats://token@host:port) instead of an embedded one")
+    .option("--nats <urls>", "use this NATS server (nats://token@host:port), or a cluster's servers comma-separated, instead of an embedded one")
+    .option("--replicas <n>", "replicas of the job's streams, KV buckets and object stores (default 1; 3 with three or more --nats servers)")
     .option("--job <name>", "job id (default: topology name + random suffix)")
     .option("--duration <seconds>", "drain and stop after this many seconds")
     .option("--quiet", "do not print lifecycle events")
@@ -61,7 +63,9 @@ async function up(file: string, opts: UpOptions): Promise<number> {
     ({ url: natsUrl, token } = server);
     say(`job ${job}: embedded nats-server at ${natsUrl} (JetStream, token auth, store ${server.storeDir})`);
   }
-  const bus = await connectBus({ url: natsUrl, ...(token ? { token } : {}), name: `ooze-up-${job}`, largeBucket: jobNames(job).objLarge });
+  const replicas = resolveReplicas(natsUrl, server !== null, opts.replicas, topology.nats.replicas);
+  if (replicas > 1) say(`job ${job}: streams, KV buckets and object stores with ${replicas} replicas`);
+  const bus = await connectBus({ url: natsUrl, ...(token ? { token } : {}), name: `ooze-up-${job}`, largeBucket: jobNames(job).objLarge, replicas });
   const names = jobNames(job);
   if (!opts.quiet) {
     bus.subscribe(names.eventsAll, {
@@ -92,7 +96,7 @@ async function up(file: string, opts: UpOptions): Promise<number> {
   const done = new Promise<void>((r) => (resolveDone = r));
 
   const startHost = (host: string, tracker: RestartTracker) => {
-    const child = spawn(process.execPath, [OOZE_BIN, "node", "--nats", natsUrl, "--job", job, "--topology", topology.file!, "--host", host, "--parent-pid", String(process.pid)], {
+    const child = spawn(process.execPath, [OOZE_BIN, "node", "--nats", natsUrl, "--replicas", String(replicas), "--job", job, "--topology", topology.file!, "--host", host, "--parent-pid", String(process.pid)], {
       stdio: ["ignore", "inherit", "inherit"],
       env: { ...process.env, ...(token ? { OOZE_NATS_TOKEN: token } : {}) },
     });

@@ -183,11 +183,15 @@ const untext = new TextDecoder();
 
 /** The job's versions KV bucket: the latest synced weight version and step, only moving forward. */
 export class VersionsKv {
-  private constructor(private readonly kv: KV) {}
+  private constructor(
+    private readonly kv: KV,
+    /** Resolves when the bus's connection is closed for good: watches end with it. */
+    private readonly closed: Promise<unknown>,
+  ) {}
 
   /** Opens (creating if needed) `names.kvVersions`. */
   static async open(bus: Bus, names: JobNames): Promise<VersionsKv> {
-    return new VersionsKv(await bus.kv(names.kvVersions, { history: 8 }));
+    return new VersionsKv(await bus.kv(names.kvVersions, { history: 8 }), bus.closed);
   }
 
   /** The latest record, or null before the first sync. */
@@ -230,6 +234,11 @@ export class VersionsKv {
   async watch(on: (r: VersionRecord) => void): Promise<() => void> {
     let stopped = false;
     let it = await this.kv.watch({ key: LATEST });
+    // A closed connection ends the watch for good (no re-watching a bus that is gone).
+    void this.closed.then(() => {
+      stopped = true;
+      it.stop();
+    });
     void (async () => {
       while (!stopped) {
         try {
@@ -246,7 +255,9 @@ export class VersionsKv {
         }
         if (stopped) break;
         await new Promise((r) => setTimeout(r, 250));
+        if (stopped) break;
         it = await this.kv.watch({ key: LATEST }).catch(() => it);
+        if (stopped) it.stop(); // stopped while the new watch was being made
       }
     })();
     return () => {

@@ -1,15 +1,28 @@
 // The buffer's fully_async bookkeeping (train.mode fully_async): generation never stops. Prompt
-// groups are launched one by one onto the PROMPTS work queue, up to `maxInflightGroups` generating
-// and at most one batch more of complete groups waiting; a batch of `promptsPerStep` complete groups
-// is cut as soon as the previous step's weights are synced (so the staleness of every trained token
-// is exact: the trainer trains it at the synced version). The staleness bound keeps batches near the
-// trainer: a complete group whose oldest token is more than `maxStaleness` versions behind is never
-// trained — it is requeued (its prompt generated again under new sample indices; dropped after
-// MAX_REQUEUES). With `lateGroups: wait` (default) a batch waits for the groups still generating that
-// the next version would push beyond the bound (when they fit in it), so long episodes are trained,
-// not regenerated: no length bias and no generation for nothing. Every decision (trained, dropped,
-// requeued) is recorded in the next batch, and the messages of a group are acked only with that
-// batch, so a restarted buffer finds every undecided group again in the streams (start()).
+// groups are launched one by one onto the PROMPTS work queue, and a batch of `promptsPerStep` (P)
+// complete groups is cut as soon as the previous step's weights are synced (so the staleness of every
+// trained token is exact: the trainer trains it at the synced version). The staleness bound keeps
+// batches near the trainer: a complete group whose oldest token is more than `maxStaleness` versions
+// behind is never trained — it is requeued (its prompt generated again under new sample indices;
+// dropped after MAX_REQUEUES).
+//
+// `lateGroups: wait` (default) makes that requeue unnecessary: batches take the groups in launch
+// order (batch n+1 is the P undecided groups launched first, cut once all of them are complete), and
+// a group is launched only while the groups launched before it fit in the batches its launch version
+// may still reach: fewer than (bound + 1 − lag)·P undecided (lag 1 while the last batch is not synced
+// yet), and fewer than `maxInflightGroups` generating. So a long episode delays a batch instead of
+// going stale, the engines meanwhile generate the groups behind it, and the trained groups are the
+// prompts in order, as in sync mode: no length bias and nothing generated for nothing (the Nov 25
+// bench: requeues 0 against 20-25 % of the samples generated, trained response length that of sync).
+// `lateGroups: requeue` cuts the P oldest complete groups as soon as they are ready and launches up to
+// `maxInflightGroups` generating and one batch more waiting; groups that outlast the bound are
+// regenerated, and since the attempts that finish in time are the short ones, it trains shorter
+// episodes than sync. In both, no new prompt is launched that the remaining steps cannot train.
+//
+// Every decision (trained, dropped, requeued) is recorded in the next batch, and the messages of a
+// group are acked only with that batch, so a restarted buffer finds every undecided group again in
+// the streams (start()); groups found again have no known launch version and are cut in the order
+// they are found.
 import type { Sample } from "../../src/sample.ts";
 import { fullyAsyncLimits } from "../loop/config.ts";
 import { slotsPerPrompt } from "../environment/agent/config.ts";
@@ -21,7 +34,7 @@ import { GroupBuffer, oldestVersion, type Batch } from "./groups.ts";
 /** Times a prompt may be requeued as stale before it is dropped. */
 export const MAX_REQUEUES = 3;
 
-/** A group attempt launched and not yet decided. */
+/** A group attempt launched and not yet decided (the live map holds them in launch order). */
 interface Live extends PendingGroup {
   /** Version the engines served when it was launched (Infinity: unknown, found again after a restart). */
   launchVersion: number;
@@ -92,7 +105,7 @@ export class ContinuousFeeder {
   private promptTokens = 0;
   private cachedTokens = 0;
 
-  constructor(private readonly env: LoopEnv, private readonly io: FeederIo) {
+  constructor(private readonly env: Pick<LoopEnv, "train">, private readonly io: FeederIo) {
     const t = env.train;
     const limits = fullyAsyncLimits(t);
     this.bound = limits.maxStaleness;
@@ -185,8 +198,13 @@ export class ContinuousFeeder {
     }
     const before = this.groups.stats.dropped;
     for (const s of l.samples) this.groups.add(s);
-    this.groups.close(l.prompt, l.produced ?? l.count);
-    if (this.groups.stats.dropped > before) {
+    const closed = this.groups.close(l.prompt, l.produced ?? l.count) !== null;
+    if (!closed) {
+      // a group message whose samples repeat an index: it can never complete (and would hold up the batches behind it)
+      this.groups.discard(l.prompt);
+      this.io.log(`buffer: group of prompt ${l.prompt} (samples from ${l.firstSample}) repeats a sample index; dropped`);
+    }
+    if (!closed || this.groups.stats.dropped > before) {
       // the dynamic filter (or every episode failed): dropped, recorded with the next batch
       this.decide(l);
       this.filtered.push(...l.samples);
@@ -208,21 +226,34 @@ export class ContinuousFeeder {
     this.held.push(...l.acks);
   }
 
-  /** Launches groups while fewer than maxInflightGroups generate and at most one batch more waits. */
+  /**
+   * Launches groups, requeued prompts first (see the header: lateGroups wait keeps the undecided groups
+   * within the bound's reach, requeue at most one batch beyond maxInflightGroups); a new prompt only
+   * while the remaining steps need more groups than are undecided.
+   */
   private async fill(): Promise<void> {
     const t = this.env.train;
+    const P = t.promptsPerStep;
     if (!this.synced || this.batches >= t.steps) return;
-    let generating = 0;
-    for (const l of this.live.values()) if (!l.complete) generating++;
+    let generating = 0, trainable = 0;
+    for (const l of this.live.values()) {
+      if (!l.complete) generating++;
+      if (!l.superseded) trainable++;
+    }
+    const lag = Math.max(0, this.batches - this.synced.step);
+    const room = t.lateGroups === "wait" ? (this.bound + 1 - lag) * P : this.maxInflight + P;
+    const needed = (t.steps - this.batches) * P;
     const sent: Promise<void>[] = [];
-    while (generating < this.maxInflight && this.live.size < this.maxInflight + t.promptsPerStep) {
+    while (generating < this.maxInflight && this.live.size < room) {
       let g = this.queue.shift();
       if (!g) {
+        if (trainable >= needed) break;
         g = { prompt: this.nextPrompt++, firstSample: this.nextSample, count: slotsPerPrompt(t), attempt: 0 };
         this.nextSample += g.count;
       }
       this.track(g, this.synced.version);
       generating++;
+      trainable++;
       sent.push(this.io.publishPrompt(g, this.batches + 1));
     }
     await Promise.all(sent);
@@ -251,15 +282,9 @@ export class ContinuousFeeder {
     const P = t.promptsPerStep;
     if (!this.synced || this.synced.step < this.batches || this.batches >= t.steps) return;
     const v = this.synced.version;
-    // lateGroups wait: groups still generating that the next version pushes beyond the bound are waited for, when they fit.
-    if (t.lateGroups === "wait") {
-      const limit = v + 1 - this.bound;
-      let late = 0;
-      for (const l of this.live.values()) if (!l.complete && Math.min(l.oldest, l.launchVersion) < limit) late++;
-      const lateReady = this.groups.readyOldest(v).filter((o) => o < limit).length;
-      if (late > 0 && late + lateReady <= P) return;
-    }
     const partial = this.filteredSinceBatch >= 3 * P;
+    // After 3P filtered groups whatever is ready goes (below), so a filter that rejects most groups still ends steps.
+    if (t.lateGroups === "wait" && !partial) return this.cutInOrder(v);
     const r = this.groups.takeBatch(v, { partial });
     for (const p of r.requeue) this.requeue(p);
     if (!r.batch && !(partial && this.filteredSinceBatch >= 4 * P && this.groups.readyGroups === 0)) {
@@ -267,6 +292,26 @@ export class ContinuousFeeder {
       return;
     }
     await this.publish(r.batch);
+  }
+
+  /** lateGroups wait: the batch is the P undecided groups launched first, once every one of them is complete. */
+  private async cutInOrder(v: number): Promise<void> {
+    const P = this.env.train.promptsPerStep;
+    for (;;) {
+      const head: Live[] = [];
+      for (const l of this.live.values()) {
+        if (l.superseded) continue; // requeued by an earlier incarnation: never trained
+        if (!l.complete) return; // the batch waits for it
+        head.push(l);
+        if (head.length === P) break;
+      }
+      if (head.length < P) return;
+      const r = this.groups.takeGroups(head.map((l) => l.prompt), v);
+      for (const p of r.requeue) this.requeue(p); // stale (found again after a restart): the head moves on
+      if (r.batch) return this.publish(r.batch);
+      if (r.requeue.length === 0) return;
+      await this.fill();
+    }
   }
 
   private async publish(batch: Batch | null): Promise<void> {

@@ -86,9 +86,9 @@ export class GroupBuffer {
     return index;
   }
 
-  /** Oldest token version of each complete group waiting for a batch (`fallback` for a group without versions). */
-  readyOldest(fallback: number): number[] {
-    return this.ready.map((g) => groupOldest(g.samples, fallback));
+  /** Forgets an incomplete group (its samples will never all arrive); true if there was one. */
+  discard(groupIndex: number): boolean {
+    return this.open.delete(groupIndex);
   }
 
   /** Complete groups waiting for a batch. */
@@ -104,23 +104,47 @@ export class GroupBuffer {
    * must be generated again).
    */
   takeBatch(trainerVersion: number, opts: { partial?: boolean } = {}): { batch: Batch | null; requeue: number[] } {
-    const requeue: number[] = [];
-    const bound = this.config.maxStaleness;
-    if (bound !== null) {
-      for (let i = this.ready.length - 1; i >= 0; i--) {
-        const g = this.ready[i]!;
-        if (trainerVersion - groupOldest(g.samples, trainerVersion) > bound) {
-          requeue.push(g.index);
-          this.ready.splice(i, 1);
-          this.stats.requeued++;
-        }
-      }
-    }
+    const requeue = this.removeStale(trainerVersion);
     if (this.ready.length === 0 || (this.ready.length < this.config.batchGroups && !opts.partial)) return { batch: null, requeue };
     // Under a staleness bound the oldest groups go first (stable: completion order among equals), so
     // a group near the bound is trained before it goes stale.
-    if (bound !== null) this.ready.sort((a, b) => groupOldest(a.samples, trainerVersion) - groupOldest(b.samples, trainerVersion));
-    const taken = this.ready.splice(0, this.config.batchGroups);
+    if (this.config.maxStaleness !== null) this.ready.sort((a, b) => groupOldest(a.samples, trainerVersion) - groupOldest(b.samples, trainerVersion));
+    return { batch: this.batchOf(this.ready.splice(0, this.config.batchGroups), trainerVersion), requeue };
+  }
+
+  /**
+   * Takes exactly the groups `indices` (in that order) as a batch for a trainer at `trainerVersion`,
+   * or null when one of them is not ready. Stale groups are removed first, as in takeBatch: when one
+   * of `indices` was, the batch is null and the caller picks its groups again.
+   */
+  takeGroups(indices: readonly number[], trainerVersion: number): { batch: Batch | null; requeue: number[] } {
+    const requeue = this.removeStale(trainerVersion);
+    const at = indices.map((i) => this.ready.findIndex((g) => g.index === i));
+    if (at.some((i) => i < 0)) return { batch: null, requeue };
+    const taken = at.map((i) => this.ready[i]!);
+    const wanted = new Set(indices);
+    for (let i = this.ready.length - 1; i >= 0; i--) if (wanted.has(this.ready[i]!.index)) this.ready.splice(i, 1);
+    return { batch: this.batchOf(taken, trainerVersion), requeue };
+  }
+
+  /** Removes the ready groups beyond the staleness bound at `trainerVersion`; returns their indices. */
+  private removeStale(trainerVersion: number): number[] {
+    const requeue: number[] = [];
+    const bound = this.config.maxStaleness;
+    if (bound === null) return requeue;
+    for (let i = this.ready.length - 1; i >= 0; i--) {
+      const g = this.ready[i]!;
+      if (trainerVersion - groupOldest(g.samples, trainerVersion) > bound) {
+        requeue.push(g.index);
+        this.ready.splice(i, 1);
+        this.stats.requeued++;
+      }
+    }
+    return requeue;
+  }
+
+  /** A batch of `taken` groups with advantages computed over all of them. */
+  private batchOf(taken: readonly { index: number; samples: Sample[] }[], trainerVersion: number): Batch {
     const flat = taken.flatMap((g) => g.samples);
     const adv = computeAdvantages(flat.map(score), this.config.estimator);
     let stalenessMax = 0;
@@ -129,7 +153,7 @@ export class GroupBuffer {
       return { ...s, advantage: adv[i]! };
     });
     this.stats.batches++;
-    return { batch: { samples, groups: taken.map((g) => g.index), stalenessMax }, requeue };
+    return { samples, groups: taken.map((g) => g.index), stalenessMax };
   }
 }
 

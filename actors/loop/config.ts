@@ -28,14 +28,17 @@ export const trainSchema = z
      */
     maxStaleness: z.number().int().min(0).nullable().default(null),
     /**
-     * fully_async: prompt groups generating at once (at most one batch more of complete groups waits
-     * for the trainer: a bounded look-ahead); null = promptsPerStep × max(1, maxStaleness).
+     * fully_async: prompt groups generating at once; null = promptsPerStep × max(1, maxStaleness).
+     * With lateGroups wait, fewer may: a group is launched only while the undecided groups before it
+     * fit in the batches the staleness bound lets it reach.
      */
     maxInflightGroups: z.number().int().min(1).nullable().default(null),
     /**
-     * fully_async: groups still generating that the next weight version would push beyond the
-     * staleness bound. wait: the next batch waits for them (when they fit in it), so long episodes
-     * are trained, not regenerated; requeue: the step goes on and they are generated again.
+     * fully_async: long groups that would outlast the staleness bound. wait: batches take the groups
+     * in launch order (a batch waits for its slowest) and launches stay within the bound's reach, so
+     * no group goes stale and long episodes are trained, not regenerated; requeue: a batch takes the
+     * oldest complete groups at once and groups that go stale are generated again (which trains
+     * shorter episodes than sync: the attempts that finish in time are the short ones).
      */
     lateGroups: z.enum(["wait", "requeue"]).default("wait"),
     /**

@@ -4,7 +4,8 @@
 // default) on a workload with heavy-tailed generation lengths, against the ideal overlap bound measured
 // in the same run; the length bias of fully_async (mean response tokens of the trained samples against
 // sync's, with `lateGroups: wait`, the default, and `requeue`, which never waits for late groups) and
-// the samples it generated for nothing (requeued as stale); fully_async at bound 8 as a variant; and,
+// the samples it generated for nothing (requeued as stale, or launched and still untrained when the
+// run ended); fully_async at bound 8 as a variant; and,
 // for weight sync, one step's lossless delta against the full checkpoint
 // (bench/lib/weight-sync-figures.ts). Progress on stderr; one JSON line last on stdout.
 //
@@ -12,9 +13,11 @@
 // discrete Pareto draw (alpha 1.0, 1 to 16 turns: mean ≈ 3.4, the longest of 8 prompts ≈ 11 on
 // average), 8 prompts × 8 samples per step, tiny preset, 1 embedded engine (maxRunning 128). A group's
 // oldest token dates from its launch (partial rollout or not), and a 16-turn group at 128 requests in
-// flight spans several trainer steps: under a small bound the tail's longest groups go stale; with
-// lateGroups requeue they are generated again (and dropped after 3 tries), with wait the batch waits
-// for them when they fit in it.
+// flight spans several trainer steps: under a small bound the tail's longest groups would go stale.
+// With lateGroups wait (actors/buffer/continuous.ts) batches take the groups in launch order and
+// launches stay within the bound's reach, so a long group delays its batch and none goes stale: the
+// trained prompts are sync's (a task whose lengths depend on the prompt only gives sync's trained
+// length). With lateGroups requeue stale groups are generated again (dropped after 3 tries).
 //
 // Trained samples/s: samples trained in steps 2..N over the wall time from the end of step 1 to the
 // end of step N (engine and worker start-up excluded), for every mode.
@@ -56,6 +59,7 @@ import { GroupBuffer } from "../actors/buffer/groups.ts";
 import { enginesSchema, trainSchema, type TrainConfig } from "../actors/loop/config.ts";
 import { FleetGenerator, startEngineProcess } from "../actors/loop/engines.ts";
 import { readJsonl, type BatchRecord, type StepMetrics } from "../actors/loop/metrics.ts";
+import { latestCheckpoint } from "../actors/loop/state.ts";
 import { loadTask } from "../actors/loop/task-loader.ts";
 import { rolloutRange } from "../actors/rollout/rollout.ts";
 import { runTrainJob } from "../src/cli/train-job.ts";
@@ -211,9 +215,13 @@ try {
   const cpuReps: Record<"sync" | "async" | "fully_async" | "generation_only" | "training_only", CpuUse>[] = [];
   /** Per repetition: mean trained response tokens a sample, and samples generated and never trained (requeued as stale), by mode. */
   const lengths: Record<"sync" | "async" | "fully_async" | "fully_async_requeue", number>[] = [];
-  const wasted: Record<"fully_async" | "fully_async_requeue", number>[] = [];
+  const wasted: Record<"fully_async" | "fully_async_requeue", { requeued: number; untrained: number }>[] = [];
   let lastSync = "", stalenessSeen = 0, partialSamples = 0;
-  const requeuedOf = (out: string) => readJsonl<BatchRecord>(join(out, "batches.jsonl")).reduce((n, x) => n + (x.requeued?.length ?? 0), 0);
+  /** Samples generated for nothing: requeued as stale, and launched but undecided at the end (the last checkpoint's pending groups). */
+  const wastedOf = (out: string) => ({
+    requeued: readJsonl<BatchRecord>(join(out, "batches.jsonl")).reduce((n, x) => n + (x.requeued?.length ?? 0), 0),
+    untrained: (latestCheckpoint(out)?.state.pending ?? []).reduce((n, g) => n + g.count, 0),
+  });
   for (let rep = 1; rep <= repetitions; rep++) {
     say(`repetition ${rep}/${repetitions}`);
     const sync = await run("sync", rep);
@@ -229,7 +237,7 @@ try {
     reps.push({ sync: sync.sps, async: async_.sps, fully_async: full.sps, fully_async_requeue: requeue.sps, fully_async_staleness8: loose.sps, generation_only: genOnly.sps, training_only: trainOnly.sps, bound: Math.min(genOnly.sps, trainOnly.sps) });
     cpuReps.push({ sync: sync.cpu, async: async_.cpu, fully_async: full.cpu, generation_only: genOnly.cpu, training_only: trainOnly.cpu });
     lengths.push({ sync: trainedLength(sync.ms), async: trainedLength(async_.ms), fully_async: trainedLength(full.ms), fully_async_requeue: trainedLength(requeue.ms) });
-    wasted.push({ fully_async: requeuedOf(full.out), fully_async_requeue: requeuedOf(requeue.out) });
+    wasted.push({ fully_async: wastedOf(full.out), fully_async_requeue: wastedOf(requeue.out) });
     say(`CPU ms/sample (machine busy): ${Object.entries(cpuReps.at(-1)!).map(([k, c]) => `${k} ${(c.perSample * 1000).toFixed(2)} (${(c.utilisation * 100).toFixed(0)} %)`).join(", ")}`);
     stalenessSeen = Math.max(stalenessSeen, ...full.ms.map((m) => m.staleness_max));
     partialSamples += full.ms.reduce((n, m) => n + m.partial_samples, 0);
@@ -264,12 +272,15 @@ try {
       fully_async_staleness_max: stalenessSeen,
       fully_async_partial_samples: partialSamples,
       // Length bias: mean response tokens of the trained samples, and samples generated and never
-      // trained (requeued as stale), with lateGroups wait (the default) and requeue (no waiting).
+      // trained (requeued as stale; pending: launched and undecided when the run ended), with
+      // lateGroups wait (the default) and requeue (no waiting), summed over the repetitions.
       trained_response_length: Object.fromEntries((["sync", "async", "fully_async", "fully_async_requeue"] as const).map((k) => [k, r(lengths.reduce((n, x) => n + x[k], 0) / lengths.length, 1)])),
       fully_async_length_vs_sync: r(lengths.reduce((n, x) => n + x.fully_async, 0) / lengths.reduce((n, x) => n + x.sync, 0), 3),
       fully_async_requeue_length_vs_sync: r(lengths.reduce((n, x) => n + x.fully_async_requeue, 0) / lengths.reduce((n, x) => n + x.sync, 0), 3),
-      fully_async_requeued_samples: wasted.reduce((n, x) => n + x.fully_async, 0),
-      fully_async_requeue_requeued_samples: wasted.reduce((n, x) => n + x.fully_async_requeue, 0),
+      fully_async_requeued_samples: wasted.reduce((n, x) => n + x.fully_async.requeued, 0),
+      fully_async_requeue_requeued_samples: wasted.reduce((n, x) => n + x.fully_async_requeue.requeued, 0),
+      fully_async_pending_at_end_samples: wasted.reduce((n, x) => n + x.fully_async.untrained, 0),
+      fully_async_requeue_pending_at_end_samples: wasted.reduce((n, x) => n + x.fully_async_requeue.untrained, 0),
       fully_async_requeue: r(mean("fully_async_requeue")),
       fully_async_staleness8: r(mean("fully_async_staleness8")),
       fully_async_staleness8_vs_sync: r(mean("fully_async_staleness8") / m.sync, 3),

@@ -12,8 +12,9 @@
 // may still reach: fewer than (bound + 1 − lag)·P undecided (lag 1 while the last batch is not synced
 // yet), and fewer than `maxInflightGroups` generating. So a long episode delays a batch instead of
 // going stale, the engines meanwhile generate the groups behind it, and the trained groups are the
-// prompts in order, as in sync mode: no length bias and nothing generated for nothing (the Nov 25
-// bench: requeues 0 against 20-25 % of the samples generated, trained response length that of sync).
+// prompts in order, as in sync mode: no length bias and nothing generated for nothing (`bench loop`,
+// Nov 25: no sample requeued where the earlier policy requeued ~20 % of those it generated, and the
+// trained response length is sync's).
 // `lateGroups: requeue` cuts the P oldest complete groups as soon as they are ready and launches up to
 // `maxInflightGroups` generating and one batch more waiting; groups that outlast the bound are
 // regenerated, and since the attempts that finish in time are the short ones, it trains shorter

@@ -22,6 +22,8 @@ interface Script {
   ticks: (prompt: number) => number;
   /** Ticks from a batch's publication to its weights being synced. */
   trainTicks: number;
+  /** Changes a group's message before the feeder gets it (malformed input). */
+  corrupt?: (g: GroupBody) => GroupBody;
 }
 
 interface Launch extends PendingGroup {
@@ -42,7 +44,7 @@ function groupOf(l: Launch): GroupBody {
 }
 
 /** Runs the script until `steps` batches are published; the batches and every launch, in order. */
-async function simulate(s: Script): Promise<{ batches: BatchBody[]; launched: Launch[] }> {
+async function simulate(s: Script): Promise<{ batches: BatchBody[]; launched: Launch[]; log: string[] }> {
   const train = trainSchema.parse({
     mode: "fully_async", steps: s.steps, promptsPerStep: s.promptsPerStep, samplesPerPrompt: s.samplesPerPrompt,
     maxStaleness: s.maxStaleness, maxInflightGroups: s.maxInflightGroups, lateGroups: s.lateGroups,
@@ -75,11 +77,11 @@ async function simulate(s: Script): Promise<{ batches: BatchBody[]; launched: La
     }
     for (const e of generating.filter((x) => x.done <= tick)) {
       generating.splice(generating.indexOf(e), 1);
-      await feeder.onGroup(groupOf(e.l), () => () => {});
+      await feeder.onGroup((s.corrupt ?? ((g) => g))(groupOf(e.l)), () => () => {});
     }
     if (training === null && batches.length > synced) training = tick + s.trainTicks;
   }
-  return { batches, launched };
+  return { batches, launched, log };
 }
 
 /** The invariants of lateGroups wait: nothing requeued or dropped, prompts trained in order, none beyond the bound, nothing launched for nothing. */
@@ -118,6 +120,14 @@ describe("ContinuousFeeder (fully_async)", () => {
     expect(requeued).toContain(0);
     expect(requeued).toContain(1);
     expect(r.batches.flatMap((b) => b.requeued ?? []).length).toBeGreaterThan(0); // samples generated for nothing
+  });
+
+  it("lateGroups wait: a group message that repeats a sample index is dropped, not waited for", async () => {
+    const s: Script = { ...script, steps: 2, corrupt: (g) => (g.groupIndex === 0 ? { ...g, samples: [g.samples[0]!, g.samples[0]!] } : g) };
+    const r = await simulate(s);
+    expect(r.batches.flatMap((b) => b.droppedPrompts ?? [])).toEqual([0]);
+    expect(r.batches.flatMap((b) => b.trainedPrompts ?? [])).toEqual([1, 2, 3, 4]);
+    expect(r.log.some((l) => l.includes("group of prompt 0") && l.includes("repeats a sample index"))).toBe(true);
   });
 
   it("lateGroups wait on random heavy-tailed schedules: the invariants hold", async () => {

@@ -44,6 +44,8 @@ export interface StepMetrics {
   value_clipfrac?: number;
   /** Learning rate of the step's optimizer update (the actor loop's trainer; absent in older runs). */
   lr?: number;
+  /** Entropy-bonus coefficient of the step's update (moves each step under `entropyTarget`). */
+  entropy_coef?: number;
   /** Trained samples by staleness: entry k counts those whose oldest token is k versions behind the trainer. */
   staleness_hist?: number[];
 }

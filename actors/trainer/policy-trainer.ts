@@ -115,6 +115,8 @@ export interface TrainStepResult {
   version: number;
   /** Worker restarts that happened during this step. */
   restarts: number;
+  /** Entropy-bonus coefficient this step trained with (it moves under `entropyTarget`). */
+  entropyCoef: number;
 }
 
 /** The policy trainer: a TrainerWorker plus the version directories. */
@@ -209,6 +211,7 @@ export class PolicyTrainer {
           all.push(m);
         }
         const metrics = mergeMetrics(all);
+        const entropyCoef = this.entropyCoef;
         if (c.entropyTarget != null) {
           const delta = c.entropyCoefStep ?? 0.005;
           this.entropyCoef = Math.max(0, this.entropyCoef + (metrics.entropy < c.entropyTarget ? delta : -delta));
@@ -217,7 +220,7 @@ export class PolicyTrainer {
         this.current = { dir, version };
         this.prune(version);
         const criticMetrics = prepared.critic ? { ...prepared.critic, valueLoss: metrics.valueLoss, valueClipfrac: metrics.valueClipfrac } : null;
-        return { metrics, critic: criticMetrics, modelDir: dir, version, restarts: this.worker.restarts - before };
+        return { metrics, critic: criticMetrics, modelDir: dir, version, restarts: this.worker.restarts - before, entropyCoef };
       } catch (e) {
         const retry = e instanceof OozeError && e.code === "WORKER_DIED" && e.retryable && attempt < 10;
         if (!retry) throw e;

@@ -5,8 +5,12 @@
 // As in production the agent is its own process: a forked client process times both arms with
 // fetch; this process hosts the gateway and its fleet; the engine is a third process. The
 // conversation carries K earlier turns as text, so each request renders a realistic history.
-// Progress on stderr; one JSON line last on stdout: p50/p99 of each and their ratios (goal ≤ 1.1 at p50).
+// Besides the two arms' p50/p90/p99 and their ratios it reports where the difference goes: the
+// gateway's own call to the engine (timed around Fleet.generate), the rest of each gateway request
+// (its own work and the extra HTTP hop), this process's CPU per request, and the machine's load.
+// Progress on stderr; one JSON line last on stdout (goal ≤ 1.1 at p50).
 import { fork, spawn } from "node:child_process";
+import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { Fleet } from "../src/engine/fleet.ts";
 import type { FleetGenerateRequest } from "../src/engine/fleet-types.ts";
@@ -76,11 +80,12 @@ if (process.argv.includes("--client")) {
     );
   });
 } else {
-  const requests = arg("requests", 60);
+  const requests = arg("requests", 200);
   const maxTokens = arg("max-tokens", 64);
   const turns = arg("turns", 4);
   const preset = sarg("preset", "quickstart");
-  const warmup = 5;
+  const warmup = 10;
+  const loadBefore = loadavg()[0]!;
 
   const engine = spawn(process.execPath, ["bin/ooze.mjs", "serve", "--preset", preset, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
@@ -105,8 +110,19 @@ if (process.argv.includes("--client")) {
   await fleet.attach(engineUrl);
   // Remembers what the gateway sent, so the direct call sends the very same ids and sampling.
   let sent: FleetGenerateRequest | null = null;
+  /** Duration of each Fleet.generate the gateway made, in order (requests are sequential). */
+  const fleetMs: number[] = [];
   const gw = await Gateway.start({
-    fleet: { generate: (req) => ((sent = req), fleet.generate(req)), endSession: (id) => fleet.endSession(id) },
+    fleet: {
+      generate: async (req) => {
+        sent = req;
+        const t0 = performance.now();
+        const r = await fleet.generate(req);
+        fleetMs.push(performance.now() - t0);
+        return r;
+      },
+      endSession: (id) => fleet.endSession(id),
+    },
     contextLength: 512,
     model: preset,
   });
@@ -128,31 +144,52 @@ if (process.argv.includes("--client")) {
       direct: { url: `${engineUrl}/generate`, body: JSON.stringify({ input_ids: Array.from(req.inputIds), sampling_params: req.sampling, return_logprob: true }) },
       warmup,
     };
+    fleetMs.length = 0;
+    const cpu0 = process.cpuUsage();
     const result = await new Promise<{ gateway: number[]; direct: number[] }>((resolve, reject) => {
       kid.once("message", (m) => resolve(m as { gateway: number[]; direct: number[] }));
       kid.once("exit", (c) => reject(new Error(`the client process exited (${c})`)));
       kid.send(job);
     });
+    const cpu = process.cpuUsage(cpu0);
     const completion = sessions.map((s) => gw.closeSession(s.id).samples[0]?.responseLength ?? 0);
     const a = result.gateway;
     const b = result.direct;
+    // The timed gateway requests' own Fleet.generate calls (the warm-up ones came first).
+    const f = fleetMs.slice(warmup);
+    if (f.length !== a.length) throw new Error(`timed ${a.length} gateway requests but ${f.length} fleet calls`);
+    const ms = (x: number) => +x.toFixed(2);
     const figures = {
       bench: "gateway",
       preset,
       requests,
       prompt_tokens: req.inputIds.length,
       completion_tokens_p50: quantile(completion, 0.5),
-      direct_p50_ms: +quantile(b, 0.5).toFixed(2),
-      direct_p99_ms: +quantile(b, 0.99).toFixed(2),
-      gateway_p50_ms: +quantile(a, 0.5).toFixed(2),
-      gateway_p99_ms: +quantile(a, 0.99).toFixed(2),
+      direct_p50_ms: ms(quantile(b, 0.5)),
+      direct_p90_ms: ms(quantile(b, 0.9)),
+      direct_p99_ms: ms(quantile(b, 0.99)),
+      gateway_p50_ms: ms(quantile(a, 0.5)),
+      gateway_p90_ms: ms(quantile(a, 0.9)),
+      gateway_p99_ms: ms(quantile(a, 0.99)),
+      // The gateway's call to the engine through the fleet (the same engine work as a direct call)…
+      fleet_call_p50_ms: ms(quantile(f, 0.5)),
+      // …and the rest of each gateway request: parsing, rendering, answering, the extra HTTP hop.
+      outside_fleet_p50_ms: ms(quantile(a.map((x, i) => x - f[i]!), 0.5)),
+      // CPU of this process (gateway + fleet client) per gateway request, warm-up included.
+      gateway_cpu_ms_per_request: ms((cpu.user + cpu.system) / 1000 / (warmup + requests)),
       p50_ratio: +(quantile(a, 0.5) / quantile(b, 0.5)).toFixed(3),
+      p90_ratio: +(quantile(a, 0.9) / quantile(b, 0.9)).toFixed(3),
       p99_ratio: +(quantile(a, 0.99) / quantile(b, 0.99)).toFixed(3),
       // Median of the ratios of neighbouring requests: less sensitive to load that drifts during the run.
       pair_ratio_p50: +quantile(a.map((x, i) => x / b[i]!), 0.5).toFixed(3),
       goal_p50_ratio: 1.1,
+      cores: cpus().length,
+      load_avg_1m: [+loadBefore.toFixed(2), +loadavg()[0]!.toFixed(2)],
     };
-    log(`gateway p50 ${figures.gateway_p50_ms} ms vs direct ${figures.direct_p50_ms} ms (${figures.completion_tokens_p50} tokens per answer)`);
+    log(
+      `gateway p50 ${figures.gateway_p50_ms} ms vs direct ${figures.direct_p50_ms} ms (${figures.completion_tokens_p50} tokens per answer); ` +
+        `its fleet call ${figures.fleet_call_p50_ms} ms, the rest ${figures.outside_fleet_p50_ms} ms; load ${figures.load_avg_1m.join(" → ")} on ${figures.cores} cores`,
+    );
     console.log(JSON.stringify(figures));
   } finally {
     if (kid.exitCode === null) kid.kill("SIGTERM");

@@ -1,4 +1,4 @@
-// Gateway benchmark (`npm run bench -- gateway [--requests N] [--max-tokens T] [--turns K] [--preset NAME]`):
+// Gateway benchmark (`npm run bench -- gateway [--requests N] [--max-tokens T] [--turns K] [--preset NAME] [--stream]`):
 // per-request latency of an OpenAI chat completion through the agent gateway vs the engine's own
 // /generate called directly with the same token ids and sampling, on the same `ooze serve` engine
 // process in the same run, interleaved (ABAB, then BABA) so both see the same load and prefix cache.
@@ -8,6 +8,7 @@
 // Besides the two arms' p50/p90/p99 and their ratios it reports where the difference goes: the
 // gateway's own call to the engine (timed around Fleet.generate), the rest of each gateway request
 // (its own work and the extra HTTP hop), this process's CPU per request, and the machine's load.
+// With --stream the gateway arm is streamed token by token and the time to its first text is given.
 // Progress on stderr; one JSON line last on stdout (goal ≤ 1.1 at p50).
 import { fork, spawn } from "node:child_process";
 import { cpus, loadavg } from "node:os";
@@ -38,32 +39,52 @@ interface ClientJob {
   warmup: number;
 }
 
-async function timed(url: string, body: string, headers: Record<string, string>): Promise<number> {
+/** Latencies of the client's requests, ms; `firstText`: when a streamed answer's first text arrived. */
+interface ClientTimes {
+  gateway: number[];
+  direct: number[];
+  firstText: number[];
+}
+
+/** Times one request to its last byte (and, for an SSE answer, to its first content delta). */
+async function timed(url: string, body: string, headers: Record<string, string>): Promise<{ ms: number; firstText: number | null }> {
   const t0 = performance.now();
   const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
-  const text = await res.text();
+  let firstText: number | null = null;
+  let text = "";
+  const decoder = new TextDecoder();
+  const reader = res.body!.getReader();
+  for (let r = await reader.read(); !r.done; r = await reader.read()) {
+    text += decoder.decode(r.value, { stream: true });
+    if (firstText === null && /"delta":\{"content":"[^"]/.test(text)) firstText = performance.now() - t0;
+  }
   const ms = performance.now() - t0;
   if (res.status !== 200) throw new Error(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
-  return ms;
+  return { ms, firstText };
 }
 
 /** The client process: times both arms, interleaved, and sends the latencies back. */
-async function client(job: ClientJob): Promise<{ gateway: number[]; direct: number[] }> {
+async function client(job: ClientJob): Promise<ClientTimes> {
   const g = job.gateway;
-  const one = (i: number) => timed(g[i]!.url, g[i]!.body, { authorization: `Bearer ${g[i]!.key}` });
-  const dir = () => timed(job.direct.url, job.direct.body, {});
-  for (let i = 0; i < job.warmup; i++) {
-    await one(i);
-    await dir();
-  }
-  const out = { gateway: [] as number[], direct: [] as number[] };
-  for (let i = job.warmup; i < g.length; i++) {
+  const out: ClientTimes = { gateway: [], direct: [], firstText: [] };
+  const one = async (i: number) => {
+    const t = await timed(g[i]!.url, g[i]!.body, { authorization: `Bearer ${g[i]!.key}` });
+    if (i >= job.warmup) {
+      out.gateway.push(t.ms);
+      if (t.firstText !== null) out.firstText.push(t.firstText);
+    }
+  };
+  const dir = async (i: number) => {
+    const t = await timed(job.direct.url, job.direct.body, {});
+    if (i >= job.warmup) out.direct.push(t.ms);
+  };
+  for (let i = 0; i < g.length; i++) {
     if (i % 2 === 0) {
-      out.gateway.push(await one(i));
-      out.direct.push(await dir());
+      await one(i);
+      await dir(i);
     } else {
-      out.direct.push(await dir());
-      out.gateway.push(await one(i));
+      await dir(i);
+      await one(i);
     }
   }
   return out;
@@ -84,6 +105,8 @@ if (process.argv.includes("--client")) {
   const maxTokens = arg("max-tokens", 64);
   const turns = arg("turns", 4);
   const preset = sarg("preset", "quickstart");
+  // The gateway arm streamed (SSE, token by token); the direct arm stays a whole /generate.
+  const stream = process.argv.includes("--stream");
   const warmup = 10;
   const loadBefore = loadavg()[0]!;
 
@@ -131,7 +154,7 @@ if (process.argv.includes("--client")) {
     const messages: { role: string; content: string }[] = [{ role: "system", content: "You add numbers." }];
     for (let t = 0; t < turns; t++) messages.push({ role: "user", content: `${t}+${t + 1}=?` }, { role: "assistant", content: `${2 * t + 1}` });
     messages.push({ role: "user", content: "7+8=?" });
-    const body = JSON.stringify({ model: preset, messages, max_tokens: maxTokens });
+    const body = JSON.stringify({ model: preset, messages, max_tokens: maxTokens, ...(stream ? { stream: true } : {}) });
     // One request here records the ids and sampling the gateway sends for this conversation.
     const probe = gw.openSession({ episodeId: "bench", groupIndex: 0, temperature: 0 });
     await timed(`${probe.openaiBaseUrl}/chat/completions`, body, { authorization: `Bearer ${probe.apiKey}` });
@@ -146,8 +169,8 @@ if (process.argv.includes("--client")) {
     };
     fleetMs.length = 0;
     const cpu0 = process.cpuUsage();
-    const result = await new Promise<{ gateway: number[]; direct: number[] }>((resolve, reject) => {
-      kid.once("message", (m) => resolve(m as { gateway: number[]; direct: number[] }));
+    const result = await new Promise<ClientTimes>((resolve, reject) => {
+      kid.once("message", (m) => resolve(m as ClientTimes));
       kid.once("exit", (c) => reject(new Error(`the client process exited (${c})`)));
       kid.send(job);
     });
@@ -162,6 +185,7 @@ if (process.argv.includes("--client")) {
     const figures = {
       bench: "gateway",
       preset,
+      stream,
       requests,
       prompt_tokens: req.inputIds.length,
       completion_tokens_p50: quantile(completion, 0.5),
@@ -177,6 +201,8 @@ if (process.argv.includes("--client")) {
       outside_fleet_p50_ms: ms(quantile(a.map((x, i) => x - f[i]!), 0.5)),
       // CPU of this process (gateway + fleet client) per gateway request, warm-up included.
       gateway_cpu_ms_per_request: ms((cpu.user + cpu.system) / 1000 / (warmup + requests)),
+      // Streamed: when the first text reached the agent.
+      ...(stream ? { first_text_p50_ms: ms(quantile(result.firstText, 0.5)) } : {}),
       p50_ratio: +(quantile(a, 0.5) / quantile(b, 0.5)).toFixed(3),
       p90_ratio: +(quantile(a, 0.9) / quantile(b, 0.9)).toFixed(3),
       p99_ratio: +(quantile(a, 0.99) / quantile(b, 0.99)).toFixed(3),

@@ -73,7 +73,7 @@ export class AnthropicStream {
 
   /** Every id sampled so far: a text_delta when they complete safe text. */
   progress(ids: Int32Array): void {
-    if (this.res.writableEnded) return;
+    if (this.res.writableEnded || this.res.destroyed) return;
     this.ids = ids;
     if (this.started) this.sendText(this.text.push(ids));
   }

@@ -101,7 +101,7 @@ export class OpenAIStream {
   /** Every id choice `k` has sampled so far: a content chunk when they complete safe text. */
   progress(k: number, ids: Int32Array, logprobs: Float32Array): void {
     const c = this.choices[k];
-    if (!c || this.res.writableEnded) return;
+    if (!c || this.res.writableEnded || this.res.destroyed) return;
     c.ids = ids;
     c.logprobs = logprobs;
     if (this.started) this.send(k, c.text.push(ids));

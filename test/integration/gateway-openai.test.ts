@@ -228,6 +228,20 @@ describe("gateway: OpenAI chat completions", () => {
     expect(fake.release()).toBe(1);
     await reading2;
     expect(parts.join("")).toBe("one two ");
+
+    // n = 2: each choice streams under its own index.
+    fake.script("/generate", { kind: "tokens", ids: ids("first choice") }, { kind: "tokens", ids: ids("second choice") });
+    const two = await ai.chat.completions.create({ model: "ooze-test", messages: [{ role: "user", content: "Two" }], n: 2, stream: true });
+    const byIndex = ["", ""];
+    const finishes: (string | null)[] = [];
+    for await (const c of two) {
+      for (const ch of c.choices) {
+        byIndex[ch.index] += ch.delta.content ?? "";
+        if (ch.finish_reason) finishes.push(ch.finish_reason);
+      }
+    }
+    expect([...byIndex].sort()).toEqual(["first choice", "second choice"]);
+    expect(finishes).toEqual(["stop", "stop"]);
     gw.closeSession(s.id);
   });
 

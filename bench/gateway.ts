@@ -8,7 +8,7 @@
 // Besides the two arms' p50/p90/p99 and their ratios it reports where the difference goes: the
 // gateway's own call to the engine (timed around Fleet.generate), the rest of each gateway request
 // (its own work and the extra HTTP hop), this process's CPU per request, and the machine's load.
-// With --stream the gateway arm is streamed token by token and the time to its first text is given.
+// With --stream both arms are streamed token by token, and the time to their first tokens is given.
 // Progress on stderr; one JSON line last on stdout (goal ≤ 1.1 at p50).
 import { fork, spawn } from "node:child_process";
 import { cpus, loadavg } from "node:os";
@@ -39,14 +39,15 @@ interface ClientJob {
   warmup: number;
 }
 
-/** Latencies of the client's requests, ms; `firstText`: when a streamed answer's first text arrived. */
+/** Latencies of the client's requests, ms; `first*`: when a streamed answer's first tokens arrived. */
 interface ClientTimes {
   gateway: number[];
   direct: number[];
   firstText: number[];
+  firstDirect: number[];
 }
 
-/** Times one request to its last byte (and, for an SSE answer, to its first content delta). */
+/** Times one request to its last byte (and, for an SSE answer, to its first content: a chat delta or /generate output ids). */
 async function timed(url: string, body: string, headers: Record<string, string>): Promise<{ ms: number; firstText: number | null }> {
   const t0 = performance.now();
   const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
@@ -56,7 +57,7 @@ async function timed(url: string, body: string, headers: Record<string, string>)
   const reader = res.body!.getReader();
   for (let r = await reader.read(); !r.done; r = await reader.read()) {
     text += decoder.decode(r.value, { stream: true });
-    if (firstText === null && /"delta":\{"content":"[^"]/.test(text)) firstText = performance.now() - t0;
+    if (firstText === null && /"delta":\{"content":"[^"]|"output_ids":\[\d/.test(text)) firstText = performance.now() - t0;
   }
   const ms = performance.now() - t0;
   if (res.status !== 200) throw new Error(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
@@ -66,7 +67,7 @@ async function timed(url: string, body: string, headers: Record<string, string>)
 /** The client process: times both arms, interleaved, and sends the latencies back. */
 async function client(job: ClientJob): Promise<ClientTimes> {
   const g = job.gateway;
-  const out: ClientTimes = { gateway: [], direct: [], firstText: [] };
+  const out: ClientTimes = { gateway: [], direct: [], firstText: [], firstDirect: [] };
   const one = async (i: number) => {
     const t = await timed(g[i]!.url, g[i]!.body, { authorization: `Bearer ${g[i]!.key}` });
     if (i >= job.warmup) {
@@ -76,7 +77,10 @@ async function client(job: ClientJob): Promise<ClientTimes> {
   };
   const dir = async (i: number) => {
     const t = await timed(job.direct.url, job.direct.body, {});
-    if (i >= job.warmup) out.direct.push(t.ms);
+    if (i >= job.warmup) {
+      out.direct.push(t.ms);
+      if (t.firstText !== null) out.firstDirect.push(t.firstText);
+    }
   };
   for (let i = 0; i < g.length; i++) {
     if (i % 2 === 0) {
@@ -105,7 +109,7 @@ if (process.argv.includes("--client")) {
   const maxTokens = arg("max-tokens", 64);
   const turns = arg("turns", 4);
   const preset = sarg("preset", "quickstart");
-  // The gateway arm streamed (SSE, token by token); the direct arm stays a whole /generate.
+  // Both arms streamed (SSE, token by token): the agent's chat stream vs /generate with stream: true.
   const stream = process.argv.includes("--stream");
   const warmup = 10;
   const loadBefore = loadavg()[0]!;
@@ -164,7 +168,7 @@ if (process.argv.includes("--client")) {
     const sessions = Array.from({ length: warmup + requests }, () => gw.openSession({ episodeId: "bench", groupIndex: 0, temperature: 0 }));
     const job: ClientJob = {
       gateway: sessions.map((s) => ({ url: `${s.openaiBaseUrl}/chat/completions`, key: s.apiKey, body })),
-      direct: { url: `${engineUrl}/generate`, body: JSON.stringify({ input_ids: Array.from(req.inputIds), sampling_params: req.sampling, return_logprob: true }) },
+      direct: { url: `${engineUrl}/generate`, body: JSON.stringify({ input_ids: Array.from(req.inputIds), sampling_params: req.sampling, return_logprob: true, ...(stream ? { stream: true } : {}) }) },
       warmup,
     };
     fleetMs.length = 0;
@@ -202,7 +206,7 @@ if (process.argv.includes("--client")) {
       // CPU of this process (gateway + fleet client) per gateway request, warm-up included.
       gateway_cpu_ms_per_request: ms((cpu.user + cpu.system) / 1000 / (warmup + requests)),
       // Streamed: when the first text reached the agent.
-      ...(stream ? { first_text_p50_ms: ms(quantile(result.firstText, 0.5)) } : {}),
+      ...(stream ? { first_text_p50_ms: ms(quantile(result.firstText, 0.5)), direct_first_tokens_p50_ms: ms(quantile(result.firstDirect, 0.5)) } : {}),
       p50_ratio: +(quantile(a, 0.5) / quantile(b, 0.5)).toFixed(3),
       p90_ratio: +(quantile(a, 0.9) / quantile(b, 0.9)).toFixed(3),
       p99_ratio: +(quantile(a, 0.99) / quantile(b, 0.99)).toFixed(3),

@@ -60,9 +60,12 @@ export class TextStreamer {
   finish(content: string): string {
     this.held = true;
     if (content.startsWith(this.emitted)) return this.emit(content);
-    // The decoder rewrote text already sent (not seen with byte-level or HF BPE decoders): what was
-    // sent stays; nothing can be taken back.
-    return "";
+    // The decoder rewrote text already sent (a whole decode that differs from the incremental one,
+    // e.g. a tokenizer that cleans up spaces; not seen with byte-level decoders): nothing can be
+    // taken back, so the content past the length sent follows.
+    const rest = content.slice(this.emitted.length);
+    this.emitted += rest;
+    return rest;
   }
 
   private decode(ids: ArrayLike<number>): void {

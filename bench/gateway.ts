@@ -1,16 +1,21 @@
 // Gateway benchmark (`npm run bench -- gateway [--requests N] [--max-tokens T] [--turns K] [--preset NAME] [--stream]`):
 // per-request latency of an OpenAI chat completion through the agent gateway vs the engine's own
 // /generate called directly with the same token ids and sampling, on the same `ooze serve` engine
-// process in the same run, interleaved (ABAB, then BABA) so both see the same load and prefix cache.
+// process in the same run, interleaved (the order of the arms rotating) so all see the same load and
+// prefix cache.
 // As in production the agent is its own process: a forked client process times both arms with
 // fetch; this process hosts the gateway and its fleet; the engine is a third process. The
 // conversation carries K earlier turns as text, so each request renders a realistic history.
-// Besides the two arms' p50/p90/p99 and their ratios it reports where the difference goes: the
-// gateway's own call to the engine (timed around Fleet.generate), the rest of each gateway request
-// (its own work and the extra HTTP hop), this process's CPU per request, and the machine's load.
+// A third arm sends the direct request through a bare pass-through proxy process (the cost of the
+// extra hop alone, the floor of any gateway). Besides p50/p90/p99 and the ratios it reports where
+// the difference goes: the gateway's own call to the engine (timed around Fleet.generate), the rest
+// of each gateway request (its own work and the extra HTTP hop), this process's CPU per request,
+// and the machine's load.
 // With --stream both arms are streamed token by token, and the time to their first tokens is given.
 // Progress on stderr; one JSON line last on stdout (goal ≤ 1.1 at p50).
 import { fork, spawn } from "node:child_process";
+import { Agent, createServer, request } from "node:http";
+import type { AddressInfo } from "node:net";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { Fleet } from "../src/engine/fleet.ts";
@@ -36,6 +41,8 @@ const quantile = (xs: number[], q: number): number => {
 interface ClientJob {
   gateway: { url: string; key: string; body: string }[];
   direct: { url: string; body: string };
+  /** The same /generate through the bare proxy. */
+  proxy: string;
   warmup: number;
 }
 
@@ -43,6 +50,7 @@ interface ClientJob {
 interface ClientTimes {
   gateway: number[];
   direct: number[];
+  proxy: number[];
   firstText: number[];
   firstDirect: number[];
 }
@@ -64,10 +72,10 @@ async function timed(url: string, body: string, headers: Record<string, string>)
   return { ms, firstText };
 }
 
-/** The client process: times both arms, interleaved, and sends the latencies back. */
+/** The client process: times the three arms, interleaved (the order rotates), and sends the latencies back. */
 async function client(job: ClientJob): Promise<ClientTimes> {
   const g = job.gateway;
-  const out: ClientTimes = { gateway: [], direct: [], firstText: [], firstDirect: [] };
+  const out: ClientTimes = { gateway: [], direct: [], proxy: [], firstText: [], firstDirect: [] };
   const one = async (i: number) => {
     const t = await timed(g[i]!.url, g[i]!.body, { authorization: `Bearer ${g[i]!.key}` });
     if (i >= job.warmup) {
@@ -82,19 +90,45 @@ async function client(job: ClientJob): Promise<ClientTimes> {
       if (t.firstText !== null) out.firstDirect.push(t.firstText);
     }
   };
-  for (let i = 0; i < g.length; i++) {
-    if (i % 2 === 0) {
-      await one(i);
-      await dir(i);
-    } else {
-      await dir(i);
-      await one(i);
-    }
-  }
+  const hop = async (i: number) => {
+    const t = await timed(job.proxy, job.direct.body, {});
+    if (i >= job.warmup) out.proxy.push(t.ms);
+  };
+  const orders = [
+    [one, dir, hop],
+    [dir, hop, one],
+    [hop, one, dir],
+  ];
+  for (let i = 0; i < g.length; i++) for (const arm of orders[i % 3]!) await arm(i);
   return out;
 }
 
-if (process.argv.includes("--client")) {
+/**
+ * The bare proxy process: forwards each request to the engine and pipes the answer back, doing
+ * nothing else — the cost of one more HTTP hop between two processes, the floor of any gateway.
+ */
+function proxy(engineUrl: string): void {
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      const up = request(`${engineUrl}${req.url ?? "/"}`, { method: req.method, agent: keepAlive, headers: { "content-type": "application/json", "content-length": body.length } }, (r) => {
+        res.writeHead(r.statusCode ?? 502, r.headers);
+        r.pipe(res);
+      });
+      up.on("error", (e) => res.destroy(e));
+      up.end(body);
+    });
+  });
+  const keepAlive = new Agent({ keepAlive: true });
+  server.listen(0, "127.0.0.1", () => process.send!(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
+  process.on("disconnect", () => process.exit(0));
+}
+
+if (process.argv.includes("--proxy")) {
+  proxy(process.argv[process.argv.indexOf("--proxy") + 1]!);
+} else if (process.argv.includes("--client")) {
   process.once("message", (job: ClientJob) => {
     client(job).then(
       (r) => process.send!(r, () => process.exit(0)),
@@ -154,7 +188,12 @@ if (process.argv.includes("--client")) {
     model: preset,
   });
   const kid = fork(fileURLToPath(import.meta.url), ["--client"], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const hopper = fork(fileURLToPath(import.meta.url), ["--proxy", engineUrl], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
   try {
+    const proxyUrl = await new Promise<string>((resolve, reject) => {
+      hopper.once("message", (m) => resolve(String(m)));
+      hopper.once("exit", (c) => reject(new Error(`the proxy process exited (${c})`)));
+    });
     const messages: { role: string; content: string }[] = [{ role: "system", content: "You add numbers." }];
     for (let t = 0; t < turns; t++) messages.push({ role: "user", content: `${t}+${t + 1}=?` }, { role: "assistant", content: `${2 * t + 1}` });
     messages.push({ role: "user", content: "7+8=?" });
@@ -169,6 +208,7 @@ if (process.argv.includes("--client")) {
     const job: ClientJob = {
       gateway: sessions.map((s) => ({ url: `${s.openaiBaseUrl}/chat/completions`, key: s.apiKey, body })),
       direct: { url: `${engineUrl}/generate`, body: JSON.stringify({ input_ids: Array.from(req.inputIds), sampling_params: req.sampling, return_logprob: true, ...(stream ? { stream: true } : {}) }) },
+      proxy: `${proxyUrl}/generate`,
       warmup,
     };
     fleetMs.length = 0;
@@ -196,6 +236,9 @@ if (process.argv.includes("--client")) {
       direct_p50_ms: ms(quantile(b, 0.5)),
       direct_p90_ms: ms(quantile(b, 0.9)),
       direct_p99_ms: ms(quantile(b, 0.99)),
+      // The same /generate through a bare pass-through proxy process: the cost of the extra hop alone.
+      proxy_p50_ms: ms(quantile(result.proxy, 0.5)),
+      proxy_p50_ratio: +(quantile(result.proxy, 0.5) / quantile(b, 0.5)).toFixed(3),
       gateway_p50_ms: ms(quantile(a, 0.5)),
       gateway_p90_ms: ms(quantile(a, 0.9)),
       gateway_p99_ms: ms(quantile(a, 0.99)),
@@ -208,6 +251,8 @@ if (process.argv.includes("--client")) {
       // Streamed: when the first text reached the agent.
       ...(stream ? { first_text_p50_ms: ms(quantile(result.firstText, 0.5)), direct_first_tokens_p50_ms: ms(quantile(result.firstDirect, 0.5)) } : {}),
       p50_ratio: +(quantile(a, 0.5) / quantile(b, 0.5)).toFixed(3),
+      // The gateway against the bare proxy: what its own work adds beyond the hop.
+      p50_ratio_vs_proxy: +(quantile(a, 0.5) / quantile(result.proxy, 0.5)).toFixed(3),
       p90_ratio: +(quantile(a, 0.9) / quantile(b, 0.9)).toFixed(3),
       p99_ratio: +(quantile(a, 0.99) / quantile(b, 0.99)).toFixed(3),
       // Median of the ratios of neighbouring requests: less sensitive to load that drifts during the run.
@@ -217,12 +262,13 @@ if (process.argv.includes("--client")) {
       load_avg_1m: [+loadBefore.toFixed(2), +loadavg()[0]!.toFixed(2)],
     };
     log(
-      `gateway p50 ${figures.gateway_p50_ms} ms vs direct ${figures.direct_p50_ms} ms (${figures.completion_tokens_p50} tokens per answer); ` +
+      `gateway p50 ${figures.gateway_p50_ms} ms vs direct ${figures.direct_p50_ms} ms, bare proxy ${figures.proxy_p50_ms} ms (${figures.completion_tokens_p50} tokens per answer); ` +
         `its fleet call ${figures.fleet_call_p50_ms} ms, the rest ${figures.outside_fleet_p50_ms} ms; load ${figures.load_avg_1m.join(" → ")} on ${figures.cores} cores`,
     );
     console.log(JSON.stringify(figures));
   } finally {
     if (kid.exitCode === null) kid.kill("SIGTERM");
+    if (hopper.exitCode === null) hopper.kill("SIGTERM");
     await gw.close();
     await fleet.close();
     engine.kill("SIGTERM");

@@ -26,7 +26,7 @@ export interface FleetGenerateRequest {
   /**
    * With a streamed request: called whenever a chunk brings new tokens, with every token sampled so
    * far (across re-dispatches) and their logprobs. The result's ids are the last call's, or fewer
-   * when an engine's final chunk trimmed its tail.
+   * when an engine's final chunk trimmed its tail. It must not throw (what it throws fails the request).
    */
   onTokens?: (outputIds: Int32Array, logprobs: Float32Array) => void;
 }

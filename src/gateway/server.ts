@@ -191,7 +191,19 @@ export class Gateway {
         ? new AnthropicStream(res, id, this.model, chatReq, this.tokenizer)
         : new OpenAIStream(res, id, this.model, chatReq, this.tokenizer)
       : null;
-    const onTokens = stream === null ? undefined : stream instanceof AnthropicStream ? (_k: number, ids: Int32Array) => stream.progress(ids) : (k: number, ids: Int32Array, lps: Float32Array) => stream.progress(k, ids, lps);
+    // Each streamed chunk of the engine's: the text it completes goes out. A failure to write it
+    // ends the agent's stream (its generation is then aborted and recorded once), never the fleet's request.
+    const onTokens =
+      stream === null
+        ? undefined
+        : (k: number, ids: Int32Array, lps: Float32Array) => {
+            try {
+              if (stream instanceof AnthropicStream) stream.progress(ids);
+              else stream.progress(k, ids, lps);
+            } catch (e) {
+              res.destroy(e as Error);
+            }
+          };
     try {
       // Refusals that need no generation (limits, context) come before the stream's headers.
       const pending = session.turn(chatReq, ctl.signal, onTokens);

@@ -142,6 +142,32 @@ function errorMessageOf(text: string): string {
   return text.length > 300 ? `${text.slice(0, 300)}…` : text;
 }
 
+/**
+ * A streamed chunk made cumulative. SGLang streams cumulative chunks by default; with
+ * `--incremental-streaming-output` each carries only the new ids (and logprobs), which shows as
+ * fewer ids than `meta_info.completion_tokens` (always the count so far) that exactly complete the
+ * previous chunk's: those are appended to it.
+ */
+function cumulative(chunk: GenerateOutput, prev: GenerateOutput | null): GenerateOutput {
+  const n = chunk.outputIds.length;
+  const total = chunk.meta.completionTokens;
+  if (prev === null || n >= total || prev.outputIds.length + n !== total) return chunk;
+  // A last chunk that repeats the start of the previous one is a cumulative one trimmed of its tail.
+  if (chunk.finishReason !== null && chunk.outputIds.every((id, i) => id === prev.outputIds[i])) return chunk;
+  const join = <T extends Int32Array | Float32Array>(a: T, b: T, make: (len: number) => T): T => {
+    const out = make(a.length + b.length);
+    out.set(a);
+    out.set(b, a.length);
+    return out;
+  };
+  return {
+    ...chunk,
+    outputIds: join(prev.outputIds, chunk.outputIds, (k) => new Int32Array(k)),
+    logprobs: chunk.logprobs.length === 0 && prev.logprobs.length === 0 ? chunk.logprobs : join(prev.logprobs, chunk.logprobs, (k) => new Float32Array(k)),
+    text: prev.text + chunk.text,
+  };
+}
+
 /** Client of one SGLang-compatible server at `url` (e.g. "http://127.0.0.1:30000"). */
 export class EngineClient {
   readonly url: string;
@@ -181,8 +207,9 @@ export class EngineClient {
 
   /**
    * Streams a generation: yields cumulative chunks (whole ids and logprobs so far); the last one
-   * carries the finish reason. A connection reset, a stream without `[DONE]`, or an error event
-   * throws a typed error naming the URL.
+   * carries the finish reason. A server that streams incremental chunks (SGLang's
+   * `--incremental-streaming-output`: only the new ids) is read the same way. A connection reset,
+   * a stream without `[DONE]`, or an error event throws a typed error naming the URL.
    */
   async *generateStream(req: GenerateRequest): AsyncGenerator<GenerateOutput, GenerateResult, void> {
     const wantLogprobs = req.returnLogprob ?? false;
@@ -264,7 +291,7 @@ export class EngineClient {
           if (json && typeof json === "object" && "error" in json) {
             throw new OozeError("ENGINE_REJECTED", `${endpoint}: the engine reported an error mid-stream: ${errorMessageOf(data)}`, { retryable: false });
           }
-          last = parseGenerateResponse(endpoint, json, { wantLogprobs, final: false, prefix: `data[${chunks}]` });
+          last = cumulative(parseGenerateResponse(endpoint, json, { wantLogprobs, final: false, prefix: `data[${chunks}]` }), last);
           chunks++;
           yield last;
         }

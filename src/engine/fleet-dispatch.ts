@@ -23,6 +23,8 @@ export interface DispatchContext {
   missed: number;
   closed(): boolean;
   userAborted(): boolean;
+  /** The request's progress callback (streamed dispatches). */
+  onTokens?: ((outputIds: Int32Array, logprobs: Float32Array) => void) | undefined;
 }
 
 /** How long a graceful abort (/abort_request) may take before the dispatch is cut locally, ms. */
@@ -63,7 +65,9 @@ export async function dispatch(e: Engine, attempt: Attempt, call: GenerateReques
         cachedTokens += n.value.meta.cachedTokens;
         streamed = true;
       }
+      const had = acc.length;
       acc.update(n.value.outputIds, n.value.logprobs, n.value.meta.weightVersion, n.done === true);
+      if (ctx.onTokens && acc.length > had) ctx.onTokens(acc.outputIds(), acc.logprobs());
       if (n.done) return { outcome: { done: n.value.finishReason }, cachedTokens };
     }
   } catch (err) {

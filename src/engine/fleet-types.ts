@@ -21,6 +21,14 @@ export interface FleetGenerateRequest {
   rid?: string;
   /** Aborting it is the same as `abort(rid)`: the request ends as aborted and is not re-dispatched. */
   signal?: AbortSignal;
+  /** Streams this request's dispatches (SGLang `stream: true`); default: the fleet's `stream` option. */
+  stream?: boolean;
+  /**
+   * With a streamed request: called whenever a chunk brings new tokens, with every token sampled so
+   * far (across re-dispatches) and their logprobs. The result's ids are the last call's, or fewer
+   * when an engine's final chunk trimmed its tail. It must not throw (what it throws fails the request).
+   */
+  onTokens?: (outputIds: Int32Array, logprobs: Float32Array) => void;
 }
 
 /** A finished generation, possibly assembled from several dispatches. */
@@ -143,6 +151,8 @@ export interface Attempt {
   expired: string | null;
   /** A non-streamed dispatch under the progress deadline: when it was sent (performance.now()), its budget, the deadlines its request missed. */
   watch: { start: number; budget: number; missed: number } | null;
+  /** Sent with `stream: true`. */
+  stream: boolean;
 }
 
 /** An attached engine (internal). */

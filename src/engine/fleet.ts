@@ -225,7 +225,9 @@ export class Fleet {
     const a = st.attempt;
     if (a) {
       const e = this.engineOf(a);
-      if (e && !this.stream) this.cutGracefully(e, a);
+      // Asked to abort, the engine ends the request itself (a stream with its last chunk); the
+      // connection is cut only if it does not within GRACEFUL_ABORT_MS.
+      if (e) this.cutGracefully(e, a);
       else a.ctl.abort();
     }
     this.notify();
@@ -310,6 +312,7 @@ export class Fleet {
           cutTimer: null,
           expired: null,
           watch: null,
+          stream: req.stream ?? this.stream,
         };
         e.attempts.add(attempt);
         st.attempt = attempt;
@@ -330,7 +333,8 @@ export class Fleet {
             signal: attempt.ctl.signal,
           };
           const ctx: DispatchContext = {
-            stream: this.stream,
+            stream: attempt.stream,
+            onTokens: req.onTokens,
             deadlines: this.deadlines,
             callTimeoutMs: this.generateTimeoutMs + GRACEFUL_ABORT_MS,
             missed,
@@ -604,7 +608,7 @@ export class Fleet {
     }
     for (const a of e.attempts) {
       a.redispatch ??= `${e.id} ${reason}`;
-      if (graceful && !this.stream) this.cutGracefully(e, a);
+      if (graceful && !a.stream) this.cutGracefully(e, a);
       else a.ctl.abort();
     }
   }

@@ -343,6 +343,44 @@ function fieldOf(path: readonly PropertyKey[], prefix: string): string {
   return s || "body";
 }
 
+type Triple = [number, number, string | null, ...unknown[]];
+
+/** A list of token ids the schema accepts (checked by hand: it is the long part of a response). */
+function idList(v: unknown): v is number[] {
+  if (!Array.isArray(v)) return false;
+  for (const x of v) if (!Number.isSafeInteger(x)) return false;
+  return true;
+}
+
+/** A list of [logprob, id, text|null] triples the schema accepts. */
+function tripleList(v: unknown): v is Triple[] {
+  if (!Array.isArray(v)) return false;
+  for (const t of v) {
+    if (!Array.isArray(t) || t.length < 3 || typeof t[0] !== "number" || !Number.isFinite(t[0]) || !Number.isSafeInteger(t[1]) || (t[2] !== null && typeof t[2] !== "string")) return false;
+  }
+  return true;
+}
+
+/**
+ * The response with its long lists (output_ids, output_token_logprobs) set aside when they are
+ * well-formed — checked by hand, a subset of what the schema accepts — so that the schema only walks
+ * the rest: a streamed answer sends every list again in every chunk. A list that fails the hand check
+ * stays in, and the schema reports it as it would.
+ */
+function setAsideLists(json: unknown): { subject: unknown; ids: number[] | null; triples: Triple[] | null } {
+  if (!json || typeof json !== "object" || Array.isArray(json)) return { subject: json, ids: null, triples: null };
+  const o = json as Record<string, unknown>;
+  const m = o.meta_info;
+  const ids = idList(o.output_ids) ? o.output_ids : null;
+  const meta = m && typeof m === "object" && !Array.isArray(m) ? (m as Record<string, unknown>) : null;
+  const triples = meta && tripleList(meta.output_token_logprobs) ? meta.output_token_logprobs : null;
+  if (ids === null && triples === null) return { subject: json, ids, triples };
+  const subject: Record<string, unknown> = { ...o };
+  if (ids !== null) subject.output_ids = [];
+  if (triples !== null) subject.meta_info = { ...meta, output_token_logprobs: [] };
+  return { subject, ids, triples };
+}
+
 /**
  * Validates one /generate response object from `url`. `wantLogprobs` requires
  * output_token_logprobs; `final` requires a finish_reason. Throws EngineProtocolError.
@@ -353,13 +391,16 @@ export function parseGenerateResponse(
   opts: { wantLogprobs: boolean; final: boolean; prefix?: string },
 ): GenerateOutput {
   const prefix = opts.prefix ?? "";
-  const parsed = responseSchema.safeParse(json);
+  const aside = setAsideLists(json);
+  const parsed = responseSchema.safeParse(aside.subject);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     throw new EngineProtocolError(url, fieldOf(issue.path, prefix), issue.message);
   }
   const r = parsed.data;
+  if (aside.ids !== null) r.output_ids = aside.ids;
   const m = r.meta_info;
+  if (aside.triples !== null) m.output_token_logprobs = aside.triples;
   const field = (f: string) => fieldOf([], prefix ? `${prefix}.${f}` : f);
   if (opts.final && m.finish_reason === null) throw new EngineProtocolError(url, field("meta_info.finish_reason"), "is null in a final response");
   let outputIds: Int32Array;

@@ -1,10 +1,13 @@
 // Anthropic's shapes for the gateway: a message (text and tool_use blocks, stop_reason, usage), the
-// event stream (message_start, ping, content_block_start / content_block_delta with text_delta or
-// input_json_delta / content_block_stop, message_delta, message_stop; `error` events), and the
-// model list.
+// event stream (message_start, ping, content_block_start / content_block_delta with text_delta as
+// the engine samples or input_json_delta / content_block_stop, message_delta, message_stop; `error`
+// events), and the model list.
 import type { ServerResponse } from "node:http";
 import type { GatewayError } from "./errors.ts";
+import type { ChatRequest } from "./messages.ts";
 import type { TurnChoice, TurnResult } from "./session.ts";
+import { TextStreamer } from "./stream-text.ts";
+import type { ChatTokenizer } from "./tokenizer.ts";
 
 function stopReason(c: TurnChoice): string {
   if (c.finish === "tool_calls") return "tool_use";
@@ -30,34 +33,71 @@ export function messageBody(id: string, model: string, r: TurnResult): Record<st
   return { id, type: "message", role: "assistant", model, content: blocks(c), stop_reason: stopReason(c), stop_sequence: c.stopSequence, usage: usage(r, c.ids.length) };
 }
 
-/** Writes Anthropic's event stream: `start` before generation, then `finish` or `fail`. */
+/**
+ * Writes Anthropic's event stream: `start` before generation, `progress` as the engine samples (a
+ * text block's text_delta events at safe points of the detokenisation), then `finish` (the rest of
+ * the text, tool_use blocks with input_json_delta, message_delta with stop_reason and usage,
+ * message_stop) or `fail`.
+ */
 export class AnthropicStream {
+  private readonly text: TextStreamer;
+  private ids: Int32Array = new Int32Array(0);
+  private started = false;
+  /** The text block (index 0) was opened. */
+  private textOpen = false;
+
   constructor(
     private readonly res: ServerResponse,
     private readonly id: string,
     private readonly model: string,
-  ) {}
+    req: ChatRequest,
+    tok: ChatTokenizer,
+  ) {
+    this.text = new TextStreamer(tok, req.stop, req.tools.length > 0);
+  }
 
   private event(type: string, data: Record<string, unknown>): void {
     this.res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
   }
 
-  /** Headers, message_start (input usage follows in message_delta), ping. */
+  /** Headers, message_start (input usage follows in message_delta), ping (then whatever was sampled before). */
   start(): void {
     this.res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" });
     this.event("message_start", {
       message: { id: this.id, type: "message", role: "assistant", model: this.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 0, output_tokens: 0 } },
     });
     this.event("ping", {});
+    this.started = true;
+    this.sendText(this.text.push(this.ids));
   }
 
-  /** Content blocks, message_delta (stop_reason, usage), message_stop. */
+  /** Every id sampled so far: a text_delta when they complete safe text. */
+  progress(ids: Int32Array): void {
+    if (this.res.writableEnded || this.res.destroyed) return;
+    this.ids = ids;
+    if (this.started) this.sendText(this.text.push(ids));
+  }
+
+  private sendText(text: string): void {
+    if (text === "") return;
+    if (!this.textOpen) {
+      this.event("content_block_start", { index: 0, content_block: { type: "text", text: "" } });
+      this.textOpen = true;
+    }
+    this.event("content_block_delta", { index: 0, delta: { type: "text_delta", text } });
+  }
+
+  /** The rest of the text, tool_use blocks, message_delta (stop_reason, usage), message_stop. */
   finish(r: TurnResult): void {
     const c = r.choices[0]!;
+    const rest = this.text.finish(c.content);
     blocks(c).forEach((b, index) => {
       if (b.type === "text") {
-        this.event("content_block_start", { index, content_block: { type: "text", text: "" } });
-        if (b.text !== "") this.event("content_block_delta", { index, delta: { type: "text_delta", text: b.text } });
+        if (!this.textOpen) {
+          this.event("content_block_start", { index, content_block: { type: "text", text: "" } });
+          this.textOpen = true;
+        }
+        if (rest !== "") this.event("content_block_delta", { index, delta: { type: "text_delta", text: rest } });
       } else {
         this.event("content_block_start", { index, content_block: { type: "tool_use", id: b.id, name: b.name, input: {} } });
         this.event("content_block_delta", { index, delta: { type: "input_json_delta", partial_json: JSON.stringify(b.input) } });

@@ -186,10 +186,27 @@ export class Gateway {
     };
     res.on("close", onClose);
     const id = anthropic ? `msg_${randomBytes(12).toString("hex")}` : `chatcmpl-${randomBytes(12).toString("hex")}`;
-    const stream = chatReq.stream ? (anthropic ? new AnthropicStream(res, id, this.model) : new OpenAIStream(res, id, this.model, chatReq, this.tokenizer)) : null;
+    const stream = chatReq.stream
+      ? anthropic
+        ? new AnthropicStream(res, id, this.model, chatReq, this.tokenizer)
+        : new OpenAIStream(res, id, this.model, chatReq, this.tokenizer)
+      : null;
+    // Each streamed chunk of the engine's: the text it completes goes out. A failure to write it
+    // ends the agent's stream (its generation is then aborted and recorded once), never the fleet's request.
+    const onTokens =
+      stream === null
+        ? undefined
+        : (k: number, ids: Int32Array, lps: Float32Array) => {
+            try {
+              if (stream instanceof AnthropicStream) stream.progress(ids);
+              else stream.progress(k, ids, lps);
+            } catch (e) {
+              res.destroy(e as Error);
+            }
+          };
     try {
       // Refusals that need no generation (limits, context) come before the stream's headers.
-      const pending = session.turn(chatReq, ctl.signal);
+      const pending = session.turn(chatReq, ctl.signal, onTokens);
       const first = await Promise.race([pending.then(() => null, (e: unknown) => e), new Promise((r) => setImmediate(() => r("running")))]);
       if (first !== "running" && first !== null) throw first;
       if (stream) stream.start();

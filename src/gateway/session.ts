@@ -118,8 +118,12 @@ export class Session {
     return { requests: this.requests, inFlight: this.inFlight.size, segments: this.segments.length, sampledTokens: this.sampledTokens };
   }
 
-  /** Runs one chat request: plan (extend or split), generate, record, and shape the choices. */
-  async turn(req: ChatRequest, signal: AbortSignal): Promise<TurnResult> {
+  /**
+   * Runs one chat request: plan (extend or split), generate, record, and shape the choices. With
+   * `onTokens` the generations are streamed from the engines and it sees each choice's sampled ids
+   * so far as they come; what is recorded is the same either way.
+   */
+  async turn(req: ChatRequest, signal: AbortSignal, onTokens?: (choice: number, ids: Int32Array, logprobs: Float32Array) => void): Promise<TurnResult> {
     const s = this.settings;
     if (s.maxTurns !== undefined && this.turns >= s.maxTurns) {
       throw this.fatal(new GatewayError("limit", `session ${this.id}: the episode's limit of ${s.maxTurns} model turns is spent; no more requests are served`));
@@ -163,6 +167,7 @@ export class Session {
             sessionId: this.id,
             rid: `${this.id}-t${turnNo}-c${k}`,
             signal: ctl.signal,
+            ...(onTokens ? { stream: true, onTokens: (ids: Int32Array, lps: Float32Array) => onTokens(k, ids, lps) } : {}),
           }),
         ),
       );

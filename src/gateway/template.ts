@@ -152,5 +152,7 @@ export function parseToolCalls(text: string): ParsedTurn {
     toolCalls.push({ name: o.name, arguments: argText });
     return "";
   });
-  return { content: toolCalls.length > 0 ? content.trim() : content, toolCalls };
+  // Trailing whitespace (before a call) goes; leading whitespace stays, so that a streamed answer's
+  // text, sent before the calls are parsed, is a prefix of this content.
+  return { content: toolCalls.length > 0 ? content.trimEnd() : content, toolCalls };
 }

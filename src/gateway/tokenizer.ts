@@ -71,7 +71,8 @@ export function hfChatTokenizer(tokenizerJson: object, tokenizerConfig: Record<s
   if (eosId !== undefined) stop.add(eosId);
   return {
     encode: (text) => tok.encode(text, { add_special_tokens: false }).ids,
-    decode: (ids, skipSpecial = true) => tok.decode(Array.from(ids), { skip_special_tokens: skipSpecial }),
+    // The library refuses an empty list; nothing decodes to nothing.
+    decode: (ids, skipSpecial = true) => (ids.length === 0 ? "" : tok.decode(Array.from(ids), { skip_special_tokens: skipSpecial })),
     stopIds: [...stop],
     specialText,
     bosToken,

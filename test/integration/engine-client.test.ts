@@ -57,6 +57,21 @@ describe("EngineClient, well-behaved server", () => {
     expect(step.value.status).toBe("truncated");
   });
 
+  it("reads incremental chunks (SGLang's --incremental-streaming-output) as cumulative ones", async () => {
+    fake.script("/generate", { kind: "incremental" });
+    const gen = client.generateStream({ inputIds: [1], sampling: { max_new_tokens: 4 }, returnLogprob: true });
+    const seen: number[][] = [];
+    let step = await gen.next();
+    while (!step.done) {
+      seen.push(Array.from(step.value.outputIds));
+      step = await gen.next();
+    }
+    expect(seen).toEqual([[2], [2, 3], [2, 3, 4], [2, 3, 4, 5]]);
+    expect(Array.from(step.value.outputIds)).toEqual([2, 3, 4, 5]);
+    expect(Array.from(step.value.logprobs)).toEqual([-0.125, -0.25, -0.375, -0.5]);
+    expect(step.value.text).toBe("\u0002\u0003\u0004\u0005");
+  });
+
   it("control endpoints", async () => {
     expect(await client.health()).toBe(true);
     expect((await client.modelInfo()).model_path).toBe("fake/model");

@@ -1,6 +1,6 @@
 // The Fleet over real engine servers (two in-process servers and one child process over a tiny native
 // model): attach/detach/list, refusal of an engine serving another model, partial rollout across an
-// /abort_request, a caller's abort, a SIGKILLed engine mid-request and its restart on the same port,
+// /abort_request, a caller's abort, one request streamed with its tokens reported as they come, a SIGKILLed engine mid-request and its restart on the same port,
 // weight updates (versions bump, a lower one is refused, a late joiner is brought up to date), and
 // recovery of the engine set from the job's KV bucket.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -214,6 +214,26 @@ describe("fleet: partial rollout", () => {
     expect(a.outputIds.length).toBeGreaterThanOrEqual(10);
     expect(a.outputIds.length).toBeLessThan(400);
     expect(Array.from(a.outputIds)).toEqual(reference.get(key(prompts[3]!))!.ids.slice(0, a.outputIds.length));
+  });
+
+  it("streams one request on a fleet that does not stream: its tokens come as sampled, and an abort reaches the engine", async () => {
+    const f = fleet();
+    await f.attach(servers[0]!.url);
+    const seen: Int32Array[] = [];
+    const held = gates[0]!.holdAfter("st-1", 10);
+    const ctl = new AbortController();
+    const p = f.generate({ inputIds: prompts[0]!, sampling: long, rid: "st-1", stream: true, onTokens: (ids) => seen.push(ids), signal: ctl.signal });
+    await withDeadline(held, 30_000, "st-1 to sample 10 tokens on engine 0");
+    // The engine is held at the 10th token: the first 10 came through the callback before the end.
+    await waitUntil(() => seen.at(-1)?.length === 10, { what: "10 tokens reported while the engine is held", diagnostics: () => JSON.stringify(seen.map((x) => x.length)) });
+    expect(seen.length).toBeGreaterThan(1);
+    for (let i = 1; i < seen.length; i++) expect(Array.from(seen[i]!.subarray(0, seen[i - 1]!.length))).toEqual(Array.from(seen[i - 1]!));
+    // The abort is sent to the engine (the held request ends only when aborted there).
+    ctl.abort();
+    const r = await p;
+    expect(r).toMatchObject({ status: "aborted", redispatches: 0 });
+    expect(Array.from(r.outputIds)).toEqual(Array.from(seen.at(-1)!));
+    expect(Array.from(r.outputIds)).toEqual(reference.get(key(prompts[0]!))!.ids.slice(0, r.outputIds.length));
   });
 
   it("an engine SIGKILLed mid-request: the request finishes elsewhere intact; the engine rejoins after a restart on its port", async () => {

@@ -2,7 +2,8 @@
 // whose engine is the recording fake SGLang server answering scripted token ids: system prompts,
 // tool_use blocks parsed from the sampled text, tool_result blocks rendered as tool turns with the
 // sampled ids kept, the event stream (message_start … message_stop with text_delta and
-// input_json_delta), stop_sequences, and usage.
+// input_json_delta), stop_sequences, and usage; token-by-token streaming (text_delta events while
+// the engine is held mid-answer, then the tool_use block), recorded as a non-streamed request.
 import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Fleet } from "../../src/engine/fleet.ts";
@@ -10,6 +11,7 @@ import { EOS_ID, encodeBytes } from "../../src/engine/tokenizer.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { sampleProblem } from "../../src/sample.ts";
 import { startHostileSglang, type HostileSglang } from "../fixtures/hostile-sglang.ts";
+import { waitUntil } from "../harness/index.ts";
 
 let fake: HostileSglang;
 let fleet: Fleet;
@@ -84,7 +86,9 @@ describe("gateway: Anthropic messages", () => {
     const final = await stream.finalMessage();
     expect(types[0]).toBe("message_start");
     expect(types.slice(-2)).toEqual(["message_delta", "message_stop"]);
-    expect(deltas).toEqual(["text_delta", "input_json_delta"]);
+    // Text deltas as the tokens come (one per token from this fake), then the call's input.
+    expect(deltas.at(-1)).toBe("input_json_delta");
+    expect(new Set(deltas.slice(0, -1))).toEqual(new Set(["text_delta"]));
     expect(final.stop_reason).toBe("tool_use");
     expect(final.content[0]).toEqual({ type: "text", text: "Reading." });
     expect(final.content[1]).toMatchObject({ type: "tool_use", name: "read_file", input: { path: "b.txt" } });
@@ -105,6 +109,46 @@ describe("gateway: Anthropic messages", () => {
     expect(rep.samples.map((x) => x.status)).toEqual(["completed", "completed", "truncated"]);
   });
 
+  it("streams text_delta events as the engine samples, then tool_use with input_json_delta, recorded as when not streamed", async () => {
+    const text = "Je vais lire le fichier r\u00e9sum\u00e9.txt pour v\u00e9rifier. ";
+    const call = '<tool_call>{"name": "read_file", "arguments": {"path": "r\u00e9sum\u00e9.txt"}}</tool_call>';
+    const out = ids(text + call);
+    // Held inside the second "é" (two bytes): its first byte sent.
+    const holdAfter = out.indexOf(0xc3, out.indexOf(0xc3) + 2) + 1;
+    const before = Buffer.from(out.slice(0, holdAfter - 1)).toString();
+    const messages: Anthropic.MessageParam[] = [{ role: "user", content: "What is in résumé.txt?" }];
+
+    const plain = gw.openSession({ episodeId: "ep-plain", groupIndex: 0 });
+    fake.script("/generate", { kind: "tokens", ids: out });
+    const r = await new Anthropic({ baseURL: plain.anthropicBaseUrl, apiKey: plain.apiKey, maxRetries: 0 }).messages.create({ model: "ooze-test", max_tokens: 300, messages, tools });
+    const plainSample = gw.closeSession(plain.id).samples[0]!;
+
+    const s = gw.openSession({ episodeId: "ep-stream", groupIndex: 0 });
+    const ai = new Anthropic({ baseURL: s.anthropicBaseUrl, apiKey: s.apiKey, maxRetries: 0 });
+    fake.script("/generate", { kind: "tokens", ids: out, holdAfter });
+    const stream = ai.messages.stream({ model: "ooze-test", max_tokens: 300, messages, tools });
+    const events: Anthropic.RawMessageStreamEvent[] = [];
+    stream.on("streamEvent", (e) => events.push(e));
+    const textSoFar = () => events.map((e) => (e.type === "content_block_delta" && e.delta.type === "text_delta" ? e.delta.text : "")).join("");
+    await waitUntil(() => textSoFar() === before, { what: "the text sampled before the hold", timeoutMs: 10_000, diagnostics: () => JSON.stringify(textSoFar()) });
+    expect(events.filter((e) => e.type === "content_block_delta").length).toBeGreaterThanOrEqual(2);
+    expect(events.map((e) => e.type)).not.toContain("message_delta");
+    expect(fake.release()).toBe(1);
+    const final = await stream.finalMessage();
+    expect(final.content).toEqual(r.content.map((b) => (b.type === "tool_use" ? { ...b, id: expect.any(String) } : b)));
+    expect(final.content[0]).toEqual({ type: "text", text: text.trimEnd() });
+    expect(final.content[1]).toMatchObject({ type: "tool_use", name: "read_file", input: { path: "résumé.txt" } });
+    expect(final.stop_reason).toBe("tool_use");
+    expect(final.usage.output_tokens).toBe(out.length);
+    const types = events.map((e) => (e.type === "content_block_delta" ? `${e.type}:${e.delta.type}` : e.type));
+    expect(types.slice(-6)).toEqual(["content_block_stop", "content_block_start", "content_block_delta:input_json_delta", "content_block_stop", "message_delta", "message_stop"]);
+    const smp = gw.closeSession(s.id).samples[0]!;
+    expect(sampleProblem(smp)).toBeNull();
+    expect(Array.from(smp.tokens)).toEqual(Array.from(plainSample.tokens));
+    expect(Array.from(smp.lossMask)).toEqual(Array.from(plainSample.lossMask));
+    expect(Array.from(smp.rolloutLogprobs)).toEqual(Array.from(plainSample.rolloutLogprobs));
+  });
+
   it("sends the raw event sequence on the wire, ping included (the SDK hides pings)", async () => {
     const s = gw.openSession({ episodeId: "ep-c", groupIndex: 0 });
     fake.script("/generate", { kind: "tokens", ids: ids("hi") });
@@ -117,7 +161,8 @@ describe("gateway: Anthropic messages", () => {
     expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
     const text = await res.text();
     const events = [...text.matchAll(/^event: (\w+)$/gm)].map((m) => m[1]);
-    expect(events).toEqual(["message_start", "ping", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]);
+    // One text_delta per token here: the fake sends a chunk per token.
+    expect(events).toEqual(["message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]);
     gw.closeSession(s.id);
   });
 });

@@ -1,7 +1,7 @@
 // The gateway in front of real engines: an engine child process over a tiny native model
 // (test/fixtures/engine-process.ts) behind a real Fleet, and `ooze serve` started as a user starts
 // it, attached to another fleet as an external engine URL. Driven by the official SDKs, streaming
-// and not: multi-turn conversations keep the prefix cached (session affinity, history sent as ids),
+// (token by token) and not: multi-turn conversations keep the prefix cached (session affinity, history sent as ids),
 // the trained tokens are the ones the engine samples (greedy regeneration gives them back), and the
 // gateway answers the same tokens over either engine.
 import Anthropic from "@anthropic-ai/sdk";
@@ -97,15 +97,23 @@ describe("gateway over real engines", () => {
     const plain = await ai.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hello" }], max_tokens: 12 });
     const stream = await ai.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hello" }], max_tokens: 12, stream: true, stream_options: { include_usage: true } });
     let text = "";
+    let deltas = 0;
     let usage: OpenAI.CompletionUsage | null | undefined = null;
     for await (const c of stream) {
       text += c.choices[0]?.delta.content ?? "";
+      if (c.choices[0]?.delta.content) deltas++;
       if (c.usage) usage = c.usage;
     }
+    // Token by token: several content deltas (each at a whole character), together the non-streamed text.
+    expect(deltas).toBeGreaterThan(1);
     expect(text).toBe(plain.choices[0]!.message.content);
     expect(usage!.completion_tokens).toBe(plain.usage!.completion_tokens);
     const an = new Anthropic({ baseURL: s.anthropicBaseUrl, apiKey: s.apiKey, maxRetries: 0 });
-    const msg = await an.messages.stream({ model: "tiny", max_tokens: 12, messages: [{ role: "user", content: "hello" }] }).finalMessage();
+    const events = an.messages.stream({ model: "tiny", max_tokens: 12, messages: [{ role: "user", content: "hello" }] });
+    let textDeltas = 0;
+    events.on("streamEvent", (e) => void (e.type === "content_block_delta" && e.delta.type === "text_delta" && textDeltas++));
+    const msg = await events.finalMessage();
+    expect(textDeltas).toBe(deltas);
     expect(msg.content[0]).toEqual({ type: "text", text: plain.choices[0]!.message.content });
     expect(msg.usage.output_tokens).toBe(plain.usage!.completion_tokens);
     const rep = gw.closeSession(s.id);

@@ -3,7 +3,7 @@
 // wrong and missing keys, unknown and closed sessions, malformed JSON, fields of the wrong type,
 // over-long context, spent maxTurns / maxTokens (recorded in the episode), no engine (before and
 // after a stream began), a wrong method, and a stream the agent abandons (aborted at the fleet,
-// recorded once).
+// recorded once), before its first token or mid-answer.
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -251,5 +251,40 @@ describe("gateway: errors", () => {
     // The fake keeps sampling after /abort_request, so the turn comes back whole: recorded once.
     expect(rep.samples).toHaveLength(1);
     expect(rep.samples[0]!.lossMask.reduce((a, b) => a + b, 0)).toBe(6);
+  });
+
+  it("aborts at the engine a token stream the agent abandons mid-answer and records the streamed tokens once", async () => {
+    const s = gw.openSession({ episodeId: "e2", groupIndex: 0 });
+    const out = ids("a long answer that the agent will not read to the end");
+    fake.script("/generate", { kind: "tokens", ids: out, holdAfter: 10 });
+    const ctl = new AbortController();
+    const stream = await new OpenAI({ baseURL: s.openaiBaseUrl, apiKey: s.apiKey, maxRetries: 0 }).chat.completions.create(
+      { model: "m", messages: user("talk"), stream: true, max_tokens: 80 },
+      { signal: ctl.signal },
+    );
+    let text = "";
+    const reading = (async () => {
+      for await (const c of stream) text += c.choices[0]?.delta.content ?? "";
+    })().catch((e: unknown) => e);
+    await waitUntil(() => text === "a long ans", { what: "the first ten tokens' text", timeoutMs: 10_000, diagnostics: () => JSON.stringify(text) });
+    const aborts = fake.seen.filter((x) => x.path === "/abort_request").length;
+    ctl.abort();
+    await reading;
+    // The engine is told to abort this very request (it answers with the tokens so far).
+    const rid = (fake.seen.filter((x) => x.path === "/generate").at(-1)!.body as { rid: string }).rid;
+    await waitUntil(() => fake.seen.slice(aborts).some((x) => x.path === "/abort_request" && (x.body as { rid?: string }).rid === rid), {
+      what: `an /abort_request of ${rid}`,
+      timeoutMs: 10_000,
+      diagnostics: () => JSON.stringify(fake.seen.slice(aborts).map((x) => [x.path, x.body])),
+    });
+    await waitUntil(() => gw.sessionStats(s.id)?.inFlight === 0, { what: "the generation to end", timeoutMs: 10_000, diagnostics: () => JSON.stringify(gw.sessionStats(s.id)) });
+    expect(fake.release()).toBe(0);
+    const rep = gw.closeSession(s.id);
+    expect(rep.requests).toBe(1);
+    expect(rep.samples).toHaveLength(1);
+    const smp = rep.samples[0]!;
+    expect(smp.status).toBe("aborted");
+    expect(Array.from(smp.tokens.subarray(-smp.responseLength))).toEqual(out.slice(0, 10));
+    expect(smp.lossMask.reduce((a, b) => a + b, 0)).toBe(10);
   });
 });

@@ -2,7 +2,9 @@
 // engine is the recording fake SGLang server (test/fixtures/hostile-sglang.ts) answering scripted
 // token ids: tool calls parsed into the SDK's shapes (streamed and not), unparseable calls kept as
 // text, token-in/token-out across turns (the engine's sampled ids sent back, never re-encoded),
-// a rewritten history opening a new segment, n > 1, logprobs, stop strings and usage.
+// a rewritten history opening a new segment, n > 1, logprobs, stop strings and usage; and
+// token-by-token streaming: deltas sent while the engine is still sampling (held mid-answer), never
+// inside a UTF-8 character, concatenating to the non-streamed text, with the same recorded sample.
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Fleet } from "../../src/engine/fleet.ts";
@@ -10,6 +12,7 @@ import { EOS_ID, encodeBytes } from "../../src/engine/tokenizer.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { sampleProblem } from "../../src/sample.ts";
 import { startHostileSglang, type HostileSglang } from "../fixtures/hostile-sglang.ts";
+import { waitUntil } from "../harness/index.ts";
 
 let fake: HostileSglang;
 let fleet: Fleet;
@@ -135,6 +138,110 @@ describe("gateway: OpenAI chat completions", () => {
     expect(r.choices[0]!.message.content).toBe(broken);
     expect(r.choices[0]!.message.tool_calls ?? []).toEqual([]);
     expect(r.choices[0]!.finish_reason).toBe("stop");
+    gw.closeSession(s.id);
+  });
+
+  it("streams a long answer as the engine samples it: deltas before the end, whole characters, the non-streamed text and sample", async () => {
+    const text = "Streaming h\u00e9llo w\u00f6rld \u2014 \u2713 ".repeat(3) + "done.";
+    const out = ids(text);
+    // Hold the engine inside the second "✓": two of its three bytes sent.
+    const lead = out.indexOf(0xe2, out.indexOf(0xe2, out.indexOf(0xe2) + 3) + 3);
+    const holdAfter = lead + 2;
+    const before = Buffer.from(out.slice(0, lead)).toString();
+    const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [{ role: "user", content: "Say it." }];
+
+    // The non-streamed answer of the same sampled ids, for comparison.
+    const plain = gw.openSession({ episodeId: "ep-plain", groupIndex: 0 });
+    fake.script("/generate", { kind: "tokens", ids: out });
+    const r = await client(plain).chat.completions.create({ model: "ooze-test", messages, logprobs: true });
+    const plainSample = gw.closeSession(plain.id).samples[0]!;
+
+    const s = gw.openSession({ episodeId: "ep-stream", groupIndex: 0 });
+    fake.script("/generate", { kind: "tokens", ids: out, holdAfter });
+    const stream = await client(s).chat.completions.create({ model: "ooze-test", messages, logprobs: true, stream: true, stream_options: { include_usage: true } });
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+    const reading = (async () => {
+      for await (const c of stream) chunks.push(c);
+    })();
+    const content = () => chunks.flatMap((c) => c.choices.map((ch) => ch.delta.content ?? "")).join("");
+    await waitUntil(() => content() === before, { what: "the text sampled before the hold to arrive", timeoutMs: 10_000, diagnostics: () => JSON.stringify(content()) });
+    // Several deltas arrived while the engine was held, and nothing of the held character.
+    const early = chunks.filter((c) => c.choices.some((ch) => (ch.delta.content ?? "") !== "")).length;
+    expect(early).toBeGreaterThanOrEqual(2);
+    expect(content()).not.toContain("\ufffd");
+    expect(chunks.some((c) => c.choices.some((ch) => ch.finish_reason !== null))).toBe(false);
+    expect(fake.release()).toBe(1);
+    await reading;
+    expect(content()).toBe(r.choices[0]!.message.content);
+    expect(content()).toBe(text);
+    expect(chunks.flatMap((c) => c.choices.map((ch) => ch.finish_reason)).filter(Boolean)).toEqual(["stop"]);
+    // Logprobs: one per sampled token (the EOS left out), as in the non-streamed answer.
+    const lps = chunks.flatMap((c) => c.choices.flatMap((ch) => ch.logprobs?.content ?? []));
+    expect(lps).toEqual(r.choices[0]!.logprobs!.content);
+    expect(chunks.at(-1)!.usage).toMatchObject({ completion_tokens: out.length });
+    expect(chunks.at(-1)!.system_fingerprint).toBe("v0");
+    // The trajectory is recorded exactly as for the non-streamed request.
+    const smp = gw.closeSession(s.id).samples[0]!;
+    expect(sampleProblem(smp)).toBeNull();
+    expect(Array.from(smp.tokens)).toEqual(Array.from(plainSample.tokens));
+    expect(Array.from(smp.lossMask)).toEqual(Array.from(plainSample.lossMask));
+    expect(Array.from(smp.rolloutLogprobs)).toEqual(Array.from(plainSample.rolloutLogprobs));
+    expect(smp.weightVersions).toEqual(plainSample.weightVersions);
+    expect(Array.from(smp.tokens.subarray(-out.length))).toEqual(out);
+    expect(Array.from(smp.lossMask.subarray(-out.length)).every((m) => m === 1)).toBe(true);
+    // The engine was asked to stream.
+    expect((generateBodies().at(-1) as unknown as { stream?: boolean }).stream).toBe(true);
+  });
+
+  it("streams text before a tool call, then the call in tool_calls deltas; stop strings never leak", async () => {
+    const s = gw.openSession({ episodeId: "ep-tool-stream", groupIndex: 0 });
+    const ai = client(s);
+    const text = 'Checking the weather now. <tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>';
+    const out = ids(text);
+    const holdAfter = text.indexOf("<tool_call>") + 5;
+    fake.script("/generate", { kind: "tokens", ids: out, holdAfter });
+    const stream = await ai.chat.completions.create({ model: "ooze-test", messages: [{ role: "user", content: "Rome?" }], tools, stream: true });
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+    const reading = (async () => {
+      for await (const c of stream) chunks.push(c);
+    })();
+    const content = () => chunks.flatMap((c) => c.choices.map((ch) => ch.delta.content ?? "")).join("");
+    // The text before the call arrives; the space before it and the start of the block are held.
+    await waitUntil(() => content() === "Checking the weather now.", { what: "the text before the tool call", timeoutMs: 10_000, diagnostics: () => JSON.stringify(content()) });
+    expect(fake.release()).toBe(1);
+    await reading;
+    expect(content()).toBe("Checking the weather now.");
+    const calls = chunks.flatMap((c) => c.choices.flatMap((ch) => ch.delta.tool_calls ?? []));
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toMatchObject({ index: 0, type: "function", function: { name: "get_weather" } });
+    expect(JSON.parse(calls[0]!.function!.arguments!)).toEqual({ city: "Rome" });
+    expect(chunks.flatMap((c) => c.choices.map((ch) => ch.finish_reason)).filter(Boolean)).toEqual(["tool_calls"]);
+
+    // A stop string split over tokens: nothing of it is ever sent.
+    fake.script("/generate", { kind: "tokens", ids: ids("one two STOP three"), holdAfter: "one two ST".length });
+    const st = await ai.chat.completions.create({ model: "ooze-test", messages: [{ role: "user", content: "Count" }], stop: ["STOP"], stream: true });
+    const parts: string[] = [];
+    const reading2 = (async () => {
+      for await (const c of st) for (const ch of c.choices) if (ch.delta.content) parts.push(ch.delta.content);
+    })();
+    await waitUntil(() => parts.join("") === "one two ", { what: "the text before the stop string", timeoutMs: 10_000, diagnostics: () => JSON.stringify(parts) });
+    expect(fake.release()).toBe(1);
+    await reading2;
+    expect(parts.join("")).toBe("one two ");
+
+    // n = 2: each choice streams under its own index.
+    fake.script("/generate", { kind: "tokens", ids: ids("first choice") }, { kind: "tokens", ids: ids("second choice") });
+    const two = await ai.chat.completions.create({ model: "ooze-test", messages: [{ role: "user", content: "Two" }], n: 2, stream: true });
+    const byIndex = ["", ""];
+    const finishes: (string | null)[] = [];
+    for await (const c of two) {
+      for (const ch of c.choices) {
+        byIndex[ch.index] += ch.delta.content ?? "";
+        if (ch.finish_reason) finishes.push(ch.finish_reason);
+      }
+    }
+    expect([...byIndex].sort()).toEqual(["first choice", "second choice"]);
+    expect(finishes).toEqual(["stop", "stop"]);
     gw.closeSession(s.id);
   });
 

@@ -91,4 +91,28 @@ describe("parseGenerateResponse", () => {
       expect((e as EngineProtocolError).url).toBe("http://e/generate");
     }
   });
+
+  it("checks the long lists by hand and still names a broken element, as the schema does", () => {
+    const field = (mutate: (o: any) => void, wantLogprobs: boolean) => {
+      const o = structuredClone(good) as any;
+      mutate(o);
+      try {
+        parseGenerateResponse("http://e", o, { wantLogprobs, final: true });
+        return null;
+      } catch (e) {
+        return (e as EngineProtocolError).field;
+      }
+    };
+    expect(field((o) => (o.output_ids[1] = 2.5), false)).toBe("output_ids[1]");
+    expect(field((o) => (o.output_ids = "97,98"), false)).toBe("output_ids");
+    expect(field((o) => (o.meta_info.output_token_logprobs[0] = [-1, 97]), true)).toBe("meta_info.output_token_logprobs[0][2]");
+    expect(field((o) => (o.meta_info.output_token_logprobs[1][2] = 5), true)).toBe("meta_info.output_token_logprobs[1][2]");
+    // A triple with extra entries (newer servers) is accepted; the lists come back as sent.
+    expect(field((o) => o.meta_info.output_token_logprobs[1].push({ top: [] }), true)).toBeNull();
+    const long = structuredClone(good) as any;
+    long.meta_info.output_token_logprobs = Array.from({ length: 500 }, (_, i) => [-i / 10, i, null]);
+    const r = parseGenerateResponse("http://e", long, { wantLogprobs: true, final: true });
+    expect(Array.from(r.outputIds)).toEqual(Array.from({ length: 500 }, (_, i) => i));
+    expect(r.logprobs[499]).toBeCloseTo(-49.9, 4);
+  });
 });

@@ -4,7 +4,7 @@
 // trainer and weight-sync actors, their JetStream streams on a real nats-server — against N simulated
 // GPU engines (`ooze sim-engine --count N` in a child process: SGLang's API, timing from the H100
 // serving model of src/engine/sim/perf-model.ts) and the simulated trainer (train.simulate), on
-// heavy-tailed multi-turn agent episodes. For each N: trained samples/s in sync, async and
+// heavy-tailed multi-turn agent episodes. OOZE_BENCH_KEEP=1 keeps the runs' directories (metrics.jsonl). For each N: trained samples/s in sync, async and
 // fully_async mode, fully_async_vs_sync, the ideal overlap bound and fully_async_vs_bound, and, over
 // each mode's measured window, the engines' utilisation (simulated GPU time / wall time), the
 // routing's prefix-cache hit rate (cached / prompt tokens at the engines), NATS messages/s (the
@@ -289,7 +289,8 @@ try {
   }
 } finally {
   await nats.stop();
-  rmSync(root, { recursive: true, force: true });
+  if (process.env.OOZE_BENCH_KEEP) say(`run directories kept in ${root}`);
+  else rmSync(root, { recursive: true, force: true });
 }
 result.sizes = bySize;
 result.load_after = loadavg()[0]!;

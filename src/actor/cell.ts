@@ -194,6 +194,17 @@ export class ActorCell<S, M> implements SupervisedChild, GroupHost {
     this.openGate();
   }
 
+  /**
+   * Crashes this actor from outside, as if its handler had thrown `err` (fault injection): its
+   * supervisor restarts or escalates it by its policy. False when it is not running.
+   */
+  crash(err: OozeError): boolean {
+    if (this.status !== "running") return false;
+    this.noteCrash(err);
+    this.parent.childFailed(this, err);
+    return true;
+  }
+
   fail(err: OozeError): void {
     // A grandchild's escalation reached this actor's own supervisor group: this actor failed.
     this.noteCrash(err);

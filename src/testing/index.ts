@@ -34,6 +34,7 @@ export {
 } from "./faults.ts";
 export { checkSchedules, drawableKinds, faultArb, propertyRuns, recordSchedules, scheduleArb, type CheckOptions, type CheckResult, type ScheduleSpace } from "./arbitraries.ts";
 export {
+  assertInvariants,
   checkInvariants,
   everySampleOnce,
   finishesWithin,

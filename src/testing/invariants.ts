@@ -174,3 +174,17 @@ export async function checkInvariants(job: JobOutcome, invariants: readonly Inva
   }
   return out;
 }
+
+/**
+ * Runs the invariants and throws (an Error listing every broken one with what it saw, then the
+ * ones that held) when any breaks; resolves with the verdicts otherwise. For tests and properties.
+ */
+export async function assertInvariants(job: JobOutcome, invariants: readonly Invariant[], context = ""): Promise<Verdict[]> {
+  const verdicts = await checkInvariants(job, invariants);
+  const bad = verdicts.filter((v) => !v.ok);
+  if (bad.length > 0) {
+    const lines = [...bad.map((v) => `FAIL ${v.name}: ${v.detail}`), ...verdicts.filter((v) => v.ok).map((v) => `ok   ${v.name}: ${v.detail}`)];
+    throw new Error(`invariants broken in ${job.dir}:\n${lines.join("\n")}${context ? `\n${context}` : ""}`);
+  }
+  return verdicts;
+}

@@ -10,7 +10,8 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/fuzz-many}
 mkdir -p "$OUT"
-export OOZE_SCHEDULE_LOG="$PWD/$OUT/schedules.jsonl"
+OUT=$(cd "$OUT" && pwd)
+export OOZE_SCHEDULE_LOG="$OUT/schedules.jsonl"
 FLEET_RUNS=${FLEET_RUNS:-600}
 DURABLE_RUNS=${DURABLE_RUNS:-100}
 ASK_RUNS=${ASK_RUNS:-150}

@@ -136,7 +136,9 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
   const out = resolve(o.out);
   const metricsPath = join(out, "metrics.jsonl");
   if (o.resume) {
-    if (!latestCheckpoint(out)) throw new OozeError("CONFIG_INVALID", `--resume ${o.out}: no checkpoint there (checkpoints/latest.json); run without --resume to start`);
+    // A run killed before its first checkpoint resumes at step 0: its trainer cuts the records back.
+    if (!latestCheckpoint(out) && !existsSync(join(out, "job.json")))
+      throw new OozeError("CONFIG_INVALID", `--resume ${o.out}: not a run directory (no checkpoints/latest.json, no job.json); run without --resume to start`);
   } else if (readJsonl(metricsPath).length > 0) {
     throw new OozeError("CONFIG_INVALID", `${metricsPath} already has steps; use --resume ${o.out} to continue, or another --out`);
   }

@@ -15,6 +15,8 @@ export interface ScheduleSpace {
   kinds?: readonly FaultKind[];
   /** Node process names for kill and pause. */
   processes?: readonly string[];
+  /** Signals a kill sends (default SIGKILL only: a crash; SIGTERM and SIGINT ask for a graceful stop). */
+  signals?: readonly ("SIGKILL" | "SIGTERM" | "SIGINT")[];
   /** Cut proxy names for cut. */
   links?: readonly string[];
   /** Engine proxy names for engine faults. */
@@ -61,7 +63,7 @@ export function faultArb(space: ScheduleSpace): fc.Arbitrary<FaultSpec> {
   const forMs = fc.integer({ min: 0, max: space.maxForMs ?? Math.floor(space.horizonMs / 2) });
   const pick = (xs: readonly string[] | undefined) => fc.constantFrom(...(xs ?? []));
   const byKind: Record<FaultKind, () => fc.Arbitrary<FaultSpec>> = {
-    kill: () => fc.record({ kind: fc.constant("kill" as const), target: pick(space.processes), at, signal: fc.constant("SIGKILL" as const) }),
+    kill: () => fc.record({ kind: fc.constant("kill" as const), target: pick(space.processes), at, signal: fc.constantFrom(...(space.signals ?? (["SIGKILL"] as const))) }),
     pause: () => fc.record({ kind: fc.constant("pause" as const), target: pick(space.processes), at, forMs }),
     "nats-restart": () =>
       (space.natsServers?.length ?? 0) > 0
@@ -123,7 +125,7 @@ export interface CheckOptions {
   runs?: number;
   /** Names the property in the record of schedules run (recordSchedules); without it nothing is recorded. */
   label?: string;
-  /** Seed of the run (default random); with `path`, replays one schedule. */
+  /** Seed of the run (default OOZE_PROPERTY_SEED, else random); with `path` (or OOZE_PROPERTY_PATH), replays one schedule. */
   seed?: number;
   /** The counterexample path printed by a failing run. */
   path?: string;
@@ -156,7 +158,11 @@ export async function checkSchedules<E = undefined>(
   opts: CheckOptions & { with?: fc.Arbitrary<E> } = {},
 ): Promise<CheckResult<E>> {
   const runs = opts.runs ?? propertyRuns(10);
-  const params: fc.Parameters<[FaultSpec[], E]> = { numRuns: runs, ...(opts.seed !== undefined ? { seed: opts.seed } : {}), ...(opts.path !== undefined ? { path: opts.path } : {}) };
+  // A failure printed by any test replays with OOZE_PROPERTY_SEED=S OOZE_PROPERTY_PATH=P.
+  const envSeed = process.env.OOZE_PROPERTY_SEED !== undefined ? Number(process.env.OOZE_PROPERTY_SEED) : undefined;
+  const seed = opts.seed ?? (Number.isInteger(envSeed) ? envSeed : undefined);
+  const path = opts.path ?? (seed !== undefined && opts.seed === undefined ? process.env.OOZE_PROPERTY_PATH : undefined);
+  const params: fc.Parameters<[FaultSpec[], E]> = { numRuns: runs, ...(seed !== undefined ? { seed } : {}), ...(path !== undefined ? { path } : {}) };
   const extra = opts.with ?? (fc.constant(undefined) as unknown as fc.Arbitrary<E>);
   const d = await fc.check(fc.asyncProperty(scheduleArb(space), extra, property), params);
   const err = d.errorInstance;

@@ -37,7 +37,14 @@ let host: HostChild | null = null;
 let respawn: Promise<void> | null = null;
 let closing = false;
 async function startHost(): Promise<void> {
-  const h = await spawnHost(hostCfg());
+  // Like `ooze up` restarting a node: a start that fails (the nats-server is down being restarted) is tried again.
+  let last = "";
+  const h = await waitUntil(() => spawnHost(hostCfg()).catch((e: unknown) => void (last = String(e))), {
+    what: "the consumer process to start",
+    timeoutMs: 30_000,
+    intervalMs: 100,
+    diagnostics: () => last,
+  });
   host = h;
   h.proc.once("exit", () => {
     if (!closing) respawn = startHost();

@@ -7,10 +7,9 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { TrainSample } from "../../actors/buffer/groups.ts";
-import { PolicyTrainer, type PolicyTrainerConfig } from "../../actors/trainer/policy-trainer.ts";
+import { PolicyTrainer } from "../../actors/trainer/policy-trainer.ts";
 import { initModelDir } from "../../native/model-dir.ts";
-import { SampleBuilder } from "../../src/sample.ts";
+import { baseTrainerConfig, oppositeAdvantageBatch } from "../fixtures/policy-batch.ts";
 import { createDiskFiller, mountTmpfs, tmpfsUnavailable } from "../harness/index.ts";
 
 const root = mkdtempSync(join(tmpdir(), "ooze-trainer-disk-full-"));
@@ -22,18 +21,8 @@ afterAll(() => {
 });
 if (why) process.stdout.write(`trainer-disk-full: skipped: ${why}\n`);
 
-const config: PolicyTrainerConfig = {
-  lr: 1e-3, weightDecay: 0, maxGradNorm: 1, beta2: 0.99, epsClip: 0.2, epsClipHigh: 0.2, entropyCoef: 0.01,
-  temperature: 1, microBatchTokens: null, updatesPerStep: 1,
-};
-
-function batch(): TrainSample[] {
-  return [0, 1].map((i) => {
-    const b = new SampleBuilder(i, 0, `r${i}`, "1+1=", [256, 49, 43, 49, 61]);
-    b.appendModel([50 + i], [-5.5], "0");
-    return { ...b.build(i, "completed"), advantage: i === 0 ? -1 : 1 };
-  });
-}
+const config = baseTrainerConfig;
+const batch = oppositeAdvantageBatch;
 
 async function start(dir: string): Promise<PolicyTrainer> {
   await initModelDir("tiny", join(dir, "v0"), 0);

@@ -5,7 +5,7 @@
 // index is trained, dropped, requeued or pending exactly once, versions only increase, no batch is
 // beyond the mode's staleness bound, no sample is lost to a failed episode, every step is recorded
 // once, the job finishes, and no process of a killed incarnation outlives it (engine, worker,
-// nats-server). sync and fully_async. Runs: propertyRuns(4).
+// nats-server). sync and fully_async. Runs: propertyRuns(3).
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -27,7 +27,7 @@ import {
   type MetricsLine,
 } from "../harness/index.ts";
 
-const RUNS = propertyRuns(4);
+const RUNS = propertyRuns(3);
 const STEPS = 12;
 const root = mkdtempSync(join(tmpdir(), "ooze-job-process-"));
 const live = new Set<ChildProcess>();

@@ -5,7 +5,12 @@
 # worker SIGKILL/SIGSTOP, nats-server restarts, cuts of the job's NATS link, engine faults, actor
 # crashes). Every property appends what it ran to a schedule log; the total is printed at the end
 # and no run stops the others. Niced: the machine is shared.
-#   scripts/fuzz-many.sh [OUT_DIR]     (env: FLEET_RUNS=600 DURABLE_RUNS=100 ASK_RUNS=150 JOB_RUNS=80 JOB_BATCH=20)
+# The job process itself (SIGKILL/SIGTERM/SIGINT/SIGSTOP of `ooze train`, resumed with --resume)
+# and a job on a 3-server NATS cluster (one server restarted, actor crashes) run as properties too.
+# A property stops at its first failure (fast-check then shrinks it), so a failing one runs fewer.
+#   scripts/fuzz-many.sh [OUT_DIR]
+#   env: FLEET_RUNS=600 DURABLE_RUNS=100 ASK_RUNS=150 PROCESS_RUNS=20 CLUSTER_RUNS=6 JOB_RUNS=100 JOB_BATCH=20
+#        (per mode) JOB_DEADLINE_MS=60000; a count of 0 skips that part
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/fuzz-many}
@@ -15,11 +20,15 @@ export OOZE_SCHEDULE_LOG="$OUT/schedules.jsonl"
 FLEET_RUNS=${FLEET_RUNS:-600}
 DURABLE_RUNS=${DURABLE_RUNS:-100}
 ASK_RUNS=${ASK_RUNS:-150}
-JOB_RUNS=${JOB_RUNS:-80}     # per mode
+PROCESS_RUNS=${PROCESS_RUNS:-20}
+CLUSTER_RUNS=${CLUSTER_RUNS:-6}
+JOB_RUNS=${JOB_RUNS:-100}    # per mode
+JOB_DEADLINE_MS=${JOB_DEADLINE_MS:-60000}
 JOB_BATCH=${JOB_BATCH:-20}   # schedules per `ooze fuzz` call (each call draws from its own seed)
 N="nice -n 10"
 
 prop() { # FILE RUNS
+  [ "$2" -gt 0 ] || return 0
   echo "== $1 × $2" | tee -a "$OUT/log.txt"
   OOZE_PROPERTY_RUNS=$2 $N npx vitest run "$1" >>"$OUT/log.txt" 2>&1 || echo "   FAILED: see $OUT/log.txt" | tee -a "$OUT/log.txt"
 }
@@ -27,6 +36,8 @@ prop() { # FILE RUNS
 prop test/property/fleet-schedules.test.ts "$FLEET_RUNS"
 prop test/property/durable-faults.test.ts "$DURABLE_RUNS"
 prop test/property/ask-cuts.test.ts "$ASK_RUNS"
+prop test/property/job-process-schedules.test.ts "$PROCESS_RUNS"
+prop test/property/cluster-schedules.test.ts "$CLUSTER_RUNS"
 
 for mode in sync fully_async; do
   topo="$OUT/$mode.yaml"
@@ -40,8 +51,8 @@ YAML
   while [ "$done_runs" -lt "$JOB_RUNS" ]; do
     seed=$RANDOM$RANDOM
     echo "== ooze fuzz $mode seed $seed × $JOB_BATCH" | tee -a "$OUT/log.txt"
-    $N node bin/ooze.mjs fuzz "$topo" --runs "$JOB_BATCH" --seed "$seed" --steps 8 --horizon 1500 --deadline 120000 \
-      --faults kill,pause,nats-restart,cut,engine,actor --shrink-runs 6 --verbose --out "$OUT/$mode-$seed" >>"$OUT/log.txt" 2>&1 \
+    $N node bin/ooze.mjs fuzz "$topo" --runs "$JOB_BATCH" --seed "$seed" --steps 8 --horizon 1500 --deadline "$JOB_DEADLINE_MS" \
+      --faults kill,pause,nats-restart,cut,engine,actor --shrink-runs 2 --verbose --out "$OUT/$mode-$seed" >>"$OUT/log.txt" 2>&1 \
       || echo "   VIOLATION: $OUT/$mode-$seed/report.json" | tee -a "$OUT/log.txt"
     done_runs=$((done_runs + JOB_BATCH))
   done

@@ -36,6 +36,7 @@ export { checkSchedules, drawableKinds, faultArb, propertyRuns, recordSchedules,
 export {
   assertInvariants,
   checkInvariants,
+  everyEpisodeOnce,
   everySampleOnce,
   finishesWithin,
   noFailedSamples,

@@ -6,7 +6,7 @@
 // the runtime's supervision, in sync and fully_async mode. Every sample is trained, dropped,
 // requeued or pending exactly once, no sample is lost to a failed episode, versions only increase,
 // no batch is beyond the mode's staleness bound, and the job finishes within its deadline.
-// Runs: propertyRuns(2).per mode (a schedule takes seconds; these are the suite's few job-level ones).
+// Runs: propertyRuns(2) per mode (a schedule takes seconds; these are the suite's few job-level ones).
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

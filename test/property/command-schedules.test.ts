@@ -1,11 +1,12 @@
 // Property (ooze/testing's `command` fault): a training job whose episodes run a black-box agent
 // command (test/fixtures/agents/segments.mjs through the gateway), wrapped by createFaultyCommand,
 // under schedules that make the command crash (exit 1 at once) or hang (never exit; the episode's
-// timeout kills its process group). Every sample is trained or dropped exactly once, versions only
-// increase, the job finishes within its deadline (a hung command does not hang the job), and — an
-// invariant of this test written over the job's metrics and the command's call log — episodes fail
-// only when their command met a fault, and every faulted call failed its episode.
-// Runs: propertyRuns(2).
+// 10 s timeout kills its process group — not less: an agent's start takes seconds on a loaded 2-core
+// machine, and a healthy call timed out would fail its episode). Every episode is trained or
+// dropped exactly once (everyEpisodeOnce), versions only increase, the job finishes within its
+// deadline (a hung command does not hang the job), and — an invariant of this test written over the
+// job's metrics and the command's call log — episodes fail only when their command met a fault, and
+// every faulted call failed its episode. Runs: propertyRuns(2).
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -54,7 +55,7 @@ describe("agent commands that crash or hang (ooze/testing)", () => {
             "engines: { count: 1 }",
             "train:",
             `  task: ${JSON.stringify(join(fixtures, "segments-task.ts"))}`,
-            `  agent: { command: ${JSON.stringify(agent.command)}, args: ${JSON.stringify(agent.args)}, timeoutS: 2, killGraceS: 0.5, maxSegments: 3 }`,
+            `  agent: { command: ${JSON.stringify(agent.command)}, args: ${JSON.stringify(agent.args)}, timeoutS: 10, killGraceS: 0.5, maxSegments: 3 }`,
             "  preset: tiny",
             "  steps: 4",
             "  promptsPerStep: 2",

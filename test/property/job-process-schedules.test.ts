@@ -95,7 +95,8 @@ describe("the job's own process killed and resumed (ooze/testing)", () => {
         const spawned: number[] = [];
         const children = new Set<number>();
         const start = () => {
-          const resume = incarnations++ > 0;
+          // Resumed once the run directory is one (job.json written at the trainer's start); killed before, started again.
+          const resume = incarnations++ > 0 && existsSync(join(out, "job.json"));
           const args = ["bin/ooze.mjs", "train", file, ...(resume ? ["--resume", out] : ["--out", out]), "--quiet"];
           const c = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
           live.add(c);

@@ -97,12 +97,28 @@ describe("durable mailbox under faults (property, ooze/testing schedules)", () =
           const jsm = await bus.jsm();
           const stream = jobNames(job).streamMailboxes;
           const lines = () => (existsSync(file) ? readFileSync(file, "utf8").split("\n").filter((l) => l.length > 0) : []);
-          // Work queue empty = every message acked = every handler finished after its effect.
-          await waitUntil(async () => (await jsm.streams.info(stream)).state.messages === 0, {
-            what: "the mailbox stream to be empty",
-            timeoutMs: 30_000,
-            diagnostics: () => `effects: ${lines().length}/${ids.length}\nfaults: ${JSON.stringify(player.applied())}\nhost output:\n${host?.output()}`,
-          });
+          // Every message delivered and acked (nothing pending, nothing awaiting an ack) = every
+          // handler finished after its effect. Not "the work queue is empty": after a SIGKILL of
+          // nats-server 2.9 a work-queue stream can keep messages its consumer has already acked
+          // (below the ack floor, never redelivered), which is the server's leftover, not a lost ack.
+          const consumerState = async () => {
+            const out: { pending: number; ackPending: number }[] = [];
+            for await (const c of jsm.consumers.list(stream)) out.push({ pending: c.num_pending, ackPending: c.num_ack_pending });
+            return out;
+          };
+          let last = "";
+          await waitUntil(
+            async () => {
+              const cs = await consumerState();
+              last = JSON.stringify({ consumers: cs, stream: (await jsm.streams.info(stream)).state });
+              return cs.length > 0 && cs.every((c) => c.pending === 0 && c.ackPending === 0) && lines().length >= ids.length;
+            },
+            {
+              what: "every message delivered and acked",
+              timeoutMs: 30_000,
+              diagnostics: () => `effects: ${lines().length}/${ids.length}\n${last}\nfaults: ${JSON.stringify(player.applied())}\nhost output:\n${host?.output()}`,
+            },
+          );
           const counts = new Map<string, number>();
           for (const l of lines()) counts.set(l, (counts.get(l) ?? 0) + 1);
           const missing = ids.filter((id) => !counts.has(id));

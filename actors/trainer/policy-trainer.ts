@@ -211,13 +211,13 @@ export class PolicyTrainer {
           all.push(m);
         }
         const metrics = mergeMetrics(all);
+        await this.saveOrRollBack(dir, version);
+        this.current = { dir, version };
         const entropyCoef = this.entropyCoef;
         if (c.entropyTarget != null) {
           const delta = c.entropyCoefStep ?? 0.005;
           this.entropyCoef = Math.max(0, this.entropyCoef + (metrics.entropy < c.entropyTarget ? delta : -delta));
         }
-        await this.worker.save(dir, String(version), { optimizer: true });
-        this.current = { dir, version };
         this.prune(version);
         const criticMetrics = prepared.critic ? { ...prepared.critic, valueLoss: metrics.valueLoss, valueClipfrac: metrics.valueClipfrac } : null;
         return { metrics, critic: criticMetrics, modelDir: dir, version, restarts: this.worker.restarts - before, entropyCoef };
@@ -226,6 +226,25 @@ export class PolicyTrainer {
         if (!retry) throw e;
         // the worker restarts from its restore point: the previous version (weights and optimizer)
       }
+    }
+  }
+
+  /**
+   * Saves the new version. A save that fails with the worker alive (disk full, a read-only disk)
+   * leaves the update applied in the worker but not saved: the worker is loaded back at the previous
+   * version before the error goes on, so a retry of the batch applies it once (without this, a
+   * checkpoint write failing on a full disk trained the batch twice; found by ooze/testing's
+   * disk-full fault). A worker that died is restarted at its restore point by step's retry.
+   */
+  private async saveOrRollBack(dir: string, version: number): Promise<void> {
+    try {
+      await this.worker.save(dir, String(version), { optimizer: true });
+    } catch (e) {
+      if (e instanceof OozeError && e.code === "WORKER_DIED") throw e;
+      await this.worker.load(this.current.dir).catch((le: unknown) => {
+        throw new OozeError("NATIVE_FAILED", `saving version ${version} to ${dir} failed (${(e as Error).message}), and reloading version ${this.current.version} from ${this.current.dir} failed too: ${(le as Error).message}`, { cause: e });
+      });
+      throw e;
     }
   }
 

@@ -85,6 +85,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
           handle: (msg) => run.onBatch(msg.body),
         });
         ctx.log.info(`trainer: ${t.steps} steps of ${t.promptsPerStep}×${t.samplesPerPrompt} samples (${t.mode}), run directory ${out}`);
+        run.finishIfDone();
         return { trainer, consumer, run, stopVersions: versions.stop };
       } catch (e) {
         await trainer.close();
@@ -252,6 +253,18 @@ class Run {
       this.log(`trainer: done: ${b.step} steps, reward ${this.metrics[0]?.reward_mean.toFixed(3)} → ${m.reward_mean.toFixed(3)}, weight version ${this.trainer.version}, ${this.out}`);
       if (this.cfg.stopWhenDone) setImmediate(() => void this.stopJob());
     }
+  }
+
+  /**
+   * A run resumed at or past its last step (its process was killed or stopped after the final
+   * checkpoint) has nothing to train: it ends the job at once. Without this a resumed fully_async
+   * run waited forever (found by test/property/job-process-schedules).
+   */
+  finishIfDone(): void {
+    if (this.done || this.step < this.env.train.steps) return;
+    this.done = true;
+    this.log(`trainer: done: resumed at step ${this.step} of ${this.env.train.steps}, nothing left to train (${this.out})`);
+    if (this.cfg.stopWhenDone) setImmediate(() => void this.stopJob());
   }
 
   /** Checkpoints the last trained step unless it is checkpointed already. */

@@ -194,6 +194,17 @@ export class ActorCell<S, M> implements SupervisedChild, GroupHost {
     this.openGate();
   }
 
+  /**
+   * Crashes this actor from outside, as if its handler had thrown `err` (fault injection): its
+   * supervisor restarts or escalates it by its policy. False when it is not running.
+   */
+  crash(err: OozeError): boolean {
+    if (this.status !== "running") return false;
+    this.noteCrash(err);
+    this.parent.childFailed(this, err);
+    return true;
+  }
+
   fail(err: OozeError): void {
     // A grandchild's escalation reached this actor's own supervisor group: this actor failed.
     this.noteCrash(err);
@@ -303,7 +314,20 @@ export class ActorCell<S, M> implements SupervisedChild, GroupHost {
     this.initialized = false;
     try {
       const s = await this.def.init(this.context(NO_META, () => {}));
-      if (gen !== this.generation || this.status === "stopped") return;
+      if (gen !== this.generation || this.status === "stopped") {
+        // Stopped or restarted while init ran: nothing will call onStop for this state, so release
+        // what init started (consumers, timers, clients) now. Without this a job stopped while an
+        // actor was still starting kept that actor's loops alive and its process never exited
+        // (found by test/property/job-process-schedules).
+        if (this.def.onStop) {
+          try {
+            await this.def.onStop(s, this.context(NO_META, () => {}));
+          } catch (e) {
+            this.log.warn(`onStop after an abandoned init threw: ${e instanceof Error ? e.message : String(e)}`);
+          }
+        }
+        return;
+      }
       this.state = s;
       this.initialized = true;
       this.status = "running";

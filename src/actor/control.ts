@@ -1,5 +1,6 @@
 // The control plane of a node process over NATS (`names.control(node)`): `ps` lists the node's actors
-// with status, restarts and mailbox depth; `down` drains the mailboxes and stops the system. What
+// with status, restarts and mailbox depth; `down` drains the mailboxes and stops the system; `crash`
+// crashes one actor as if its handler threw (fault injection, ooze/testing's `actor` fault). What
 // `ooze ps` / `ooze down` talk to.
 import { z } from "zod";
 import { encode, makeEnvelope } from "../codec/index.ts";
@@ -14,7 +15,14 @@ export const CONTROL_KIND = "ooze.control";
 export const CONTROL_REPLY_KIND = "ooze.control.reply";
 
 /** A control request. */
-export type ControlRequest = { op: "ps" } | { op: "down"; drainMs?: number };
+export type ControlRequest = { op: "ps" } | { op: "down"; drainMs?: number } | { op: "crash"; actor: string; reason?: string };
+
+/** Answer to `crash`: whether the actor was running (and so crashed). */
+export interface CrashReply {
+  node: string;
+  actor: string;
+  crashed: boolean;
+}
 
 /** Answer to `ps`. */
 export interface PsReply {
@@ -34,6 +42,7 @@ export interface DownReply {
 const requestSchema = z.discriminatedUnion("op", [
   z.object({ op: z.literal("ps") }),
   z.object({ op: z.literal("down"), drainMs: z.number().int().min(0).optional() }),
+  z.object({ op: z.literal("crash"), actor: z.string().min(1), reason: z.string().optional() }),
 ]);
 
 /** Serves the control subject of `node` for a system with a bus attached; returns the unsubscribe. */
@@ -48,6 +57,9 @@ export function serveControl(system: ActorSystem, node: string, opts: { onDown?:
         const req = requestSchema.parse(env.body);
         if (req.op === "ps") {
           reply = { ok: true, value: { node, system: system.name, pid: process.pid, actors: system.list(), failure: system.failure?.toWire() ?? null } satisfies PsReply };
+        } else if (req.op === "crash") {
+          const crashed = system.crash(req.actor, req.reason ?? `crashed by a control request to node '${node}'`);
+          reply = { ok: true, value: { node, actor: req.actor, crashed } satisfies CrashReply };
         } else {
           // Answer after draining, then stop serving and let the process exit.
           const drained = await system.drain({ timeoutMs: req.drainMs ?? 10_000 });
@@ -65,7 +77,7 @@ export function serveControl(system: ActorSystem, node: string, opts: { onDown?:
 }
 
 /** Sends a control request to a node of a job; rejects with the node's error, TimeoutError or ACTOR_NOT_FOUND. */
-export async function controlRequest<R = PsReply | DownReply>(bus: Bus, job: string, node: string, req: ControlRequest, timeoutMs = 5_000): Promise<R> {
+export async function controlRequest<R = PsReply | DownReply | CrashReply>(bus: Bus, job: string, node: string, req: ControlRequest, timeoutMs = 5_000): Promise<R> {
   const names = jobNames(job);
   const msg = await bus.request(names.control(node), encode(makeEnvelope(CONTROL_KIND, 1, req)), { timeoutMs });
   const env = decodeEnvelope(msg.data, CONTROL_REPLY_KIND);

@@ -13,4 +13,4 @@ export {
   type DurableStats,
 } from "./durable.ts";
 export { startActors, type ActorSpecInput, type KindResolver, type StartActorsOptions, type StartedActor } from "./specs.ts";
-export { serveControl, controlRequest, type ControlRequest, type PsReply, type DownReply } from "./control.ts";
+export { serveControl, controlRequest, type ControlRequest, type PsReply, type DownReply, type CrashReply } from "./control.ts";

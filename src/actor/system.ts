@@ -50,6 +50,12 @@ export interface ActorSystem {
   remoteRef<M>(path: string): ActorRef<M>;
   /** Every live actor with status, restarts and mailbox depth. */
   list(): ActorInfo[];
+  /**
+   * Crashes a running local actor as if its handler had thrown (fault injection: ooze/testing's
+   * `actor` fault); its supervisor restarts or escalates it. Throws ACTOR_NOT_FOUND for an unknown
+   * path; false when the actor is not running (restarting, stopped).
+   */
+  crash(path: string, reason?: string): boolean;
   /** Subscribes to lifecycle events; returns the unsubscribe function. */
   onEvent(listener: (e: LifecycleEvent) => void): () => void;
   /** Resolves (never rejects) with the root escalation error, if the system ever escalates. */
@@ -148,6 +154,12 @@ class SystemImpl implements SystemInternals, CellHost, GroupHost {
 
   list(): ActorInfo[] {
     return [...this.cellMap.values()].map((c) => c.info());
+  }
+
+  crash(path: string, reason = "crashed by fault injection"): boolean {
+    const c = this.cellMap.get(path);
+    if (!c) throw new OozeError("ACTOR_NOT_FOUND", `no actor '${path}' in system '${this.name}'; live actors: ${[...this.cellMap.keys()].join(", ") || "none"}`);
+    return c.crash(new OozeError("ACTOR_CRASHED", `${path}: ${reason}`, { actor: path, retryable: true }));
   }
 
   onEvent(listener: (e: LifecycleEvent) => void): () => void {

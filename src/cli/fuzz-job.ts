@@ -3,7 +3,9 @@
 // proxy (link `job-nats`), the topology's engines as `ooze serve` processes each behind an engine
 // fault proxy (`engine-0`, …) — runs the job (`ooze train`'s actors, in this process) while the
 // schedule is played (`trainer-worker`: the trainer's worker process, which the trainer restarts),
-// stops it at a deadline, and checks the invariants on its output. Schedules come from fast-check
+// stops it at a deadline, and checks the invariants on its output. The loop's actors (`rollout`,
+// `buffer`, `trainer`, `weight-sync`, `fleet`) are targets of `actor` faults: crashed through the
+// runtime's supervision. Schedules come from fast-check
 // (shrunk to a minimal failing one) or from a report file (--replay). This is a composition root of
 // the loop, so it may import actors/.
 import { spawn, type ChildProcess } from "node:child_process";
@@ -52,7 +54,12 @@ export interface FuzzOptions {
    */
   shrinkRuns?: number;
   log: (line: string) => void;
+  /** Names the property in the record of schedules run (OOZE_SCHEDULE_LOG; see recordSchedules). */
+  label?: string;
 }
+
+/** The loop's actors that `actor` faults crash. */
+export const FUZZ_ACTORS = ["rollout", "buffer", "trainer", "weight-sync", "fleet"] as const;
 
 /** What runFuzz found. */
 export interface FuzzResult {
@@ -111,6 +118,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
     processes: ["trainer-worker"],
     links: ["job-nats"],
     engines: Array.from({ length: engineCount }, (_, i) => `engine-${i}`),
+    actors: FUZZ_ACTORS,
     nats: o.faults.includes("nats-restart"),
     horizonMs: o.horizonMs,
     maxForMs: Math.floor(o.horizonMs / 2),
@@ -126,6 +134,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
     rmSync(dir, { recursive: true, force: true });
     const lines: string[] = [];
     const logs: Record<string, string> = {};
+    const started = Date.now();
     const nats = await startTestNats();
     const link = await createCutProxy(nats.port);
     const serves: Awaited<ReturnType<typeof startServe>>[] = [];
@@ -148,7 +157,9 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
         timedOut = true;
         ctl.abort();
       }, o.deadlineMs);
+      let crashActor: ((name: string) => boolean) | null = null;
       const targets = {
+        actors: Object.fromEntries(FUZZ_ACTORS.map((a) => [a, () => crashActor?.(a) ?? false])),
         processes: { "trainer-worker": workerPid },
         nats,
         links: { "job-nats": link },
@@ -169,7 +180,8 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
           verbose: true,
           log: (l) => lines.push(l),
           signal: ctl.signal,
-          onStart: () => {
+          onStart: (info) => {
+            crashActor = info.crashActor;
             player = playFaults(schedule, targets);
           },
         });
@@ -199,7 +211,8 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
     }
     const report: FaultReport = { schedule, applied, verdicts, logs, seed: null, path: null, replay: null };
     const bad = verdicts.filter((v) => !v.ok);
-    o.log(`ooze fuzz: run ${i}: [${schedule.map(describeFault).join("; ")}] → ${bad.length === 0 ? "all invariants held" : bad.map((v) => `${v.name}: ${v.detail}`).join("; ")}`);
+    const injected = new Set(applied.map((a) => a.index)).size;
+    o.log(`ooze fuzz: run ${i} (${((Date.now() - started) / 1000).toFixed(1)} s, ${injected}/${schedule.length} faults injected before the job ended): [${schedule.map(describeFault).join("; ")}] → ${bad.length === 0 ? "all invariants held" : bad.map((v) => `${v.name}: ${v.detail}`).join("; ")}`);
     last = report;
     return report;
   };
@@ -225,7 +238,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
         throw new Error(bad.map((v) => `${v.name}: ${v.detail}`).join("; "));
       }
     },
-    { runs: o.runs, ...(o.seed !== undefined ? { seed: o.seed } : {}) },
+    { runs: o.runs, ...(o.seed !== undefined ? { seed: o.seed } : {}), ...(o.label !== undefined ? { label: o.label } : {}) },
   );
   const report: FaultReport = failing ?? last ?? { schedule: [], applied: [], verdicts: [], logs: {}, seed: null, path: null, replay: null };
   report.seed = r.seed;

@@ -43,7 +43,12 @@ export interface TrainJobOptions {
   /** Lines worth showing (warnings, errors; every actor line with `verbose`). */
   log?: (line: string) => void;
   verbose?: boolean;
-  onStart?(info: { job: string; natsUrl: string; hosts: string[]; step: number }): void;
+  /**
+   * Called once every node runs. `crashActor(name)` crashes the running actor of that name (or its
+   * first instance, `name/0`) through its supervisor, as if its handler threw (fault injection);
+   * false when none is running.
+   */
+  onStart?(info: { job: string; natsUrl: string; hosts: string[]; step: number; crashActor(name: string): boolean }): void;
   onStep?(m: StepMetrics): void;
   /** Called once the job's bus is up, before its nodes start (the dashboard); what it returns is awaited before the bus closes. */
   onBus?(job: { bus: Bus; id: string; hosts: string[] }): Promise<{ close(): Promise<void> } | null>;
@@ -131,7 +136,9 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
   const out = resolve(o.out);
   const metricsPath = join(out, "metrics.jsonl");
   if (o.resume) {
-    if (!latestCheckpoint(out)) throw new OozeError("CONFIG_INVALID", `--resume ${o.out}: no checkpoint there (checkpoints/latest.json); run without --resume to start`);
+    // A run killed before its first checkpoint resumes at step 0: its trainer cuts the records back.
+    if (!latestCheckpoint(out) && !existsSync(join(out, "job.json")))
+      throw new OozeError("CONFIG_INVALID", `--resume ${o.out}: not a run directory (no checkpoints/latest.json, no job.json); run without --resume to start`);
   } else if (readJsonl(metricsPath).length > 0) {
     throw new OozeError("CONFIG_INVALID", `${metricsPath} already has steps; use --resume ${o.out} to continue, or another --out`);
   }
@@ -163,7 +170,14 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
         },
       });
       for (const h of topology.hosts) nodes.push(await startNode({ topology, host: h.name, job, bus, resolveKind, log: actorLog }));
-      o.onStart?.({ job, natsUrl: nats.url, hosts: topology.hosts.map((h) => h.name), step: latestCheckpoint(out)?.state.step ?? 0 });
+      const crashActor = (name: string): boolean => {
+        for (const n of nodes) {
+          const a = n.system.list().find((x) => x.path === name || x.path.startsWith(`${name}/`));
+          if (a) return n.system.crash(a.path, "crashed by fault injection (ooze/testing)");
+        }
+        return false;
+      };
+      o.onStart?.({ job, natsUrl: nats.url, hosts: topology.hosts.map((h) => h.name), step: latestCheckpoint(out)?.state.step ?? 0, crashActor });
       const stop = () => void Promise.all(nodes.map((n) => n.stop()));
       o.signal?.addEventListener("abort", stop, { once: true });
       const ends = await Promise.all(nodes.map((n) => n.stopped));

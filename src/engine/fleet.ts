@@ -366,6 +366,7 @@ export class Fleet {
         }
         if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
         let why: string;
+        let wait = 0;
         if ("fault" in outcome) {
           faults.push(outcome.fault);
           this.noteFailure(e, outcome.fault, outcome.error);
@@ -380,7 +381,12 @@ export class Fleet {
           this.faultCounter.record(outcome.fault, true);
           why = `${outcome.fault}: ${outcome.error.message}`;
           avoid = e.id;
-          if (!this.router.engines().some((id) => id !== e.id)) await this.backoff(backoffMs(this.settings, faults.length), st);
+          // The first failures move on to the other engines at once; once this request has failed
+          // as many times as there are other engines (every one tried: all faulty or unreachable,
+          // e.g. a partition), each retry waits a backoff — without it a brief outage of every
+          // engine spent the whole retry budget in milliseconds (found by test/property/fleet-schedules).
+          const others = this.router.engines().filter((id) => id !== e.id).length;
+          wait = faults.length > others ? backoffMs(this.settings, faults.length - others) : 0;
         } else {
           why = outcome.retry;
           avoid = null;
@@ -391,7 +397,8 @@ export class Fleet {
             retryable: true,
           });
         }
-        this.log(`fleet: re-dispatching ${rid} after ${acc.length} tokens (${why})`);
+        this.log(`fleet: re-dispatching ${rid} after ${acc.length} tokens (${why})${wait > 0 ? ` after a backoff of ${Math.round(wait)} ms` : ""}`);
+        if (wait > 0) await this.backoff(wait, st);
       }
     } finally {
       req.signal?.removeEventListener("abort", onSignal);

@@ -1,12 +1,16 @@
 // Faults as data, and the player that injects them for real: a fault schedule is a list of specs
-// (kill a node process, SIGSTOP it and SIGCONT it later, restart the nats-server, cut a link and
-// heal it, give an engine a fault through its fault proxy), each at a time from the start,
-// validated with zod so a malformed spec fails naming its field before anything is injected.
+// (kill a node process, SIGSTOP it and SIGCONT it later, restart the nats-server or one server of a
+// cluster, cut a link and heal it, give an engine a fault through its fault proxy, crash one actor
+// through the runtime's supervision, make a reward or agent command crash or hang, fill the disk a
+// job writes to), each at a time from the start, validated with zod so a malformed spec fails
+// naming its field before anything is injected.
 import { z } from "zod";
 import { OozeError } from "../errors.ts";
 import type { NatsServerHandle } from "../transport/nats-server.ts";
 import type { CutProxy } from "./cut-proxy.ts";
+import type { DiskFiller } from "./disk-full.ts";
 import { engineFaultSpec, type EngineFaultProxy } from "./engine-fault-proxy.ts";
+import { COMMAND_FAULTS, type FaultyCommand } from "./faulty-command.ts";
 
 const ms = z.number().int().min(0);
 const name = z.string().min(1);
@@ -17,19 +21,28 @@ export const faultSpec = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("kill"), target: name, at: ms, signal: z.enum(["SIGKILL", "SIGTERM", "SIGINT"]).default("SIGKILL") }).strict(),
   /** SIGSTOP a node process, SIGCONT it after forMs (a stalled process: GC pause, swapped out, debugger). */
   z.object({ kind: z.literal("pause"), target: name, at: ms, forMs: ms }).strict(),
-  /** The nats-server SIGKILLed and started again (same port, store and token) after downMs. */
-  z.object({ kind: z.literal("nats-restart"), at: ms, downMs: ms.default(0) }).strict(),
+  /**
+   * The nats-server SIGKILLed and started again (same port, store and token) after downMs; with
+   * `server`, that named server of a cluster (the others keep serving).
+   */
+  z.object({ kind: z.literal("nats-restart"), at: ms, downMs: ms.default(0), server: name.optional() }).strict(),
   /** A cut proxy's connections reset and refused for forMs (a network partition of that link). */
   z.object({ kind: z.literal("cut"), link: name, at: ms, forMs: ms }).strict(),
   /** An engine's fault proxy applies `fault` for forMs, then forwards everything untouched again. */
   z.object({ kind: z.literal("engine"), engine: name, at: ms, forMs: ms, fault: engineFaultSpec }).strict(),
+  /** One actor crashed through the runtime, as if its handler threw; its supervisor restarts it. */
+  z.object({ kind: z.literal("actor"), target: name, at: ms }).strict(),
+  /** A command (reward, agent) that crashes (exits 1 at once) or hangs (never exits) for forMs. */
+  z.object({ kind: z.literal("command"), command: name, at: ms, forMs: ms, fault: z.enum(COMMAND_FAULTS) }).strict(),
+  /** The filesystem under a named directory filled up (writes fail with ENOSPC) for forMs. */
+  z.object({ kind: z.literal("disk-full"), disk: name, at: ms, forMs: ms }).strict(),
 ]);
 
 /** One fault (see faultSpec). */
 export type FaultSpec = z.infer<typeof faultSpec>;
 
 /** The kinds of fault. */
-export const FAULT_KINDS = ["kill", "pause", "nats-restart", "cut", "engine"] as const;
+export const FAULT_KINDS = ["kill", "pause", "nats-restart", "cut", "engine", "actor", "command", "disk-full"] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /** A schedule: `{faults: [...]}` (or just the list). */
@@ -53,8 +66,16 @@ export interface FaultTargets {
   /** Node processes: the current pid of each (it changes when a supervisor restarts one), or null when none runs. */
   processes?: Record<string, () => number | null>;
   nats?: NatsServerHandle;
+  /** The servers of a NATS cluster by name, for `nats-restart` with `server`. */
+  natsServers?: Record<string, NatsServerHandle>;
   links?: Record<string, CutProxy>;
   engines?: Record<string, EngineFaultProxy>;
+  /** Actors by name: a function that crashes it (e.g. `() => system.crash("rollout")`); false when it was not running. */
+  actors?: Record<string, () => boolean | Promise<boolean>>;
+  /** Commands wrapped by createFaultyCommand. */
+  commands?: Record<string, FaultyCommand>;
+  /** Disks (directories on a filesystem that may be filled) by name. */
+  disks?: Record<string, DiskFiller>;
 }
 
 /** One thing the player did. */
@@ -91,7 +112,12 @@ export function checkTargets(schedule: readonly FaultSpec[], t: FaultTargets, wh
       throw new OozeError("CONFIG_INVALID", `${at}.target: no process named '${f.target}' (known: ${known(t.processes)})`);
     if (f.kind === "cut" && !t.links?.[f.link]) throw new OozeError("CONFIG_INVALID", `${at}.link: no link named '${f.link}' (known: ${known(t.links)})`);
     if (f.kind === "engine" && !t.engines?.[f.engine]) throw new OozeError("CONFIG_INVALID", `${at}.engine: no engine proxy named '${f.engine}' (known: ${known(t.engines)})`);
-    if (f.kind === "nats-restart" && !t.nats) throw new OozeError("CONFIG_INVALID", `${at}.kind: 'nats-restart' needs a nats-server handle in the targets`);
+    if (f.kind === "nats-restart" && f.server === undefined && !t.nats) throw new OozeError("CONFIG_INVALID", `${at}.kind: 'nats-restart' needs a nats-server handle in the targets`);
+    if (f.kind === "nats-restart" && f.server !== undefined && !t.natsServers?.[f.server])
+      throw new OozeError("CONFIG_INVALID", `${at}.server: no nats-server named '${f.server}' (known: ${known(t.natsServers)})`);
+    if (f.kind === "actor" && !t.actors?.[f.target]) throw new OozeError("CONFIG_INVALID", `${at}.target: no actor named '${f.target}' (known: ${known(t.actors)})`);
+    if (f.kind === "command" && !t.commands?.[f.command]) throw new OozeError("CONFIG_INVALID", `${at}.command: no command named '${f.command}' (known: ${known(t.commands)})`);
+    if (f.kind === "disk-full" && !t.disks?.[f.disk]) throw new OozeError("CONFIG_INVALID", `${at}.disk: no disk named '${f.disk}' (known: ${known(t.disks)})`);
   });
 }
 
@@ -165,12 +191,26 @@ export function playFaults(schedule: readonly FaultSpec[], t: FaultTargets, opts
           return lasting(i, f.forMs, [`SIGSTOP ${f.target}`, () => signal(f.target, "SIGSTOP")], [`SIGCONT ${f.target}`, () => void (pid !== null && process.kill(pid, "SIGCONT"))]);
         }
         case "nats-restart": {
-          const nats = t.nats!;
+          const nats = f.server !== undefined ? t.natsServers![f.server]! : t.nats!;
+          const which = f.server !== undefined ? `nats-server ${f.server}` : "nats-server";
           const crash = async () => {
             nats.kill("SIGKILL");
             await nats.waitExit();
           };
-          return lasting(i, f.downMs, ["SIGKILL nats-server", crash], ["restart nats-server", () => nats.restart()]);
+          return lasting(i, f.downMs, [`SIGKILL ${which}`, crash], [`restart ${which}`, () => nats.restart()]);
+        }
+        case "actor":
+          await act(i, `crash actor ${f.target}`, async () => {
+            if (!(await t.actors![f.target]!())) throw new OozeError("ACTOR_NOT_FOUND", `actor '${f.target}' was not running`);
+          });
+          return settle();
+        case "command": {
+          const cmd = t.commands![f.command]!;
+          return lasting(i, f.forMs, [`command ${f.command}: ${f.fault}`, () => cmd.setFault(f.fault)], [`command ${f.command}: fault off`, () => cmd.setFault(null)]);
+        }
+        case "disk-full": {
+          const disk = t.disks![f.disk]!;
+          return lasting(i, f.forMs, [`fill disk ${f.disk}`, () => disk.fill()], [`free disk ${f.disk}`, () => disk.free()]);
         }
         case "cut": {
           const link = t.links![f.link]!;

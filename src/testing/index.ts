@@ -1,8 +1,12 @@
-// ooze/testing: fault testing of a job — a real nats-server, a cuttable TCP proxy, a fault-injecting
-// HTTP proxy in front of engines, faults as validated data played against real processes, fast-check
-// arbitraries for fault schedules, ready invariants over a job's recorded output, a report, and waits
-// with deadlines. See src/testing/README.md.
+// ooze/testing: fault testing of a job — a real nats-server (or a cluster of three), a cuttable TCP
+// proxy, a fault-injecting HTTP proxy in front of engines, commands that crash or hang on demand, a
+// disk that fills up, faults as validated data played against real processes, fast-check arbitraries
+// for fault schedules, ready invariants over a job's recorded output, a report, and waits with
+// deadlines. See src/testing/README.md.
 export { startTestNats, type NatsServerHandle, type NatsServerOptions } from "./nats.ts";
+export { freePort, startTestNatsCluster, type TestNatsCluster, type TestNatsClusterOptions } from "./nats-cluster.ts";
+export { COMMAND_FAULTS, createFaultyCommand, type CommandFault, type FaultyCommand } from "./faulty-command.ts";
+export { createDiskFiller, mountTmpfs, tmpfsUnavailable, type DiskFiller } from "./disk-full.ts";
 export { type CutProxy, createCutProxy } from "./cut-proxy.ts";
 export { nextMessage, nextStatus, waitUntil, type WaitOptions, withDeadline } from "./wait.ts";
 export {
@@ -28,9 +32,11 @@ export {
   type FaultSpec,
   type FaultTargets,
 } from "./faults.ts";
-export { checkSchedules, drawableKinds, faultArb, scheduleArb, type CheckOptions, type CheckResult, type ScheduleSpace } from "./arbitraries.ts";
+export { checkSchedules, drawableKinds, faultArb, propertyRuns, recordSchedules, scheduleArb, type CheckOptions, type CheckResult, type ScheduleSpace } from "./arbitraries.ts";
 export {
+  assertInvariants,
   checkInvariants,
+  everyEpisodeOnce,
   everySampleOnce,
   finishesWithin,
   noFailedSamples,

@@ -79,28 +79,47 @@ const head = (xs: readonly number[]) => (xs.length > 8 ? `${xs.slice(0, 8).join(
 /**
  * Every sample index from 0 to the data position is trained, dropped or requeued exactly once, or
  * pending in the latest checkpoint (fully_async). Without a checkpoint, the position is one past the
- * largest index seen.
+ * largest index seen. For a topology whose episodes own several indices (an agent with
+ * `maxSegments` > 1), use everyEpisodeOnce.
  */
-export const everySampleOnce: Invariant = {
-  name: "every sample trained or dropped exactly once",
-  check(job) {
-    const batches = readJsonLines<BatchLine>(join(job.dir, "batches.jsonl"));
-    const latestPath = join(job.dir, "checkpoints", "latest.json");
-    const latest = existsSync(latestPath) ? (JSON.parse(readFileSync(latestPath, "utf8")) as { nextSample?: number; step?: number; pending?: { firstSample: number; count: number }[] }) : null;
-    // Records past the checkpoint's step belong to no checkpoint yet: count them, the position grows.
-    const seen = batches.flatMap((b) => [...b.trained, ...b.dropped, ...(b.requeued ?? [])]);
-    const pending = (latest?.pending ?? []).flatMap((g) => Array.from({ length: g.count }, (_, k) => g.firstSample + k));
-    const all = [...seen, ...pending];
-    const n = Math.max(latest?.nextSample ?? 0, all.length > 0 ? Math.max(...all) + 1 : 0);
-    const a = accounting(all, n);
-    const ok = a.dup.length === 0 && a.missing.length === 0 && a.extra.length === 0;
-    const parts = [`${batches.length} batches, ${seen.length} samples recorded, ${pending.length} pending, position ${n}`];
-    if (a.dup.length) parts.push(`recorded twice: ${head(a.dup)}`);
-    if (a.missing.length) parts.push(`lost: ${head(a.missing)}`);
-    if (a.extra.length) parts.push(`beyond the position: ${head(a.extra)}`);
-    return { ok, detail: parts.join("; ") };
-  },
-};
+export const everySampleOnce: Invariant = { name: "every sample trained or dropped exactly once", check: (job) => accountSamples(job, 1) };
+
+/**
+ * An agent topology's version of everySampleOnce: each episode owns `maxSegments` consecutive sample
+ * indices and yields one sample per trajectory segment (at least one: a failed episode records a
+ * placeholder at its first index), so an episode is accounted when its first index is recorded
+ * once; no index may be recorded twice, none beyond the position, and an episode's segments are
+ * its first indices with no gap.
+ */
+export function everyEpisodeOnce(maxSegments: number): Invariant {
+  return { name: `every episode (${maxSegments} sample slots each) trained or dropped exactly once`, check: (job) => accountSamples(job, maxSegments) };
+}
+
+function accountSamples(job: JobOutcome, slots: number): Omit<Verdict, "name"> {
+  const batches = readJsonLines<BatchLine>(join(job.dir, "batches.jsonl"));
+  const latestPath = join(job.dir, "checkpoints", "latest.json");
+  const latest = existsSync(latestPath) ? (JSON.parse(readFileSync(latestPath, "utf8")) as { nextSample?: number; step?: number; pending?: { firstSample: number; count: number }[] }) : null;
+  // Records past the checkpoint's step belong to no checkpoint yet: count them, the position grows.
+  const seen = batches.flatMap((b) => [...b.trained, ...b.dropped, ...(b.requeued ?? [])]);
+  const pending = (latest?.pending ?? []).flatMap((g) => Array.from({ length: g.count }, (_, k) => g.firstSample + k));
+  const all = [...seen, ...pending];
+  const n = Math.max(latest?.nextSample ?? 0, all.length > 0 ? Math.max(...all) + 1 : 0);
+  const a = accounting(all, n);
+  // With several slots per episode, an unused slot is not lost: only an episode's first slot must be there,
+  // and its segments fill its slots from the first without a gap.
+  const present = new Set(all);
+  const laterInEpisode = (i: number) => {
+    for (let j = i + 1; j < (Math.floor(i / slots) + 1) * slots; j++) if (present.has(j)) return true;
+    return false;
+  };
+  const missing = slots === 1 ? a.missing : a.missing.filter((i) => i % slots === 0 || laterInEpisode(i));
+  const ok = a.dup.length === 0 && missing.length === 0 && a.extra.length === 0;
+  const parts = [`${batches.length} batches, ${seen.length} samples recorded, ${pending.length} pending, position ${n}`];
+  if (a.dup.length) parts.push(`recorded twice: ${head(a.dup)}`);
+  if (missing.length) parts.push(`lost: ${head(missing)}`);
+  if (a.extra.length) parts.push(`beyond the position: ${head(a.extra)}`);
+  return { ok, detail: parts.join("; ") };
+}
 
 /** Weight versions only increase, one step after another (metrics.jsonl), and steps are recorded once each. */
 export const versionsIncrease: Invariant = {
@@ -173,4 +192,18 @@ export async function checkInvariants(job: JobOutcome, invariants: readonly Inva
     }
   }
   return out;
+}
+
+/**
+ * Runs the invariants and throws (an Error listing every broken one with what it saw, then the
+ * ones that held) when any breaks; resolves with the verdicts otherwise. For tests and properties.
+ */
+export async function assertInvariants(job: JobOutcome, invariants: readonly Invariant[], context = ""): Promise<Verdict[]> {
+  const verdicts = await checkInvariants(job, invariants);
+  const bad = verdicts.filter((v) => !v.ok);
+  if (bad.length > 0) {
+    const lines = [...bad.map((v) => `FAIL ${v.name}: ${v.detail}`), ...verdicts.filter((v) => v.ok).map((v) => `ok   ${v.name}: ${v.detail}`)];
+    throw new Error(`invariants broken in ${job.dir}:\n${lines.join("\n")}${context ? `\n${context}` : ""}`);
+  }
+  return verdicts;
 }

@@ -33,11 +33,17 @@ export function describeFault(f: FaultSpec): string {
     case "pause":
       return `pause ${f.target} at ${f.at} ms for ${f.forMs} ms`;
     case "nats-restart":
-      return `restart nats-server at ${f.at} ms (down ${f.downMs} ms)`;
+      return `restart nats-server${f.server !== undefined ? ` ${f.server}` : ""} at ${f.at} ms (down ${f.downMs} ms)`;
     case "cut":
       return `cut ${f.link} at ${f.at} ms for ${f.forMs} ms`;
     case "engine":
       return `engine ${f.engine}: ${f.fault.kind ?? "none"}${f.fault.rate !== undefined ? ` on ${Math.round(f.fault.rate * 100)} %` : ""} at ${f.at} ms for ${f.forMs} ms`;
+    case "actor":
+      return `crash actor ${f.target} at ${f.at} ms`;
+    case "command":
+      return `command ${f.command}: ${f.fault} at ${f.at} ms for ${f.forMs} ms`;
+    case "disk-full":
+      return `disk ${f.disk} full at ${f.at} ms for ${f.forMs} ms`;
   }
 }
 

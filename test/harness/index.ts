@@ -1,6 +1,7 @@
-// ooze's own test harness: the public ooze/testing module (src/testing: nats-server, cut proxy,
-// engine fault proxy, faults, waits) plus useNats, which ties a nats-server to a vitest file.
+// ooze's own test harness: the public ooze/testing module (src/testing: nats-server and cluster, cut
+// proxy, engine fault proxy, faults, arbitraries, invariants, waits) plus two pieces bound to this
+// test setup: useNats, which ties a nats-server to a vitest file's hooks, and the network namespaces
+// of the multi-host tests.
 export * from "../../src/testing/index.ts";
 export { type TestNats, useNats } from "./nats.ts";
-export { freePort, startTestNatsCluster, type TestNatsCluster, type TestNatsClusterOptions } from "./nats-cluster.ts";
 export { createTestNetwork, netnsUnavailable, type TestNetwork } from "./netns.ts";

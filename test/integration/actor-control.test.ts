@@ -9,6 +9,7 @@ import {
   durableRef,
   serveControl,
   startActors,
+  type CrashReply,
   type DownReply,
   type PsReply,
 } from "../../src/actor/index.ts";
@@ -56,6 +57,26 @@ describe("startActors and control", () => {
     await d.send({ op: "hello" });
     await waitUntil(() => handled.includes("inbox"), { what: "durable message handled" });
     await expect(startActors(sys, [{ name: "bad", kind: "nope" }], resolve)).rejects.toThrow(/unknown kind/);
+    await sys.stop();
+  });
+
+  it("crash crashes one actor through its supervisor, which restarts it (ooze/testing's actor fault)", async () => {
+    const job = "ctl-crash";
+    const sys = createSystem({ name: job, supervision: { backoffMinMs: 1, backoffMaxMs: 5 }, log: () => {} });
+    await attachBus(sys, await nats.connect());
+    await startActors(sys, [{ name: "w", kind: "test.worker" }], resolve);
+    const events: string[] = [];
+    sys.onEvent((e) => events.push(`${e.kind} ${e.actor}`));
+    serveControl(sys, "main");
+    const client = await nats.connect();
+    const r = await controlRequest<CrashReply>(client, job, "main", { op: "crash", actor: "w" });
+    expect(r).toEqual({ node: "main", actor: "w", crashed: true });
+    await waitUntil(() => sys.list()[0]?.status === "running" && sys.list()[0]?.restarts === 1, { what: "w restarted", diagnostics: () => JSON.stringify(sys.list()) });
+    expect(events).toEqual(["crashed w", "restarted w"]);
+    expect(sys.list()[0]!.lastError).toMatchObject({ code: "ACTOR_CRASHED", retryable: true });
+    expect(await sys.ref<{ op: "hello" }>("w").ask({ op: "hello" })).toMatch(/w$/);
+    const unknown = await controlRequest(client, job, "main", { op: "crash", actor: "nobody" }).catch((e: unknown) => e);
+    expect((unknown as OozeError).code).toBe("ACTOR_NOT_FOUND");
     await sys.stop();
   });
 

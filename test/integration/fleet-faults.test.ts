@@ -102,6 +102,24 @@ describe("fleet: progress deadlines and retries", () => {
   });
 });
 
+describe("fleet: every engine failing at once", () => {
+  it("once a request has failed on every engine, each retry waits a backoff (it does not spend its budget in a burst)", async () => {
+    // Found by test/property/fleet-schedules.test.ts: with both engines cut for ~15 ms a request went
+    // back and forth between them without a pause and spent its whole retry budget in milliseconds.
+    const bad = [await startEngineFaultProxy(servers[0]!.url, { kind: "http-503" }), await startEngineFaultProxy(servers[1]!.url, { kind: "http-503" })];
+    proxies.push(...bad);
+    const logs: string[] = [];
+    const f = fleet({ maxRetries: 4, retryBaseMs: 5, retryMaxMs: 20, leaveAfterFailures: 1_000, log: (l) => logs.push(l) });
+    for (const p of bad) await f.attach(p.url);
+    const err = await f.generate({ inputIds: prompt, sampling, rid: "all-bad" }).catch((e: unknown) => e);
+    expect((err as Error).message).toMatch(/request all-bad failed 5 dispatches \(http-503 ×5\), retries exhausted/);
+    const lines = logs.filter((l) => l.includes("re-dispatching all-bad"));
+    expect(lines).toHaveLength(4);
+    // The first retry goes to the other engine at once; every later one (all engines tried) backs off.
+    expect(lines.map((l) => /after a backoff of \d+ ms/.test(l))).toEqual([false, true, true, true]);
+  });
+});
+
 describe("progress deadline arithmetic", () => {
   const s: RetrySettings = {
     progressTimeoutMs: 10_000, progressTimeoutPerTokenMs: 50, minProgressTimeoutMs: 1_000,

@@ -42,7 +42,7 @@ describe("ooze fuzz", () => {
     expect(r.code, r.out).toBe(0);
     expect(r.out).toMatch(/ooze fuzz: 2 runs, every invariant held/);
     expect(r.out).toMatch(/ok {3}every sample trained or dropped exactly once: 2 batches, 24 samples recorded/);
-    expect(r.out.match(/ooze fuzz: run \d+: /g)).toHaveLength(2);
+    expect(r.out.match(/ooze fuzz: run \d+ \(/g)).toHaveLength(2);
     const report = JSON.parse(readFileSync(join(out, "report.json"), "utf8")) as { seed: number; verdicts: { ok: boolean }[] };
     expect(report.seed).toBe(3);
     expect(report.verdicts.every((v) => v.ok)).toBe(true);

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readJsonl, type StepMetrics } from "../../actors/loop/metrics.ts";
 import { connectBus, resolveReplicas, type Bus } from "../../src/transport/bus.ts";
 import { jobNames } from "../../src/transport/names.ts";
-import { startTestNatsCluster, type TestNatsCluster, waitUntil } from "../harness/index.ts";
+import { assertInvariants, everySampleOnce, stalenessWithin, startTestNatsCluster, type TestNatsCluster, versionsIncrease, waitUntil } from "../harness/index.ts";
 
 let cluster: TestNatsCluster;
 const buses: Bus[] = [];
@@ -137,8 +137,8 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
     expect(await run.exited, run.diagnostics()).toBe(0);
     const batches = readJsonl<{ step: number; trained: number[]; dropped: number[] }>(join(out, "batches.jsonl"));
     expect(batches.map((b) => b.step)).toEqual([1, 2, 3, 4]);
-    const seen = batches.flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b);
-    expect(seen).toEqual(Array.from({ length: STEPS * PROMPTS * N }, (_, i) => i));
+    await assertInvariants({ dir: out, finished: true, durationMs: 0 }, [everySampleOnce, versionsIncrease, stalenessWithin(0)], run.diagnostics());
+    expect(batches.flatMap((b) => [...b.trained, ...b.dropped])).toHaveLength(STEPS * PROMPTS * N);
     const versions = readJsonl<StepMetrics>(join(out, "metrics.jsonl")).map((m) => m.weight_version);
     expect(versions).toEqual([1, 2, 3, 4]);
     expect(JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8"))).toMatchObject({ step: 4, weightVersion: 4 });

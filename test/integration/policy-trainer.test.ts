@@ -7,25 +7,13 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { initModelDir } from "../../native/model-dir.ts";
 import { PolicyTrainer, type PolicyTrainerConfig } from "../../actors/trainer/policy-trainer.ts";
-import type { TrainSample } from "../../actors/buffer/groups.ts";
-import { SampleBuilder } from "../../src/sample.ts";
+import { baseTrainerConfig, oppositeAdvantageBatch } from "../fixtures/policy-batch.ts";
 
 const root = mkdtempSync(join(tmpdir(), "ooze-policy-trainer-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-const base: PolicyTrainerConfig = {
-  lr: 1e-3, weightDecay: 0, maxGradNorm: 1, beta2: 0.99, epsClip: 0.2, epsClipHigh: 0.2, entropyCoef: 0.01,
-  temperature: 1, microBatchTokens: null, updatesPerStep: 1,
-};
-
-/** A group of two one-token answers with opposite advantages (logprobs as an untrained model's, about ln(1/259)). */
-function batch(): TrainSample[] {
-  return [0, 1].map((i) => {
-    const b = new SampleBuilder(i, 0, `r${i}`, "1+1=", [256, 49, 43, 49, 61]);
-    b.appendModel([50 + i], [-5.5], "0");
-    return { ...b.build(i, "completed"), advantage: i === 0 ? -1 : 1 };
-  });
-}
+const base = baseTrainerConfig;
+const batch = oppositeAdvantageBatch;
 
 async function start(name: string, config: PolicyTrainerConfig): Promise<PolicyTrainer> {
   const dir = join(root, name, "v0");

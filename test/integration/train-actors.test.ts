@@ -15,10 +15,9 @@ import { afterAll, describe, expect, it } from "vitest";
 import { groupMsg, promptGroup } from "../../actors/loop-actors/messages.ts";
 import { VersionsKv } from "../../actors/loop-actors/streams.ts";
 import { readJsonl, type BatchRecord, type StepMetrics } from "../../actors/loop/metrics.ts";
-import type { RunState } from "../../actors/loop/state.ts";
 import { decode, type DeadLetter } from "../../src/codec/index.ts";
 import { jobNames } from "../../src/transport/names.ts";
-import { useNats, waitUntil } from "../harness/index.ts";
+import { assertInvariants, everySampleOnce, stalenessWithin, useNats, versionsIncrease, waitUntil } from "../harness/index.ts";
 
 const nats = useNats();
 const dirs: string[] = [];
@@ -35,11 +34,15 @@ afterAll(() => {
 
 const PROMPTS = 3, N = 4, STEPS = 4;
 
-/** Every sample index from 0 to n-1 appears exactly once over trained ∪ dropped. */
-function accounted(out: string): number[] {
-  const batches = readJsonl<{ step: number; trained: number[]; dropped: number[] }>(join(out, "batches.jsonl"));
-  expect(batches.map((b) => b.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
-  return batches.flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b);
+/**
+ * ooze/testing's invariants over the run (every sample index trained, dropped, requeued or pending
+ * exactly once; versions only increase; the staleness bound), plus the exact shape of this run: one
+ * batch record per step, every index below STEPS × PROMPTS × N recorded.
+ */
+async function expectAccounted(out: string, staleness: number, context: () => string, steps = STEPS): Promise<void> {
+  await assertInvariants({ dir: out, finished: true, durationMs: 0 }, [everySampleOnce, versionsIncrease, stalenessWithin(staleness)], context());
+  const batches = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
+  expect(batches.map((b) => b.step)).toEqual(Array.from({ length: steps }, (_, i) => i + 1));
 }
 /** The pid of the latest process of node `host` in an `ooze up` log. */
 const nodePid = (log: string, host: string) => Number([...log.matchAll(new RegExp(`\\[${host}\\] running [^\\n]* \\(pid (\\d+)\\)`, "g"))].at(-1)?.[1]);
@@ -122,10 +125,11 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(log).toContain(`trainer: resuming job ${job} at step 0`);
     expect(log).toContain("node rollout killed by SIGKILL; restarting");
 
-    expect(accounted(out)).toEqual(allIndices);
+    await expectAccounted(out, 0, diagnostics);
+    expect(readJsonl<BatchRecord>(join(out, "batches.jsonl")).flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b)).toEqual(allIndices);
     const metrics = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(metrics.map((m) => m.weight_version)).toEqual([1, 2, 3, 4]);
-    expect(metrics.every((m) => m.staleness_max === 0 && typeof m.reward_mean === "number")).toBe(true);
+    expect(metrics.every((m) => typeof m.reward_mean === "number")).toBe(true);
     expect(readFileSync(join(out, "reward.svg"), "utf8")).toMatch(/^<svg/);
     expect(JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8"))).toMatchObject({ step: 4, weightVersion: 4 });
 
@@ -157,10 +161,10 @@ describe("ooze up: the loop as actors on JetStream", () => {
     const code = await exited;
     expect(code, log.slice(-6000)).toBe(0);
     expect(log).toContain("running rollout/0, rollout/1");
-    expect(accounted(out)).toEqual(allIndices);
+    await expectAccounted(out, 1, () => log.slice(-6000));
+    expect(readJsonl<BatchRecord>(join(out, "batches.jsonl")).flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b)).toEqual(allIndices);
     const metrics = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(metrics.map((m) => m.weight_version)).toEqual([1, 2, 3, 4]);
-    expect(Math.max(...metrics.map((m) => m.staleness_max))).toBeLessThanOrEqual(1);
   }, 120_000);
 
   it("fully_async, three processes: SIGKILLed buffer, rollout and learner nodes and a nats-server restart lose and duplicate no sample; staleness bounded", async () => {
@@ -195,16 +199,9 @@ describe("ooze up: the loop as actors on JetStream", () => {
     expect(log).toContain("node learner killed by SIGKILL; restarting");
 
     // Every sample index below the data position: trained, dropped, requeued or pending at the end, once.
-    const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
-    expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    const latest = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as RunState;
-    const span = (g: { firstSample: number; count: number }) => Array.from({ length: g.count }, (_, i) => g.firstSample + i);
-    const seen = [...records.flatMap((r) => [...r.trained, ...r.dropped, ...(r.requeued ?? [])]), ...(latest.pending ?? []).flatMap(span)].sort((a, b) => a - b);
-    const twice = seen.filter((x, i) => seen[i + 1] === x);
-    expect(seen, `indices recorded twice: ${twice.join(",")}; records ${JSON.stringify(records)}; pending ${JSON.stringify(latest.pending)}\n${diagnostics()}`).toEqual(Array.from({ length: latest.nextSample }, (_, i) => i));
+    await expectAccounted(out, 2, diagnostics, 8);
     const metrics = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(metrics.map((m) => m.weight_version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    expect(Math.max(...metrics.map((m) => m.staleness_max))).toBeLessThanOrEqual(2);
   }, 180_000);
 
   it("the versions record only moves forward", async () => {

@@ -1,15 +1,16 @@
-// Property: ask/tell between two OS processes under random schedules of connection cuts (each side
-// reaches NATS through its own cut proxy): every ask settles with its own reply or a TimeoutError,
-// none hangs; after healing, asks get through again. Cases: OOZE_PROPERTY_RUNS (default 5).
+// Property: ask/tell between two OS processes under fault schedules of connection cuts drawn by
+// ooze/testing (each side reaches NATS through its own cut proxy, the links `host` and `client`;
+// played by playFaults while asks and tells are sent): every ask settles with its own reply or a
+// TimeoutError, none hangs; after healing, asks get through again. Runs: propertyRuns(15).
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { attachBus, createSystem, type ActorRef, type ActorSystem } from "../../src/actor/index.ts";
 import { TimeoutError } from "../../src/errors.ts";
 import { connectBus, type Bus } from "../../src/transport/bus.ts";
-import { createCutProxy, type CutProxy, useNats, waitUntil, withDeadline } from "../harness/index.ts";
+import { checkSchedules, createCutProxy, type CutProxy, playFaults, propertyRuns, useNats, waitUntil, withDeadline } from "../harness/index.ts";
 import { spawnHost, type HostChild } from "../fixtures/actors/spawn-host.ts";
 
-const RUNS = Number(process.env.OOZE_PROPERTY_RUNS ?? 5);
+const RUNS = propertyRuns(15);
 const nats = useNats();
 const job = "prop-ask";
 type EchoMsg = { kind: "echo"; n: number } | { kind: "sleep"; ms: number; n: number };
@@ -39,30 +40,32 @@ afterAll(async () => {
   await clientProxy?.close();
 });
 
-type Step =
-  | { op: "ask"; timeoutMs: number; sleepMs: number }
-  | { op: "tell" }
-  | { op: "cut"; side: "host" | "client" | "both" }
-  | { op: "heal" }
-  | { op: "pause"; ms: number };
-
-const stepArb: fc.Arbitrary<Step> = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ op: fc.constant("ask" as const), timeoutMs: fc.integer({ min: 20, max: 400 }), sleepMs: fc.integer({ min: 0, max: 60 }) }) },
-  { weight: 1, arbitrary: fc.record({ op: fc.constant("tell" as const) }) },
-  { weight: 2, arbitrary: fc.record({ op: fc.constant("cut" as const), side: fc.constantFrom("host" as const, "client" as const, "both" as const) }) },
-  { weight: 2, arbitrary: fc.record({ op: fc.constant("heal" as const) }) },
-  { weight: 2, arbitrary: fc.record({ op: fc.constant("pause" as const), ms: fc.integer({ min: 0, max: 150 }) }) },
+/** The asks and tells sent while the schedule plays, each after a gap. */
+const trafficArb = fc.array(
+  fc.oneof(
+    { weight: 4, arbitrary: fc.record({ op: fc.constant("ask" as const), timeoutMs: fc.integer({ min: 20, max: 400 }), sleepMs: fc.integer({ min: 0, max: 60 }), gapMs: fc.integer({ min: 0, max: 150 }) }) },
+    { weight: 1, arbitrary: fc.record({ op: fc.constant("tell" as const), gapMs: fc.integer({ min: 0, max: 150 }) }) },
+  ),
+  { minLength: 2, maxLength: 8 },
 );
 
 let counter = 0;
 
-describe("ask under connection cuts (property)", () => {
-  it("every ask gets its reply or a TimeoutError; none hangs", async () => {
-    await fc.assert(
-      fc.asyncProperty(fc.array(stepArb, { minLength: 3, maxLength: 10 }), async (steps) => {
+describe("ask under connection cuts (property, ooze/testing schedules)", () => {
+  it("every ask gets its reply or a TimeoutError; none hangs; asks get through after healing", async () => {
+    const result = await checkSchedules(
+      // Cuts of the host's link, the client's, or both (two overlapping faults), within 600 ms.
+      { kinds: ["cut"], links: ["host", "client"], horizonMs: 600, maxForMs: 400, maxFaults: 4 },
+      async (schedule, traffic) => {
+        const player = playFaults(schedule, { links: { host: hostProxy, client: clientProxy } });
         const asks: Promise<void>[] = [];
-        for (const s of steps) {
-          if (s.op === "ask") {
+        try {
+          for (const s of traffic) {
+            await new Promise((r) => setTimeout(r, s.gapMs));
+            if (s.op === "tell") {
+              echo.tell({ kind: "echo", n: ++counter });
+              continue;
+            }
             const n = ++counter;
             const p = echo.ask<{ n: number }>({ kind: "sleep", ms: s.sleepMs, n }, { timeoutMs: s.timeoutMs }).then(
               (r) => expect(r.n).toBe(n),
@@ -72,21 +75,11 @@ describe("ask under connection cuts (property)", () => {
             );
             // "None hangs": the ask must settle by its own deadline plus a generous margin.
             asks.push(withDeadline(p, s.timeoutMs + 3000, `ask ${n} (deadline ${s.timeoutMs} ms) to settle`));
-          } else if (s.op === "tell") {
-            echo.tell({ kind: "echo", n: ++counter });
-          } else if (s.op === "cut") {
-            if (s.side !== "client") hostProxy.cut();
-            if (s.side !== "host") clientProxy.cut();
-          } else if (s.op === "heal") {
-            hostProxy.heal();
-            clientProxy.heal();
-          } else {
-            await new Promise((r) => setTimeout(r, s.ms));
           }
+          await Promise.all(asks);
+        } finally {
+          await player.stop(); // heals what is still cut
         }
-        await Promise.all(asks);
-        hostProxy.heal();
-        clientProxy.heal();
         // Liveness after healing: both sides reconnect and an ask gets through.
         await waitUntil(
           async () => {
@@ -96,8 +89,9 @@ describe("ask under connection cuts (property)", () => {
           },
           { what: "an ask to succeed after healing", timeoutMs: 15_000, diagnostics: () => `host output: ${host.output()}` },
         );
-      }),
-      { numRuns: RUNS },
+      },
+      { runs: RUNS, with: trafficArb, label: "actor ask/tell across processes under NATS link cuts" },
     );
+    expect(result.error, `minimal failing schedule ${JSON.stringify(result.schedule)} with traffic ${JSON.stringify(result.drawn)} (seed ${result.seed}, path ${result.path})`).toBeNull();
   }, 30_000 + RUNS * 8000);
 });

@@ -2,7 +2,10 @@
 // while N greedy requests are in flight, every request completes exactly once with the tokens and
 // logprobs a single engine produces for its prompt (identical weights everywhere), its weight-version
 // spans covering its output. Engines are real child processes on fixed ports. Cases:
-// OOZE_PROPERTY_RUNS (default 3); a failure prints fast-check's seed and shrunk schedule.
+// propertyRuns(10); a failure prints fast-check's seed and shrunk schedule. Its schedules mix fleet
+// membership changes (attach, detach, abort_all) with engine kills and restarts, so they are drawn
+// here rather than by ooze/testing's scheduleArb (whose faults are not membership changes); the
+// count is recorded with recordSchedules like the others.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,9 +15,9 @@ import { initModelDir } from "../../native/model-dir.ts";
 import { EngineClient } from "../../src/engine/client.ts";
 import { Fleet, type FleetGenerateResult } from "../../src/engine/fleet.ts";
 import { spawnEngine, type EngineProcess } from "../fixtures/engine-process.ts";
-import { waitUntil } from "../harness/index.ts";
+import { propertyRuns, recordSchedules, waitUntil } from "../harness/index.ts";
 
-const RUNS = Number(process.env.OOZE_PROPERTY_RUNS ?? 3);
+const RUNS = propertyRuns(10);
 const ENGINES = 3;
 const MAX_NEW = 128;
 const sampling = { max_new_tokens: MAX_NEW, temperature: 0, ignore_eos: true };
@@ -82,7 +85,7 @@ async function restart(i: number): Promise<void> {
 
 describe("fleet property: requests survive any schedule of engine churn", () => {
   it("every request completes exactly once with intact tokens", { timeout: 300_000 }, async () => {
-    await fc.assert(
+    const d = await fc.check(
       fc.asyncProperty(caseArb, async (c) => {
         const fleet = new Fleet({ routing: c.routing, stream: c.stream, healthIntervalMs: 100, healthTimeoutMs: 2_000, requestTimeoutMs: 60_000 });
         const attached = new Set<number>();
@@ -175,5 +178,7 @@ describe("fleet property: requests survive any schedule of engine churn", () => 
       }),
       { numRuns: RUNS },
     );
+    recordSchedules("fleet: engine churn (attach, detach, SIGKILL, restart, abort_all)", d.numRuns, !d.failed, d.seed);
+    if (d.failed) throw new Error(`${fc.defaultReportMessage(d)}`);
   });
 });

@@ -3,6 +3,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { createSystem, defineActor, type ActorSystem, type LifecycleEvent } from "../../src/actor/index.ts";
 import { OozeError, TimeoutError } from "../../src/errors.ts";
+import { waitUntil } from "../harness/index.ts";
 
 type CounterMsg = { kind: "add"; n: number } | { kind: "get" } | { kind: "boom"; retryable?: boolean } | { kind: "hang" };
 
@@ -187,3 +188,34 @@ describe("actor system", () => {
     expect(((await r.ask(1).catch((x: unknown) => x)) as OozeError).code).toBe("ACTOR_STOPPED");
   });
 });
+
+describe("fault injection and stops during init", () => {
+  it("crash(path) crashes a running actor as if its handler threw; its supervisor restarts it", async () => {
+    const sys = createSystem({ name: "crash-inject", supervision: { backoffMinMs: 1, backoffMaxMs: 2 }, log: () => {} });
+    const events: string[] = [];
+    sys.onEvent((e) => events.push(e.kind));
+    let inits = 0;
+    sys.spawn(defineActor<number, "n">({ name: "a", init: () => ++inits, handle: (s, _m, ctx) => (ctx.reply(s), s) }));
+    await waitUntil(() => sys.list()[0]?.status === "running", { what: "a running" });
+    expect(sys.crash("a", "test")).toBe(true);
+    await waitUntil(() => sys.list()[0]?.status === "running" && sys.list()[0]?.restarts === 1, { what: "a restarted", diagnostics: () => JSON.stringify(sys.list()) });
+    expect(await sys.ref<"n">("a").ask("n")).toBe(2);
+    expect(events).toContain("crashed");
+    expect(() => sys.crash("nobody")).toThrow(/no actor 'nobody'/);
+    await sys.stop();
+  });
+
+  it("an actor stopped while its init runs gets onStop for the state that init returns (nothing leaks)", async () => {
+    const sys = createSystem({ name: "stop-in-init", log: () => {} });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const stopped: string[] = [];
+    sys.spawn(defineActor<string, never>({ name: "slow", init: async () => (await gate, "resources"), handle: (s) => s, onStop: (s) => void stopped.push(s) }));
+    const done = sys.stop();
+    release();
+    await done;
+    await waitUntil(() => stopped.length > 0, { what: "onStop for the abandoned init" });
+    expect(stopped).toEqual(["resources"]);
+  });
+});
+

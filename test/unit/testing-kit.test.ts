@@ -2,14 +2,20 @@
 // arbitraries that shrink to the minimal failing schedule and replay from seed + path, the ready
 // invariants over recorded job output (written here as a trainer would, with deliberate defects),
 // and a report that round-trips through a file.
+import { spawn } from "node:child_process";
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   checkInvariants,
   checkSchedules,
+  createFaultyCommand,
+  everyEpisodeOnce,
   everySampleOnce,
+  faultArb,
+  propertyRuns,
   finishesWithin,
   formatReport,
   noFailedSamples,
@@ -128,6 +134,73 @@ describe("invariants over a job's output", () => {
     const [v] = await checkInvariants(j, [everySampleOnce]);
     expect(v).toMatchObject({ ok: false });
     expect(v!.detail).toMatch(/batches\.jsonl:2: not a JSON line/);
+  });
+});
+
+describe("fault kinds added for issue 13", () => {
+  it("actor, command, disk-full and a cluster server's restart are data like the others; bad ones name the field", () => {
+    const s = parseFaultSchedule([
+      { kind: "disk-full", disk: "out", at: 30, forMs: 100 },
+      { kind: "actor", target: "buffer", at: 10 },
+      { kind: "command", command: "agent", at: 20, forMs: 50, fault: "hang" },
+      { kind: "nats-restart", server: "s1", at: 0 },
+    ]);
+    expect(s.map((f) => f.kind)).toEqual(["nats-restart", "actor", "command", "disk-full"]);
+    expect(() => parseFaultSchedule([{ kind: "command", command: "agent", at: 0, forMs: 1, fault: "explode" }])).toThrow(/schedule\[0\]\.fault: /);
+    expect(() => parseFaultSchedule({ faults: [{ kind: "actor", at: 0 }] })).toThrow(/schedule\.faults\[0\]\.target: /);
+  });
+
+  it("the arbitraries draw them only where a target is named, with the kill signals asked for", () => {
+    const drawn = fc.sample(faultArb({ actors: ["rollout"], commands: ["agent"], disks: ["out"], natsServers: ["s0", "s1"], processes: ["job"], signals: ["SIGTERM"], horizonMs: 100 }), { numRuns: 300, seed: 1 });
+    expect(new Set(drawn.map((f) => f.kind))).toEqual(new Set(["actor", "command", "disk-full", "nats-restart", "kill", "pause"]));
+    for (const f of drawn) {
+      if (f.kind === "nats-restart") expect(["s0", "s1"]).toContain(f.server);
+      if (f.kind === "kill") expect(f.signal).toBe("SIGTERM");
+    }
+  });
+
+  it("a faulty command runs the real one until told to crash or hang, and counts the calls", async () => {
+    const cmd = createFaultyCommand(dir, "echo-cmd");
+    const { command, args } = cmd.wrap("echo", ["hello"]);
+    const run = (timeoutMs: number) => new Promise<{ code: number | null; out: string }>((r) => {
+      const c = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"] });
+      let out = "";
+      c.stdout.on("data", (d) => (out += d));
+      const t = setTimeout(() => c.kill("SIGKILL"), timeoutMs);
+      c.once("exit", (code) => (clearTimeout(t), r({ code, out })));
+    });
+    expect(await run(10_000)).toEqual({ code: 0, out: "hello\n" });
+    cmd.setFault("crash");
+    expect((await run(10_000)).code).toBe(1);
+    cmd.setFault("hang");
+    expect(await run(300)).toEqual({ code: null, out: "" }); // killed by this test's own timeout
+    cmd.setFault(null);
+    expect((await run(10_000)).out).toBe("hello\n");
+    expect(cmd.stats()).toEqual({ ok: 2, crash: 1, hang: 1 });
+  });
+
+  it("everyEpisodeOnce: unused slots of an episode are not lost; a missing first slot, a gap or a duplicate is", async () => {
+    const m = (step: number, v: number) => ({ step, weight_version: v, staleness_max: 0 });
+    const good = job("episodes", [{ step: 1, trained: [0, 3, 4], dropped: [6] }], [m(1, 1)], { nextSample: 9 });
+    expect((await checkInvariants(good, [everyEpisodeOnce(3)]))[0]!.ok).toBe(true);
+    expect((await checkInvariants(good, [everySampleOnce]))[0]!.ok).toBe(false);
+    const bad = job("episodes-bad", [{ step: 1, trained: [0, 2, 4, 4], dropped: [] }], [m(1, 1)], { nextSample: 9 });
+    const [v] = await checkInvariants(bad, [everyEpisodeOnce(3)]);
+    expect(v!.detail).toMatch(/recorded twice: 4; lost: 1, 3, 6/);
+  });
+
+  it("propertyRuns: OOZE_PROPERTY_RUNS fixes every count, OOZE_PROPERTY_SCALE scales the defaults", () => {
+    const env = { runs: process.env.OOZE_PROPERTY_RUNS, scale: process.env.OOZE_PROPERTY_SCALE };
+    try {
+      delete process.env.OOZE_PROPERTY_RUNS;
+      process.env.OOZE_PROPERTY_SCALE = "2.5";
+      expect(propertyRuns(4)).toBe(10);
+      process.env.OOZE_PROPERTY_RUNS = "7";
+      expect(propertyRuns(4)).toBe(7);
+    } finally {
+      for (const [k, v] of [["OOZE_PROPERTY_RUNS", env.runs], ["OOZE_PROPERTY_SCALE", env.scale]] as const) if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
   });
 });
 

@@ -51,6 +51,7 @@ export function register(program: Command) {
         deadlineMs: int("deadline", opts.deadline, 1),
         out: opts.out,
         ...(opts.shrinkRuns !== undefined ? { shrinkRuns: int("shrink-runs", opts.shrinkRuns, 0) } : {}),
+        label: `ooze fuzz ${file}`,
         log: opts.verbose ? (l) => process.stderr.write(`${l}\n`) : () => {},
       });
       console.log(fuzzSummary(r));

@@ -1,14 +1,14 @@
-// A real NATS cluster for tests: N nats-servers (default 3) on loopback, each started through
+// A real NATS cluster for tests and fault schedules (ooze/testing): N nats-servers (default 3) on loopback, each started through
 // startNatsServer with its own temp JetStream store, routed to the others (route user/password), one
 // client token shared by all; resolves once JetStream's meta group has a leader, so streams with
 // 3 replicas can be created at once. Servers are killed and restarted through their handles; each
 // has an HTTP monitoring port (connections per server, to pick one that clients use).
 import { randomBytes } from "node:crypto";
-import { connectBus } from "../../src/transport/bus.ts";
-import { freePort, type NatsServerHandle, type NatsServerOptions, startNatsServer } from "../../src/transport/nats-server.ts";
+import { connectBus } from "../transport/bus.ts";
+import { freePort, type NatsServerHandle, type NatsServerOptions, startNatsServer } from "../transport/nats-server.ts";
 
 export { freePort };
-import { waitUntil } from "../../src/testing/wait.ts";
+import { waitUntil } from "./wait.ts";
 
 /** A running test cluster. */
 export interface TestNatsCluster {

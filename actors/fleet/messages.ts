@@ -53,7 +53,8 @@ export type FleetReply =
 
 /** Asks the fleet actor and unwraps its reply: the engines, or the fleet's OozeError. */
 export async function askFleet(ref: ActorRef<FleetMsg>, msg: FleetMsg, timeoutMs = 60_000): Promise<Extract<FleetReply, { ok: true }>> {
-  const r = await ref.ask<FleetReply>(msg, { timeoutMs });
+  // A weight update is idempotent (the engines already at its version only record it), and so is a list.
+  const r = await ref.ask<FleetReply>(msg, { timeoutMs, idempotent: msg.op === "updateWeights" || msg.op === "list" });
   if (!r || typeof r !== "object" || !("ok" in r)) throw new OozeError("MALFORMED_MESSAGE", `fleet actor '${ref.path}' sent a reply that is not a FleetReply`);
   if (!r.ok) throw OozeError.fromWire(r.error);
   return r;

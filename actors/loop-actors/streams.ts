@@ -87,6 +87,26 @@ export interface StreamConsumer {
   stop(graceMs?: number): Promise<void>;
 }
 
+/**
+ * Acks `m` and waits for the server to confirm it, retrying while the connection is away: a plain ack
+ * sent as the nats-server restarts is lost. Gives up after `ackWaitMs` (the message then comes back
+ * and its handler sees it was done). Even a confirmed ack can be forgotten by a nats-server that is
+ * SIGKILLed before it writes its consumer state: the message then counts against max_ack_pending
+ * until ack_wait passes, so consumers that take few messages at a time (rollout, trainer,
+ * weight-sync) keep a short ack wait and beat while they work (README, reliability finding 5).
+ */
+async function confirmAck(m: JsMsg, stopped: () => boolean, ackWaitMs: number): Promise<void> {
+  const until = Date.now() + ackWaitMs;
+  for (let attempt = 0; !stopped() && Date.now() < until; attempt++) {
+    try {
+      await m.ackAck({ timeout: 2_000 });
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, Math.min(1_000, 100 * 2 ** attempt)));
+    }
+  }
+}
+
 /** Consumes a stream with a durable pull consumer; see the file comment for the delivery rules. */
 export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): StreamConsumer {
   const concurrency = o.concurrency ?? 1;
@@ -120,7 +140,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     };
     try {
       await o.handle(msg, { deliveryCount: m.info.deliveryCount, defer });
-      if (!deferred) m.ack();
+      if (!deferred) await confirmAck(m, () => stopped, ackWaitMs);
       stats.handled++;
     } catch (e) {
       stats.failed++;
@@ -134,8 +154,15 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     }
   };
 
+  // After a reconnect the server may have lost the pull requests in flight (a restarted nats-server
+  // has), and nats.js's own re-pull can back off for its whole expiry (30 s) when its first consumer
+  // info fails while JetStream restores: the consumer stalled that long (README, reliability
+  // finding 5). Pulling anew from a fresh iterator on every reconnect bounds that by the loop's pause.
+  const offStatus = o.bus.onStatus((s) => {
+    if (s.type === "reconnect") iter?.stop();
+  });
   const start = o.startSeq === undefined ? {} : { deliver_policy: "by_start_sequence", opt_start_seq: o.startSeq };
-  const loop = (async () => {
+  void (async () => {
     if (o.startSeq !== undefined) await (await o.bus.jsm()).consumers.delete(o.stream, o.durable).catch(() => false);
     while (!stopped) {
       try {
@@ -148,8 +175,13 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
         } as never);
         const msgs = await consumer.consume({ max_messages: Math.max(concurrency, o.prefetch ?? concurrency) });
         iter = msgs;
+        // Stopped while consume() was starting: this iterator must not take a message nobody handles.
+        if (stopped) msgs.stop();
         for await (const m of msgs) {
-          if (stopped) break;
+          if (stopped) {
+            m.nak(); // back to the next consumer at once, not after ack_wait
+            continue;
+          }
           const p: Promise<void> = one(m).finally(() => running.delete(p));
           running.add(p);
           while (running.size >= concurrency) await Promise.race(running);
@@ -168,10 +200,12 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
       if (stopped) return;
       stopped = true;
       clearInterval(heldBeat);
+      offStatus();
       iter?.stop();
       let timer: NodeJS.Timeout | undefined;
       const grace = new Promise<void>((r) => (timer = setTimeout(r, graceMs)));
-      await Promise.race([Promise.allSettled([loop, ...running]), grace]);
+      // The pull loop ends by itself (it takes nothing once stopped): only handlers in flight are waited for.
+      await Promise.race([Promise.allSettled([...running]), grace]);
       clearTimeout(timer);
     },
   };

@@ -25,8 +25,12 @@ import { startAgentRollout, type AgentRollout } from "../environment/agent/rollo
 export const rolloutActorConfig = z.object({
   /** Prompt groups generated at once by this instance (default: a step's prompts; fully_async: maxInflightGroups). */
   concurrency: z.number().int().min(1).optional(),
-  /** A group's prompt comes back to another consumer after this long without a heartbeat. */
-  ackWaitMs: z.number().int().min(500).default(30_000),
+  /**
+   * A group's prompt comes back to another consumer after this long without a heartbeat (the handler
+   * beats every third of it): a killed rollout's, or one whose ack a crashed nats-server forgot (the
+   * consumer takes at most `concurrency` unacked prompts, so such prompts hold up new ones until then).
+   */
+  ackWaitMs: z.number().int().min(500).default(10_000),
   /** How long to wait for the fleet to register its first engine. */
   engineWaitMs: z.number().int().min(0).default(120_000),
   /**

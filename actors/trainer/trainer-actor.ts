@@ -28,8 +28,12 @@ export const trainerActorConfig = z.object({
   out: z.string().min(1),
   /** After the last step: tell every node of the job to drain and stop (`ooze up` then exits 0). */
   stopWhenDone: z.boolean().default(true),
-  /** A batch comes back after this long without a heartbeat (a killed trainer's). */
-  ackWaitMs: z.number().int().min(500).default(60_000),
+  /**
+   * A batch comes back after this long without a heartbeat: a killed trainer's, or one whose ack a
+   * crashed nats-server forgot (the trainer takes one batch at a time, so nothing else arrives
+   * meanwhile). The handler beats every third of it while it trains.
+   */
+  ackWaitMs: z.number().int().min(500).default(10_000),
 });
 
 type Batch = z.output<typeof batchMsg.schema>;

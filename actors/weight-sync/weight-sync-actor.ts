@@ -33,7 +33,13 @@ export const weightSyncActorConfig = z.object({
   fleet: z.string().min(1).default("fleet"),
   /** Deadline of one fleet update (all engines). */
   updateTimeoutMs: z.number().int().min(1000).default(120_000),
-  ackWaitMs: z.number().int().min(500).default(60_000),
+  /**
+   * A weights message comes back after this long without a heartbeat: a killed weight-sync's, or one
+   * whose ack a crashed nats-server forgot (it takes one at a time: nothing else arrives meanwhile,
+   * and the trainer waits for the version). The handler beats
+   * every third of it; a redelivered version the engines already serve is only recorded.
+   */
+  ackWaitMs: z.number().int().min(500).default(10_000),
   /**
    * How full checkpoints (version 0, weightSync full, fallbacks, engines that join later) reach the
    * fleet: `object` (default) as objects `full-v{N}` of the job's object store, which the fleet fetches

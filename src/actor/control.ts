@@ -79,7 +79,9 @@ export function serveControl(system: ActorSystem, node: string, opts: { onDown?:
 /** Sends a control request to a node of a job; rejects with the node's error, TimeoutError or ACTOR_NOT_FOUND. */
 export async function controlRequest<R = PsReply | DownReply | CrashReply>(bus: Bus, job: string, node: string, req: ControlRequest, timeoutMs = 5_000): Promise<R> {
   const names = jobNames(job);
-  const msg = await bus.request(names.control(node), encode(makeEnvelope(CONTROL_KIND, 1, req)), { timeoutMs });
+  // `ps` only reads and a second `down` of a draining node drains on: both are sent again when the
+  // connection comes back meanwhile (a job whose one `down` was lost so never exited). A `crash` is not.
+  const msg = await bus.request(names.control(node), encode(makeEnvelope(CONTROL_KIND, 1, req)), { timeoutMs, resendOnReconnect: req.op !== "crash" });
   const env = decodeEnvelope(msg.data, CONTROL_REPLY_KIND);
   const body = env.body as { ok: boolean; value?: unknown; error?: WireError };
   if (!body.ok) throw OozeError.fromWire(body.error as WireError);

@@ -227,7 +227,7 @@ function makeRemoteRef<M>(bus: Bus, names: JobNames, path: string, defaultTimeou
         const left = deadline - Date.now();
         if (left <= 0) break;
         try {
-          const reply = await bus.request(subject, frame, { timeoutMs: left });
+          const reply = await bus.request(subject, frame, { timeoutMs: left, resendOnReconnect: o.idempotent === true });
           const env = decodeEnvelope(reply.data, ACTOR_REPLY_KIND);
           const body = replyBodySchema.parse(env.body);
           if (body.ok) return body.value as R;

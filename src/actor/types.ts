@@ -11,6 +11,13 @@ export type ActorStatus = "starting" | "running" | "restarting" | "stopped" | "e
 export interface AskOptions {
   /** Deadline in ms; when it passes the ask rejects with TimeoutError. Default 5000. */
   timeoutMs?: number;
+  /**
+   * The message may be handled twice (handling it again changes nothing). An ask to a remote actor
+   * is then sent again when the connection is lost and comes back while it waits: the request or
+   * its reply may have been lost with the connection. Other asks wait out their deadline (the reply
+   * may still come). Local asks ignore it.
+   */
+  idempotent?: boolean;
 }
 
 /** Address of an actor, local or remote. Refs stay valid across restarts of the actor. */

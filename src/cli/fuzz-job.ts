@@ -169,6 +169,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
       // Faults start once the job has started (its actors run): a job that cannot start fails with its reason.
       let player: FaultPlayer | null = null;
       let error: string | null = null;
+      let clock = Date.now(); // from onStart on: the faults' clock (their `at`)
       try {
         await runTrainJob({
           topology: topo,
@@ -178,9 +179,10 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
           job: `fuzz-${process.pid}-${i}`,
           nats: { url: `nats://127.0.0.1:${link.port}`, token: nats.token },
           verbose: true,
-          log: (l) => lines.push(l),
+          log: (l) => lines.push(`${Date.now() - clock} ms ${l}`),
           signal: ctl.signal,
           onStart: (info) => {
+            clock = Date.now();
             crashActor = info.crashActor;
             player = playFaults(schedule, targets);
           },

@@ -98,6 +98,13 @@ export interface BusStatus {
   detail: string;
 }
 
+/** Options of `Bus.request`. */
+export interface RequestOptions {
+  timeoutMs: number;
+  headers?: Record<string, string>;
+  resendOnReconnect?: boolean;
+}
+
 /** Options of `Bus.subscribe`. */
 export interface SubscribeOptions {
   /** Queue group: each message goes to one member. */
@@ -126,8 +133,13 @@ export interface Bus {
   publishLarge(subject: string, data: Uint8Array, opts?: { headers?: Record<string, string>; reply?: string }): Promise<void>;
   /** Subscribes to a subject (wildcards allowed). */
   subscribe(subject: string, opts?: SubscribeOptions): BusSubscription;
-  /** Request/reply with a deadline: TimeoutError when it passes, OozeError ACTOR_NOT_FOUND when nobody listens. */
-  request(subject: string, data: Uint8Array, opts: { timeoutMs: number; headers?: Record<string, string> }): Promise<BusMsg>;
+  /**
+   * Request/reply with a deadline: TimeoutError when it passes, OozeError ACTOR_NOT_FOUND when nobody
+   * listens. With `resendOnReconnect` (for requests that may be handled twice) the request is sent
+   * again whenever the connection comes back while it waits, since the request or its reply may
+   * have been lost with the old connection; otherwise it waits out the deadline.
+   */
+  request(subject: string, data: Uint8Array, opts: RequestOptions): Promise<BusMsg>;
   /** Round trip to the server: everything published before is on the server. */
   flush(): Promise<void>;
   /** JetStream client. */
@@ -485,7 +497,32 @@ class NatsBus implements Bus {
     };
   }
 
-  async request(subject: string, data: Uint8Array, opts: { timeoutMs: number; headers?: Record<string, string> }): Promise<BusMsg> {
+  async request(subject: string, data: Uint8Array, opts: RequestOptions): Promise<BusMsg> {
+    if (!opts.resendOnReconnect) return this.requestOnce(subject, data, opts);
+    const deadline = Date.now() + opts.timeoutMs;
+    for (let resends = 0; ; resends++) {
+      let off = () => {};
+      const reconnected = new Promise<null>((resolve) => {
+        off = this.onStatus((s) => s.type === "reconnect" && resolve(null));
+      });
+      const once = this.requestOnce(subject, data, { ...opts, timeoutMs: Math.max(1, deadline - Date.now()) });
+      once.catch(() => {}); // abandoned after a reconnect: its outcome is dropped
+      try {
+        const m = await Promise.race([once, reconnected]);
+        if (m !== null) return m;
+      } catch (e) {
+        // Sent again just after a reconnect, before the responder subscribed again: retry until the deadline.
+        const early = resends > 0 && e instanceof OozeError && e.code === "ACTOR_NOT_FOUND" && Date.now() + 100 < deadline;
+        if (!early) throw e;
+        await new Promise((r) => setTimeout(r, 100));
+      } finally {
+        off();
+      }
+      if (Date.now() >= deadline) return once; // the deadline passed meanwhile: its own timeout says so
+    }
+  }
+
+  private async requestOnce(subject: string, data: Uint8Array, opts: RequestOptions): Promise<BusMsg> {
     const large = this.isLarge(data) ? await this.storeLarge(data) : null;
     const headers = this.hdrs(opts.headers, large);
     let m;

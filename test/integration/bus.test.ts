@@ -169,6 +169,29 @@ describe("bus", () => {
     }
   });
 
+  it("resendOnReconnect: a request lost with a crashed nats-server is sent again once the connection is back", async () => {
+    const server = await startTestNats({ maxPayload: null });
+    try {
+      const bus = await connectBus({ url: server.authUrl, reconnectWaitMs: 50, name: "resend" });
+      // The first request is lost (never answered, as if it died with the server); later ones are answered.
+      const seen: string[] = [];
+      bus.subscribe("t.idem", { handler: (m) => (seen.push(decode(m.data) as string), seen.length > 1 ? m.respond(encode("done")) : undefined) });
+      await bus.flush();
+      const lost = bus.request("t.idem", encode("lost"), { timeoutMs: 60_000, resendOnReconnect: true });
+      await waitUntil(() => seen.length === 1, { what: "the request to lose", diagnostics: () => JSON.stringify(seen) });
+      const up = nextStatus(bus, "reconnect");
+      server.kill("SIGKILL");
+      await server.waitExit();
+      await server.restart();
+      await up;
+      expect(decode((await lost).data)).toBe("done"); // without the resend: a TimeoutError after 60 s
+      expect(seen).toEqual(["lost", "lost"]);
+      await bus.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
   it("reports handler failures and missing large payloads to onError, and keeps delivering", async () => {
     const bus = await nats.connect({ name: "errors" });
     const errors: OozeError[] = [];

@@ -7,9 +7,6 @@
 // requeued or pending exactly once, no sample is lost to a failed episode, versions only increase,
 // no batch is beyond the mode's staleness bound, and the job finishes within its deadline.
 // Runs: propertyRuns(2) per mode (a schedule takes seconds; these are the suite's few job-level ones).
-// nats-server restarts are left out by default: they can stall a job past its deadline (README,
-// reliability finding 5, open), which would make the suite fail at random; OOZE_JOB_NATS_RESTART=1
-// draws them too (as `ooze fuzz` and scripts/fuzz-many.sh do).
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -42,13 +39,13 @@ describe("training jobs under fault schedules (ooze/testing)", () => {
       const r = await runFuzz({
         file: topology(mode),
         runs: RUNS,
-        faults: process.env.OOZE_JOB_NATS_RESTART === "1" ? ["kill", "pause", "nats-restart", "cut", "engine", "actor"] : ["kill", "pause", "cut", "engine", "actor"],
+        faults: ["kill", "pause", "nats-restart", "cut", "engine", "actor"],
         steps: 8,
         horizonMs: 1_500,
         deadlineMs: 90_000,
         out: join(dir, mode),
         shrinkRuns: 2,
-        label: `job (${mode}): trainer-worker kill/pause, cut, engine, actor crash`,
+        label: `job (${mode}): trainer-worker kill/pause, nats-server restart, cut, engine, actor crash`,
         log: (l) => lines.push(l),
       });
       expect(r.ok, `${fuzzSummary(r)}\n${lines.join("\n")}`).toBe(true);

@@ -18,7 +18,7 @@ import { checkSchedules, type ScheduleSpace } from "../testing/arbitraries.ts";
 import { createCutProxy } from "../testing/cut-proxy.ts";
 import { startEngineFaultProxy, type EngineFaultProxy } from "../testing/engine-fault-proxy.ts";
 import { checkTargets, playFaults, type FaultKind, type FaultPlayer, type FaultSpec } from "../testing/faults.ts";
-import { checkInvariants, everySampleOnce, finishesWithin, noFailedSamples, stalenessWithin, versionsIncrease, type Verdict } from "../testing/invariants.ts";
+import { checkInvariants, everySampleOnce, finishesWithin, noActorLeftCrashed, noFailedSamples, stalenessWithin, versionsIncrease, type Verdict } from "../testing/invariants.ts";
 import { startTestNats } from "../testing/nats.ts";
 import { describeFault, formatReport, replaySchedule, writeReport, type FaultReport } from "../testing/report.ts";
 import { waitUntil } from "../testing/wait.ts";
@@ -110,7 +110,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
   const baseDir = resolve(o.file, "..");
   const engineCount = Math.max(1, engines.count + engines.urls.length);
   const bound = train.mode === "sync" ? 0 : train.mode === "async" ? 1 : fullyAsyncLimits(train).maxStaleness;
-  const invariants = [everySampleOnce, noFailedSamples, versionsIncrease, stalenessWithin(bound), finishesWithin(o.deadlineMs)];
+  const invariants = [everySampleOnce, noFailedSamples, versionsIncrease, stalenessWithin(bound), noActorLeftCrashed, finishesWithin(o.deadlineMs)];
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
   const space: ScheduleSpace = {
@@ -195,8 +195,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
       }
       const durationMs = Date.now() - t0;
       if (player === null && error !== null) throw new OozeError("INTERNAL", `the job did not start, so no fault was injected: ${error}`);
-      verdicts = await checkInvariants({ dir, finished: !timedOut, durationMs }, invariants);
-      if (error !== null) verdicts.push({ name: "the job ends without an error", ok: false, detail: error });
+      verdicts = await checkInvariants({ dir, finished: !timedOut, durationMs, error }, invariants);
     } catch (e) {
       if (e instanceof OozeError && e.code === "CONFIG_INVALID") throw e; // a schedule naming a missing target
       verdicts = [{ name: "the job under test starts", ok: false, detail: e instanceof Error ? e.message : String(e) }];

@@ -39,6 +39,7 @@ export {
   everyEpisodeOnce,
   everySampleOnce,
   finishesWithin,
+  noActorLeftCrashed,
   noFailedSamples,
   readJsonLines,
   stalenessWithin,

@@ -14,6 +14,11 @@ export interface JobOutcome {
   finished: boolean;
   /** Wall time from start to end (or to the kill), ms. */
   durationMs: number;
+  /**
+   * The error the job ended with, or null: an actor whose supervision gave up (restart intensity
+   * spent, a non-retryable crash) escalates and ends its node with this error. Unset: not recorded.
+   */
+  error?: string | null;
 }
 
 /** An invariant's verdict: ok, and what it saw. */
@@ -166,6 +171,18 @@ export const noFailedSamples: Invariant = {
     return bad.length === 0
       ? { ok: true, detail: `${ms.length} steps, no failed episode` }
       : { ok: false, detail: `${total} failed episode(s), dropped from training: ${bad.map((m) => `step ${m.step}: ${m.failed}`).join(", ")}` };
+  },
+};
+
+/**
+ * No actor left crashed: every crash ended in a restart, none escalated (the job ended without an
+ * error). Needs `JobOutcome.error`; a job killed at its deadline is judged by finishesWithin.
+ */
+export const noActorLeftCrashed: Invariant = {
+  name: "no actor left crashed",
+  check(job) {
+    if (job.error === undefined) throw new OozeError("CONFIG_INVALID", "noActorLeftCrashed needs JobOutcome.error (null when the job ended without one)");
+    return job.error === null ? { ok: true, detail: "every crash ended in a restart; the job ended without an error" } : { ok: false, detail: job.error };
   },
 };
 

@@ -18,6 +18,7 @@ import {
   propertyRuns,
   finishesWithin,
   formatReport,
+  noActorLeftCrashed,
   noFailedSamples,
   parseEngineFaultSpec,
   parseFaultSchedule,
@@ -126,6 +127,17 @@ describe("invariants over a job's output", () => {
     const [once, lost] = await checkInvariants(bad, [everySampleOnce, noFailedSamples]);
     expect(once!.ok).toBe(true); // dropped failures are accounted for…
     expect(lost).toMatchObject({ ok: false, detail: "2 failed episode(s), dropped from training: step 1: 2" }); // …but lost to training
+  });
+
+  it("no actor left crashed: an escalation's error breaks it; a job that did not record one is refused", async () => {
+    const j = job("crash", [{ step: 1, trained: [0], dropped: [] }], [m(1, 1)]);
+    const [ok] = await checkInvariants({ ...j, error: null }, [noActorLeftCrashed]);
+    expect(ok!.ok).toBe(true);
+    const [bad] = await checkInvariants({ ...j, error: "actor 'buffer' escalated: restart intensity spent" }, [noActorLeftCrashed]);
+    expect(bad).toMatchObject({ ok: false, detail: "actor 'buffer' escalated: restart intensity spent" });
+    const [unknown] = await checkInvariants(j, [noActorLeftCrashed]);
+    expect(unknown!.ok).toBe(false);
+    expect(unknown!.detail).toMatch(/needs JobOutcome\.error/);
   });
 
   it("a malformed line is reported with its file and line", async () => {

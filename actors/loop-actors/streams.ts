@@ -97,11 +97,13 @@ export interface StreamConsumer {
  */
 async function confirmAck(m: JsMsg, stopped: () => boolean, ackWaitMs: number): Promise<void> {
   const until = Date.now() + ackWaitMs;
-  for (let attempt = 0; !stopped() && Date.now() < until; attempt++) {
+  for (let attempt = 0; ; attempt++) {
     try {
       await m.ackAck({ timeout: 2_000 });
       return;
     } catch {
+      // Stopping (the actor restarts): the first attempt was made, redelivery covers the rest.
+      if (stopped() || Date.now() >= until) return;
       await new Promise((r) => setTimeout(r, Math.min(1_000, 100 * 2 ** attempt)));
     }
   }

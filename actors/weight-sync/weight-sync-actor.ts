@@ -36,8 +36,8 @@ export const weightSyncActorConfig = z.object({
   /**
    * A weights message comes back after this long without a heartbeat: a killed weight-sync's, or one
    * whose ack a crashed nats-server forgot (it takes one at a time: nothing else arrives meanwhile,
-   * and the trainer waits for the version). The handler beats
-   * every third of it; a redelivered version the engines already serve is only recorded.
+   * and the trainer waits for the version). The handler beats every third of it; a redelivered
+   * version the engines already serve is only recorded.
    */
   ackWaitMs: z.number().int().min(500).default(10_000),
   /**

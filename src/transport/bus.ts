@@ -100,8 +100,10 @@ export interface BusStatus {
 
 /** Options of `Bus.request`. */
 export interface RequestOptions {
+  /** Deadline of the whole request, resends included. */
   timeoutMs: number;
   headers?: Record<string, string>;
+  /** Send it again whenever the connection comes back meanwhile (only for requests that may be handled twice). */
   resendOnReconnect?: boolean;
 }
 

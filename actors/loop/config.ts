@@ -132,6 +132,12 @@ export const trainSchema = z
     checkpointEvery: z.number().int().min(1).default(20),
     /** Checkpoint directories kept (the newest ones). */
     keepCheckpoints: z.number().int().min(1).default(3),
+    /**
+     * Write OUT/samples.jsonl: every trained sample's tokens and which of them the model sampled
+     * (loss mask 1), one line per sample. ooze/testing's tokensAsSampled checks them against what
+     * the engines returned. Off by default: it grows with the run.
+     */
+    recordTokens: z.boolean().default(false),
     /** Training micro-batch size in tokens (bounds activation memory); null = whole batch. */
     microBatchTokens: z.number().int().min(1).nullable().default(null),
     /**

@@ -67,6 +67,31 @@ export interface BatchRecord {
   droppedPrompts?: number[];
 }
 
+/**
+ * One record of samples.jsonl (train.recordTokens): a trained sample's tokens (prompt then
+ * response) and the [start, end) ranges of positions in them that the model sampled (loss mask 1).
+ */
+export interface SampleTokensRecord {
+  step: number;
+  index: number;
+  promptLength: number;
+  tokens: number[];
+  sampled: [number, number][];
+}
+
+/** The samples.jsonl record of a sample trained at `step`. */
+export function sampleTokensRecord(step: number, s: { index: number; tokens: Int32Array; responseLength: number; lossMask: Uint8Array }): SampleTokensRecord {
+  const promptLength = s.tokens.length - s.responseLength;
+  const sampled: [number, number][] = [];
+  for (let i = 0; i < s.responseLength; i++) {
+    if (s.lossMask[i] !== 1) continue;
+    const last = sampled.at(-1);
+    if (last && last[1] === promptLength + i) last[1]++;
+    else sampled.push([promptLength + i, promptLength + i + 1]);
+  }
+  return { step, index: s.index, promptLength, tokens: Array.from(s.tokens), sampled };
+}
+
 /** Reward statistics of a step's samples (those with a reward; failed generations have none). */
 export function rewardStats(samples: readonly { reward: number | null; metadata: Record<string, unknown> }[]): Pick<StepMetrics, "reward_mean" | "reward_max_frac" | "success_rate"> {
   const ok = samples.filter((s) => s.reward !== null);

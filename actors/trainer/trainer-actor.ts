@@ -2,11 +2,11 @@
 // (PolicyTrainer), announces its starting weights as version 0 on WEIGHTS, consumes BATCHES in order
 // (a batch is acked after its step is trained, saved, announced and synced; a redelivered batch of a
 // step already trained is skipped), writes OUT/metrics.jsonl, OUT/batches.jsonl (which sample indices
-// each step trained and dropped) and OUT/reward.svg like `ooze train`, checkpoints every K steps and
+// each step trained and dropped), with train.recordTokens OUT/samples.jsonl (their tokens) and OUT/reward.svg like `ooze train`, checkpoints every K steps and
 // at the end, and then (stopWhenDone) tells every node of the job to drain and stop. A trainer
 // restarted in the same job (its process died) continues from its latest checkpoint and trains the
 // batches after it again, replayed from BATCHES.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { z } from "zod";
 import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
@@ -16,7 +16,7 @@ import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
 import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup } from "../loop-actors/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
-import { appendJsonl, readJsonl, writeRewardSvg, type BatchRecord, type StepMetrics } from "../loop/metrics.ts";
+import { appendJsonl, readJsonl, sampleTokensRecord, writeRewardSvg, type BatchRecord, type StepMetrics } from "../loop/metrics.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../loop/state.ts";
 import { oldestVersion } from "../buffer/groups.ts";
 import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
@@ -56,7 +56,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       const cfg = actorConfig(trainerActorConfig, ctx as never);
       const t = env.train;
       const out = resolve(env.baseDir, cfg.out.replaceAll("{job}", env.job));
-      const paths = { metrics: join(out, "metrics.jsonl"), batches: join(out, "batches.jsonl"), svg: join(out, "reward.svg") };
+      const paths = { metrics: join(out, "metrics.jsonl"), batches: join(out, "batches.jsonl"), samples: join(out, "samples.jsonl"), svg: join(out, "reward.svg") };
       mkdirSync(out, { recursive: true });
       const from = await startingPoint(out, env, paths);
       if (from.resumed) ctx.log.warn(`trainer: resuming job ${env.job} at step ${from.step} from ${from.modelDir}`);
@@ -126,9 +126,9 @@ interface StartingPoint {
 /**
  * A fresh run directory starts at version 0 (the preset, or train.model); one this job wrote before
  * (its trainer's process died) continues at its latest checkpoint (version 0 if none), with
- * metrics.jsonl and batches.jsonl cut back to that step. A directory of another job is refused.
+ * metrics.jsonl, batches.jsonl and samples.jsonl cut back to that step. A directory of another job is refused.
  */
-async function startingPoint(out: string, env: LoopEnv, paths: { metrics: string; batches: string }): Promise<StartingPoint> {
+async function startingPoint(out: string, env: LoopEnv, paths: { metrics: string; batches: string; samples: string }): Promise<StartingPoint> {
   const t = env.train;
   const marker = join(out, "job.json");
   const owner = existsSync(marker) ? (JSON.parse(readFileSync(marker, "utf8")) as { job: string; incarnation: number }) : null;
@@ -141,7 +141,7 @@ async function startingPoint(out: string, env: LoopEnv, paths: { metrics: string
   const weightsRoot = join(out, "weights", incarnation === 0 ? "" : `i${incarnation}`);
   const ckpt = owner ? latestCheckpoint(out) : null;
   const step = ckpt?.state.step ?? 0;
-  if (owner) for (const p of [paths.metrics, paths.batches]) cutJsonl(p, step);
+  if (owner) for (const p of [paths.metrics, paths.batches, paths.samples]) cutJsonl(p, step);
   if (ckpt) {
     const { nextPrompt, nextSample, pending = [], weightVersion } = ckpt.state;
     const position = { nextPrompt, nextSample, pending: pending.map((g) => ({ ...g, attempt: g.attempt ?? 0 })) };
@@ -191,7 +191,7 @@ class Run {
     private readonly env: LoopEnv,
     private readonly cfg: z.output<typeof trainerActorConfig>,
     private readonly out: string,
-    private readonly paths: { metrics: string; batches: string; svg: string },
+    private readonly paths: { metrics: string; batches: string; samples: string; svg: string },
     private readonly trainer: StepTrainer,
     private readonly versions: { until(step: number): Promise<unknown> },
     private readonly announce: (step: number, position: Position) => Promise<unknown>,
@@ -243,6 +243,8 @@ class Run {
     const record: BatchRecord = { step: b.step, trained: b.samples.map((x) => x.index), dropped: b.dropped };
     if (t.mode === "fully_async")
       Object.assign(record, { requeued: b.requeued, requeuedPrompts: b.requeuedPrompts, trainedPrompts: b.trainedPrompts, droppedPrompts: b.droppedPrompts });
+    // Tokens first: a batch record always has its samples' tokens (tokensAsSampled reads both).
+    if (t.recordTokens) appendFileSync(this.paths.samples, b.samples.map((x) => `${JSON.stringify(sampleTokensRecord(b.step, x))}\n`).join(""));
     appendJsonl(this.paths.batches, record);
     writeRewardSvg(this.paths.svg, this.metrics, `ooze: ${t.task} (${t.mode})`);
     await this.publishMetrics(m);

@@ -3,12 +3,15 @@
 // requests on the chosen paths (default /generate) — answer 503 without forwarding, forward and
 // return half of the body, forward and then never answer while holding the connection open, delay,
 // or forward and then destroy the socket. It stands for a misbehaving engine or network, which the
-// real engine cannot be made to be on demand.
+// real engine cannot be made to be on demand. With `record`, it appends what the engine returned to
+// each /generate (input ids, output ids) to a JSONL file: the engines' side of tokensAsSampled.
+import { appendFileSync } from "node:fs";
 import { createServer, request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import { z } from "zod";
 import { OozeError } from "../errors.ts";
 import { mulberry32 } from "../random.ts";
+import { engineOutputsOf } from "./sampled-tokens.ts";
 
 /** The fault kinds of the proxy. */
 export const ENGINE_FAULT_KINDS = ["http-503", "truncated-body", "hang", "slow", "reset"] as const;
@@ -80,8 +83,18 @@ function forwardHeaders(h: IncomingMessage["headers"], dropLength: boolean): Out
   return out;
 }
 
+/** Options of startEngineFaultProxy beside the fault. */
+export interface EngineFaultProxyOptions {
+  /**
+   * A JSONL file to which each /generate's input ids and the output ids the engine returned are
+   * appended ({input, output}, one line per output; also for replies a fault then cut or held back:
+   * the engine sampled them). tokensAsSampled reads them.
+   */
+  record?: string;
+}
+
 /** Starts a proxy on a free 127.0.0.1 port in front of `target` (e.g. "http://127.0.0.1:30000"). */
-export async function startEngineFaultProxy(target: string, spec: EngineFaultSpec = { kind: null }): Promise<EngineFaultProxy> {
+export async function startEngineFaultProxy(target: string, spec: EngineFaultSpec = { kind: null }, options: EngineFaultProxyOptions = {}): Promise<EngineFaultProxy> {
   const up = new URL(target);
   if (up.protocol !== "http:") throw new OozeError("CONFIG_INVALID", `fault proxy: target '${target}' must be an http:// URL`);
   let cfg = parseEngineFaultSpec(spec);
@@ -132,12 +145,23 @@ export async function startEngineFaultProxy(target: string, spec: EngineFaultSpe
     }
     if (fault === "slow") await new Promise((r) => setTimeout(r, cfg.delayMs ?? 2_000));
     const upRes = await forward(req, body);
+    const recording = options.record !== undefined && path === "/generate" && upRes.statusCode === 200;
+    const record = (reply: Buffer) => {
+      const lines = engineOutputsOf(body, reply, String(upRes.headers["content-type"] ?? "")).map((r) => `${JSON.stringify(r)}\n`);
+      if (lines.length > 0) appendFileSync(options.record!, lines.join(""));
+    };
     if (fault === null || fault === "slow") {
       res.writeHead(upRes.statusCode ?? 502, forwardHeaders(upRes.headers, false));
+      if (recording) {
+        const parts: Buffer[] = [];
+        upRes.on("data", (c: Buffer) => parts.push(c));
+        upRes.once("end", () => record(Buffer.concat(parts)));
+      }
       upRes.pipe(res);
       return;
     }
     const full = await readAll(upRes);
+    if (recording) record(full);
     if (fault === "truncated-body") {
       const half = full.subarray(0, Math.floor(full.length / 2));
       res.writeHead(upRes.statusCode ?? 502, { ...forwardHeaders(upRes.headers, true), "content-length": String(half.length) });

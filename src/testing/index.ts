@@ -1,8 +1,9 @@
 // ooze/testing: fault testing of a job — a real nats-server (or a cluster of three), a cuttable TCP
 // proxy, a fault-injecting HTTP proxy in front of engines, commands that crash or hang on demand, a
 // disk that fills up, faults as validated data played against real processes, fast-check arbitraries
-// for fault schedules, ready invariants over a job's recorded output, a report, and waits with
-// deadlines. See src/testing/README.md.
+// for fault schedules, ready invariants over a job's recorded output (token-exactness included), a
+// topology's training job started under test, a report, and waits with deadlines. See
+// src/testing/README.md.
 export { startTestNats, type NatsServerHandle, type NatsServerOptions } from "./nats.ts";
 export { freePort, startTestNatsCluster, type TestNatsCluster, type TestNatsClusterOptions } from "./nats-cluster.ts";
 export { COMMAND_FAULTS, createFaultyCommand, type CommandFault, type FaultyCommand } from "./faulty-command.ts";
@@ -16,6 +17,7 @@ export {
   startEngineFaultProxy,
   type EngineFaultKind,
   type EngineFaultProxy,
+  type EngineFaultProxyOptions,
   type EngineFaultProxyStats,
   type EngineFaultSpec,
 } from "./engine-fault-proxy.ts";
@@ -51,3 +53,13 @@ export {
   type Verdict,
 } from "./invariants.ts";
 export { describeFault, formatReport, replaySchedule, reportOk, writeReport, type FaultReport } from "./report.ts";
+export {
+  EngineOutputIndex,
+  engineOutputsOf,
+  tokensAsSampled,
+  uncoveredAt,
+  type EngineOutputRecord,
+  type SampleTokensLine,
+  type TokensAsSampledOptions,
+} from "./sampled-tokens.ts";
+export { runJobSchedule, startJobUnderTest, type JobUnderTest, type JobUnderTestOptions } from "./job.ts";

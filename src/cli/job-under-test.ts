@@ -14,7 +14,7 @@ import { OozeError } from "../errors.ts";
 import type { ScheduleSpace } from "../testing/arbitraries.ts";
 import { createCutProxy, type CutProxy } from "../testing/cut-proxy.ts";
 import { startEngineFaultProxy, type EngineFaultProxy } from "../testing/engine-fault-proxy.ts";
-import { checkTargets, playFaults, type FaultKind, type FaultPlayer, type FaultSpec, type FaultTargets } from "../testing/faults.ts";
+import { checkTargets, parseFaultSchedule, playFaults, type FaultKind, type FaultPlayer, type FaultSpec, type FaultTargets } from "../testing/faults.ts";
 import {
   checkInvariants,
   everyEpisodeOnce,
@@ -107,17 +107,14 @@ function spaceOf(n: TargetNames, kinds: readonly FaultKind[], s: { horizonMs: nu
   };
 }
 
-/**
- * The schedule space of the job `o` would start, without starting it (what startJobUnderTest's
- * `space` gives once it runs; `ooze fuzz` draws from it before the first job).
- */
-export function jobScheduleSpace(o: JobUnderTestOptions, kinds: readonly FaultKind[], s: { horizonMs: number; maxForMs?: number; maxFaults?: number }): ScheduleSpace {
+/** The names of the targets the job `o` would start with, without starting it. */
+function jobTargetNames(o: JobUnderTestOptions): TargetNames {
   const topo = typeof o.topology === "string" ? loadTopology(o.topology) : o.topology;
   const { engines } = trainConfigOf({ ...topo, train: { ...(topo.train ?? {}), ...(o.train ?? {}) } });
   const own = namesOf(o.targets ?? {});
   const cluster = o.nats?.cluster;
   const proxied = (o.engines ?? "proxied") === "proxied";
-  const names: TargetNames = {
+  return {
     ...own,
     processes: ["trainer-worker", ...own.processes],
     links: cluster ? own.links : ["job-nats", ...own.links],
@@ -126,7 +123,25 @@ export function jobScheduleSpace(o: JobUnderTestOptions, kinds: readonly FaultKi
     natsServers: cluster ? cluster.servers.map((_, i) => `s${i}`) : [],
     nats: !cluster,
   };
-  return spaceOf(names, kinds, s);
+}
+
+/**
+ * The schedule space of the job `o` would start, without starting it (what startJobUnderTest's
+ * `space` gives once it runs; `ooze fuzz` draws from it before the first job).
+ */
+export function jobScheduleSpace(o: JobUnderTestOptions, kinds: readonly FaultKind[], s: { horizonMs: number; maxForMs?: number; maxFaults?: number }): ScheduleSpace {
+  return spaceOf(jobTargetNames(o), kinds, s);
+}
+
+/** Checks a schedule's names against the job `o` would start, before anything starts (checkTargets reads only the names). */
+function checkScheduleNames(schedule: readonly FaultSpec[], o: JobUnderTestOptions): void {
+  const n = jobTargetNames(o);
+  const named = (xs: string[]) => Object.fromEntries(xs.map((x) => [x, true]));
+  const placeholders = {
+    processes: named(n.processes), links: named(n.links), engines: named(n.engines), actors: named(n.actors),
+    commands: named(n.commands), disks: named(n.disks), natsServers: named(n.natsServers), ...(n.nats ? { nats: true } : {}),
+  };
+  checkTargets(schedule, placeholders as unknown as FaultTargets);
 }
 
 /** Starts a topology's job under test; see src/testing/job.ts. */
@@ -266,9 +281,10 @@ export async function runJobSchedule(o: JobUnderTestOptions, schedule: FaultSpec
   let applied: FaultReport["applied"] = [];
   let logs: Record<string, string> = {};
   let job: JobUnderTest | null = null;
+  schedule = parseFaultSchedule(schedule); // a malformed spec or a missing target fails before anything starts
+  checkScheduleNames(schedule, o);
   try {
     job = await startJobUnderTest(o);
-    checkTargets(schedule, job.targets); // a schedule naming a missing target fails before the job's faults start
     let player: FaultPlayer | null = null;
     const j = job;
     void j.started.then(

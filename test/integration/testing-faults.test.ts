@@ -146,6 +146,27 @@ describe("engine fault proxy", () => {
     }
   }, 60_000);
 
+  it("records what the engine returned, streamed or not, and the whole reply also when a fault cut it", async () => {
+    const record = join(dir, "outputs.jsonl");
+    const proxy = await startEngineFaultProxy(engine.url, { kind: "truncated-body", schedule: [2] }, { record });
+    try {
+      const client = new EngineClient(proxy.url, { retries: 0 });
+      const sampling = { max_new_tokens: 6, temperature: 1, sampling_seed: 5 };
+      const plain = await client.generate({ inputIds: prompt, sampling });
+      let streamed: number[] = [];
+      for await (const c of client.generateStream({ inputIds: prompt, sampling: { ...sampling, sampling_seed: 6 } })) streamed = Array.from(c.outputIds);
+      // request 2 is cut in half: the client fails, the record holds the whole reply the engine sent
+      expect(await client.generate({ inputIds: [...prompt, 1], sampling }).catch((e: unknown) => engineFaultKind(e))).toBe("malformed-reply");
+      const lines = readFileSync(record, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { input: number[]; output: number[] });
+      expect(lines.map((l) => l.input)).toEqual([Array.from(prompt), Array.from(prompt), [...prompt, 1]]);
+      expect(lines[0]!.output).toEqual(Array.from(plain.outputIds));
+      expect(lines[1]!.output).toEqual(streamed);
+      expect(lines[2]!.output.length).toBeGreaterThan(0);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("slow delays and then forwards; a seeded rate faults the same request numbers again", async () => {
     const slow = await startEngineFaultProxy(engine.url, { kind: "slow", delayMs: 300 });
     try {

@@ -1,9 +1,11 @@
-// Property (ooze/testing's `command` fault): a training job whose episodes run a black-box agent
-// command (test/fixtures/agents/segments.mjs through the gateway), wrapped by createFaultyCommand,
+// Property (ooze/testing's `command` fault): a training job (runJobSchedule, with the faulty command
+// as a target of the test's own) whose episodes run a black-box agent command
+// (test/fixtures/agents/segments.mjs through the gateway), wrapped by createFaultyCommand,
 // under schedules that make the command crash (exit 1 at once) or hang (never exit; the episode's
 // 10 s timeout kills its process group — not less: an agent's start takes seconds on a loaded 2-core
 // machine, and a healthy call timed out would fail its episode). Every episode is trained or
-// dropped exactly once (everyEpisodeOnce), versions only increase, the job finishes within its
+// dropped exactly once (everyEpisodeOnce), versions only increase, every trained token is one the
+// engine sampled (split trajectories included), no actor is left crashed, the job finishes within its
 // deadline (a hung command does not hang the job), and — an invariant of this test written over the
 // job's metrics and the command's call log — episodes fail only when their command met a fault, and
 // every faulted call failed its episode. Runs: propertyRuns(2).
@@ -11,20 +13,17 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { trainConfigOf } from "../../actors/loop/config.ts";
-import { runTrainJob } from "../../src/cli/train-job.ts";
-import { loadTopology } from "../../src/topology/load.ts";
 import {
-  assertInvariants,
   checkSchedules,
   createFaultyCommand,
   everyEpisodeOnce,
   finishesWithin,
-  playFaults,
+  noActorLeftCrashed,
   propertyRuns,
   readJsonLines,
+  runJobSchedule,
+  tokensAsSampled,
   versionsIncrease,
-  type FaultPlayer,
   type Invariant,
   type MetricsLine,
 } from "../harness/index.ts";
@@ -63,35 +62,12 @@ describe("agent commands that crash or hang (ooze/testing)", () => {
             "  lr: 0.001",
           ].join("\n"),
         );
-        const topo = loadTopology(file);
-        const { train, engines } = trainConfigOf(topo);
-        const lines: string[] = [];
-        let player: FaultPlayer | null = null;
-        const t0 = Date.now();
-        const ctl = new AbortController();
-        const deadline = setTimeout(() => ctl.abort(), DEADLINE_MS);
-        let finished = true;
-        ctl.signal.addEventListener("abort", () => (finished = false));
-        try {
-          await runTrainJob({
-            topology: topo, train, engines, out: dir, job: `command-schedules-${process.pid}-${n}`, log: (l) => lines.push(l), signal: ctl.signal,
-            onStart: () => {
-              player = playFaults(schedule, { commands: { agent: cmd } });
-            },
-          });
-        } finally {
-          clearTimeout(deadline);
-          await (player as FaultPlayer | null)?.stop();
-        }
-        const calls = cmd.stats();
-        tally.schedules++;
-        tally.ok += calls.ok;
-        tally.crash += calls.crash;
-        tally.hang += calls.hang;
+        const deadlineMs = DEADLINE_MS;
         /** Written over the job's metrics.jsonl and the wrapper's call log: failed episodes ⇔ faulted calls. */
         const onlyFaultedCallsFail: Invariant = {
           name: "episodes fail exactly when their command met a fault",
           check(job) {
+            const calls = cmd.stats();
             const failed = readJsonLines<MetricsLine>(join(job.dir, "metrics.jsonl")).reduce((s, m) => s + (m.failed ?? 0), 0);
             const faulted = calls.crash + calls.hang;
             // A faulted call fails its episode: one failed sample (a placeholder) — or more when a hung
@@ -100,11 +76,17 @@ describe("agent commands that crash or hang (ooze/testing)", () => {
             return { ok, detail: `${failed} failed samples; calls ${JSON.stringify(calls)}` };
           },
         };
-        await assertInvariants(
-          { dir, finished, durationMs: Date.now() - t0 },
-          [everyEpisodeOnce(3), versionsIncrease, finishesWithin(DEADLINE_MS), onlyFaultedCallsFail],
-          `schedule ${JSON.stringify(schedule)}\n${lines.slice(-20).join("\n")}`,
-        );
+        // The job's invariants, but for noFailedSamples (a faulted call fails its episode: expected here).
+        const report = await runJobSchedule({ topology: file, out: dir, deadlineMs, targets: { commands: { agent: cmd } } }, schedule, [
+          everyEpisodeOnce(3), versionsIncrease, tokensAsSampled(), noActorLeftCrashed, finishesWithin(deadlineMs), onlyFaultedCallsFail,
+        ]);
+        const calls = cmd.stats();
+        tally.schedules++;
+        tally.ok += calls.ok;
+        tally.crash += calls.crash;
+        tally.hang += calls.hang;
+        const bad = report.verdicts.filter((v) => !v.ok);
+        expect(bad, `schedule ${JSON.stringify(schedule)}\n${report.logs.job?.split("\n").slice(-20).join("\n")}`).toEqual([]);
         expect(readJsonLines<MetricsLine>(join(dir, "metrics.jsonl"))).toHaveLength(4);
       },
       { runs: RUNS, label: "agent command crash/hang in a training job" },

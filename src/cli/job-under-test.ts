@@ -28,7 +28,7 @@ import {
   type JobOutcome,
   type Verdict,
 } from "../testing/invariants.ts";
-import type { JobUnderTest, JobUnderTestOptions } from "../testing/job.ts";
+import type { JobInvariants, JobUnderTest, JobUnderTestOptions } from "../testing/job.ts";
 import { startTestNats } from "../testing/nats.ts";
 import type { FaultReport } from "../testing/report.ts";
 import { tokensAsSampled } from "../testing/sampled-tokens.ts";
@@ -276,7 +276,7 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
 }
 
 /** Runs the job once under a schedule and checks its invariants; see src/testing/job.ts. */
-export async function runJobSchedule(o: JobUnderTestOptions, schedule: FaultSpec[], invariants?: readonly Invariant[]): Promise<FaultReport> {
+export async function runJobSchedule(o: JobUnderTestOptions, schedule: FaultSpec[], invariants?: JobInvariants): Promise<FaultReport> {
   let verdicts: Verdict[];
   let applied: FaultReport["applied"] = [];
   let logs: Record<string, string> = {};
@@ -294,7 +294,7 @@ export async function runJobSchedule(o: JobUnderTestOptions, schedule: FaultSpec
     const outcome = await job.outcome;
     applied = player ? await (player as FaultPlayer).stop() : [];
     if (player === null && outcome.error !== null) throw new OozeError("INTERNAL", `the job did not start, so no fault was injected: ${outcome.error}`);
-    verdicts = await checkInvariants(outcome, invariants ?? job.invariants);
+    verdicts = await checkInvariants(outcome, typeof invariants === "function" ? invariants(job.invariants) : (invariants ?? job.invariants));
   } catch (e) {
     if (e instanceof OozeError && e.code === "CONFIG_INVALID") {
       await job?.close();

@@ -62,4 +62,4 @@ export {
   type SampleTokensLine,
   type TokensAsSampledOptions,
 } from "./sampled-tokens.ts";
-export { runJobSchedule, startJobUnderTest, type JobUnderTest, type JobUnderTestOptions } from "./job.ts";
+export { runJobSchedule, startJobUnderTest, type JobInvariants, type JobUnderTest, type JobUnderTestOptions } from "./job.ts";

@@ -28,7 +28,7 @@ export interface JobUnderTestOptions {
    * behind an engine fault proxy (targets `engine-0`, …) that records what the engine returned
    * (OUT/engine-outputs/, for tokensAsSampled); `embedded` runs the topology's engines inside the
    * job as `ooze train` does (no engine targets; tokensAsSampled is then not among the invariants).
-   * A topology's external `urls` are proxied in both.
+   * With `proxied`, the topology's external `urls` get a recording proxy each too (numbered first).
    */
   engines?: "proxied" | "embedded";
   /** A job still running after this long (ms from its start) is stopped; finishesWithin fails. */
@@ -70,11 +70,15 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
   return (await import("../cli/job-under-test.ts")).startJobUnderTest(o);
 }
 
+/** The invariants runJobSchedule checks: a list, or a function of the job's own (e.g. `(own) => [...own, mine]`). */
+export type JobInvariants = readonly Invariant[] | ((own: readonly Invariant[]) => readonly Invariant[]);
+
 /**
- * Runs the job once under `schedule` (played from the job's start) and checks `invariants`
- * (default the job's own): the report of the run. A job that cannot start fails the verdict
- * "the job under test starts" with its reason, and no fault is injected.
+ * Runs the job once under `schedule` (validated, its names checked, before anything starts; played
+ * from the job's start) and checks `invariants` (default the job's own): the report of the run. A
+ * job that cannot start fails the verdict "the job under test starts" with its reason, and no
+ * fault is injected.
  */
-export async function runJobSchedule(o: JobUnderTestOptions, schedule: FaultSpec[], invariants?: readonly Invariant[]): Promise<FaultReport> {
+export async function runJobSchedule(o: JobUnderTestOptions, schedule: FaultSpec[], invariants?: JobInvariants): Promise<FaultReport> {
   return (await import("../cli/job-under-test.ts")).runJobSchedule(o, schedule, invariants);
 }

@@ -4,7 +4,8 @@
 // breaks, and the run exits 1 with a shrunk schedule of at least one fault and a replay command;
 // with the bug off the same seed's schedules pass (exit 0). Real nats-server, real `ooze serve`
 // engine behind the fault proxy, real job; the seed is one whose first schedule slows a third of
-// the engine's replies (2 s each) for over a second from the job's start.
+// the engine's replies (2 s each) for over a second from the job's start. The example's fuzz.ts,
+// the same check through ooze/testing's API with an invariant of the user's own, finds it too.
 import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -60,4 +61,18 @@ describe("ooze fuzz on examples/fuzz-buggy-env", () => {
     // the first schedule is the one that broke the buggy task, drawn from the same seed
     expect(r.out).toMatch(/ooze fuzz: run 0 \([^)]*\): \[engine engine-0: slow on 30 % at \d+ ms for \d+ ms/);
   }, 240_000);
+
+  it("the same check written with ooze/testing's API (fuzz.ts: runJobSchedule + checkSchedules, an invariant of the user's own) finds the bug", async () => {
+    const env = { ...process.env, OOZE_EXAMPLE_BUG: "1" };
+    const args = ["--import", "tsx", "examples/fuzz-buggy-env/fuzz.ts", "--runs", "1", "--seed", "3", "--shrink-runs", "0", "--out", join(dir, "api")];
+    const r = await run(process.execPath, args, { env, timeout: 240_000 }).then(
+      (x) => ({ code: 0, out: x.stdout + x.stderr }),
+      (e: { code?: number; stdout?: string; stderr?: string }) => ({ code: e.code ?? -1, out: `${e.stdout ?? ""}${e.stderr ?? ""}` }),
+    );
+    expect(r.code, r.out).toBe(1);
+    expect(r.out).toMatch(/FAIL every step trains 12 samples: short steps: step \d+: \d+/); // the user's invariant
+    expect(r.out).toMatch(/FAIL no sample lost to a failed episode/); // and ooze's
+    expect(r.out).toMatch(/ok {3}every trained token is one an engine sampled/);
+  }, 240_000);
 });
+

@@ -1,5 +1,6 @@
 // Scale benchmark (`npm run bench -- scale [--sizes 8,32,128] [--steps N] [--per-engine S]
-// [--turn-tokens T] [--train-tps-per-engine R] [--update-ms U] [--catch-up-ms C] [--modes sync,async,fully_async]`):
+// [--turn-tokens T] [--train-tps-per-engine R] [--update-ms U] [--catch-up-ms C] [--modes sync,async,fully_async]
+// [--max-staleness K] [--late-groups wait|requeue]`):
 // the loop as it runs under `ooze train` — the real fleet and cache-aware router, the rollout, buffer,
 // trainer and weight-sync actors, their JetStream streams on a real nats-server — against N simulated
 // GPU engines (`ooze sim-engine --count N` in a child process: SGLang's API, timing from the H100
@@ -65,6 +66,13 @@ const stepOverheadMs = 200;
 const updateMs = Number(arg("update-ms", "500"));
 const catchUpMs = Number(arg("catch-up-ms", "1000"));
 const modes = arg("modes", "sync,async,fully_async").split(",") as ("sync" | "async" | "fully_async")[];
+/**
+ * fully_async's staleness bound. The batches take groups in launch order (lateGroups wait), so the
+ * trainer waits whenever an episode outlasts bound + 1 steps: the longest here (16 turns, ~45 s on
+ * 32 engines) needs 8 at ~5 s a step. With ooze's default, 2, the trainer waits for it (README).
+ */
+const maxStaleness = Number(arg("max-staleness", "8"));
+const lateGroups = arg("late-groups", "wait") as "wait" | "requeue";
 const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
 const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens };
 const OOZE = fileURLToPath(new URL("../bin/ooze.mjs", import.meta.url));
@@ -179,7 +187,7 @@ function topologyFile(n: number, urls: readonly string[], mode: string): string 
       actors: [{ name: "rollout", kind: "train.rollout" }],
       engines: { count: 0, urls },
       train: {
-        mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000,
+        mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000, maxStaleness, lateGroups,
         simulate: { tokensPerSecond: tpsPerEngine * n, stepOverheadMs },
       },
     }),
@@ -261,7 +269,7 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
 
 const load0 = loadavg()[0]!;
 say(`sizes ${sizes.join(", ")}; ${steps} steps of ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
-const result: Record<string, unknown> = { bench: "scale", steps, per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, cores: availableParallelism(), load_before: load0 };
+const result: Record<string, unknown> = { bench: "scale", steps, per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, late_groups: lateGroups, cores: availableParallelism(), load_before: load0 };
 const bySize: Record<string, unknown> = {};
 try {
   for (const n of sizes) {

@@ -1,7 +1,8 @@
 // The buffer's fully_async bookkeeping (train.mode fully_async): generation never stops. Prompt
 // groups are launched one by one onto the PROMPTS work queue, and a batch of `promptsPerStep` (P)
-// complete groups is cut as soon as the previous step's weights are synced (so the staleness of every
-// trained token is exact: the trainer trains it at the synced version). The staleness bound keeps
+// complete groups is cut one batch ahead of the trainer: while it trains batch n (and its weights
+// sync), batch n+1 is cut at the version it will be trained at (the synced one plus the batches cut
+// since), so the staleness of every trained token is exact and the trainer need not wait. The staleness bound keeps
 // batches near the trainer: a complete group whose oldest token is more than `maxStaleness` versions
 // behind is never trained — it is requeued (its prompt generated again under new sample indices;
 // dropped after MAX_REQUEUES).
@@ -9,8 +10,11 @@
 // `lateGroups: wait` (default) makes that requeue unnecessary: batches take the groups in launch
 // order (batch n+1 is the P undecided groups launched first, cut once all of them are complete), and
 // a group is launched only while the groups launched before it fit in the batches its launch version
-// may still reach: fewer than (bound + 1 − lag)·P undecided (lag 1 while the last batch is not synced
-// yet), and fewer than `maxInflightGroups` generating. So a long episode delays a batch instead of
+// may still reach: fewer than (bound + 1 − lag)·P undecided (lag: batches cut whose weights are not
+// synced yet, up to 2 as batches are cut one ahead), and fewer than `maxInflightGroups` generating.
+// A group is trained at most `bound` versions after its launch, so an episode longer than (bound + 1)
+// training steps holds up its batch and the trainer waits: on a heavy-tailed workload the bound
+// must cover the longest episode for the trainer never to wait (`bench scale`, README). So a long episode delays a batch instead of
 // going stale, the engines meanwhile generate the groups behind it, and the trained groups are the
 // prompts in order, as in sync mode: no length bias and nothing generated for nothing (`bench loop`,
 // Nov 25: no sample requeued where the earlier policy requeued ~20 % of those it generated, and the
@@ -277,12 +281,15 @@ export class ContinuousFeeder {
     this.nextSample += l.count;
   }
 
-  /** Cuts the next batch when the previous step is synced and enough fresh groups are complete. */
+  /** Cuts the next batch when the step before the previous one is synced and enough fresh groups are complete. */
   private async maybeBatch(): Promise<void> {
     const t = this.env.train;
     const P = t.promptsPerStep;
-    if (!this.synced || this.synced.step < this.batches || this.batches >= t.steps) return;
-    const v = this.synced.version;
+    // One batch ahead: batch n+1 is cut while the trainer trains batch n (its version not synced
+    // yet), at the version the trainer will train it at — one more than the synced one per batch
+    // (an empty batch keeps the version: the staleness counted is then one too many, never too few).
+    if (!this.synced || this.synced.step < this.batches - 1 || this.batches >= t.steps) return;
+    const v = this.synced.version + (this.batches - this.synced.step);
     const partial = this.filteredSinceBatch >= 3 * P;
     // After 3P filtered groups whatever is ready goes (below), so a filter that rejects most groups still ends steps.
     if (t.lateGroups === "wait" && !partial) return this.cutInOrder(v);

@@ -18,6 +18,7 @@ export interface StepMetrics {
   step_seconds: number;
   rollout_seconds: number;
   train_seconds: number;
+  /** Seconds the trainer waited for weight sync: the previous version's before announcing this one (and, at the last step, its own). */
   sync_seconds: number;
   samples_per_s: number;
   weight_version: number;

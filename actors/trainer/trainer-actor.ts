@@ -1,7 +1,8 @@
 // The trainer actor (kind `train.trainer`, one per job): supervises the native trainer worker
 // (PolicyTrainer), announces its starting weights as version 0 on WEIGHTS, consumes BATCHES in order
-// (a batch is acked after its step is trained, saved, announced and synced; a redelivered batch of a
-// step already trained is skipped), writes OUT/metrics.jsonl, OUT/batches.jsonl (which sample indices
+// (a batch is acked after its step is trained, saved and announced — once the previous version is on
+// the engines, so the next step trains while this one syncs; a redelivered batch of a step already
+// trained is skipped), writes OUT/metrics.jsonl, OUT/batches.jsonl (which sample indices
 // each step trained and dropped), with train.recordTokens OUT/samples.jsonl (their tokens) and OUT/reward.svg like `ooze train`, checkpoints every K steps and
 // at the end, and then (stopWhenDone) tells every node of the job to drain and stop. A trainer
 // restarted in the same job (its process died) continues from its latest checkpoint and trains the
@@ -217,9 +218,14 @@ class Run {
       this.trained = { step: b.step, result, seconds: (performance.now() - tTrain) / 1000, restarts: this.trainer.restarts - restartsBefore, versionBefore };
     }
     const { result: trained, seconds: trainSeconds, restarts, versionBefore } = this.trained;
+    // One version in flight to the engines: this step's is announced once the previous one is on
+    // them. The trainer does not wait for its own (but at the last step): the next batch trains
+    // while it syncs — weight sync overlaps training, as the buffer cuts that batch already.
     const tSync = performance.now();
+    await this.versions.until(b.step - 1);
     await this.announce(b.step, { nextPrompt: b.nextPrompt, nextSample: b.nextSample, pending: b.pending });
-    await this.versions.until(b.step);
+    const last = b.step >= t.steps || (t.maxSeconds > 0 && (performance.now() - this.t0) / 1000 >= t.maxSeconds);
+    if (last) await this.versions.until(b.step);
     const syncSeconds = (performance.now() - tSync) / 1000;
     this.step = b.step;
     const now = performance.now();
@@ -252,7 +258,7 @@ class Run {
     const state: RunState = { step: b.step, nextPrompt: b.nextPrompt, nextSample: b.nextSample, weightVersion: this.trainer.version, seconds: m.seconds };
     if (t.mode === "fully_async") state.pending = b.pending;
     this.last = state;
-    const last = b.step >= t.steps || (t.maxSeconds > 0 && m.seconds >= t.maxSeconds);
+
     if (b.step % t.checkpointEvery === 0 || last) await this.checkpoint(state);
     if (last && !this.done) {
       this.done = true;

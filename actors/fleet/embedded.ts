@@ -16,6 +16,8 @@ export interface EmbeddedSpec {
   weightVersion?: string | undefined;
   maxRunning?: number | undefined;
   cacheTokens?: number | undefined;
+  /** Bind address (default 127.0.0.1): a host's own address where rollouts on other hosts use the engine. */
+  host?: string | undefined;
 }
 
 /** One embedded engine process. */
@@ -47,6 +49,7 @@ export class EmbeddedEngine {
     if (s.weightVersion !== undefined) args.push("--weight-version", s.weightVersion);
     if (s.maxRunning !== undefined) args.push("--max-running", String(s.maxRunning));
     if (s.cacheTokens !== undefined) args.push("--cache-tokens", String(s.cacheTokens));
+    if (s.host !== undefined) args.push("--host", s.host);
     const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
     this.child = child;
     let out = "";

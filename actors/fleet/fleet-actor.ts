@@ -50,6 +50,11 @@ export const fleetConfig = z.looseObject({
       weightVersion: z.string().optional(),
       maxRunning: z.number().int().positive().optional(),
       cacheTokens: z.number().int().positive().optional(),
+      /**
+       * The engines' bind address (default 127.0.0.1, loopback only). Rollouts on other hosts call
+       * the engines directly: give this host's own address there (the engines' API has no auth).
+       */
+      host: z.string().min(1).optional(),
     })
     .strict()
     .refine((e) => (e.preset === undefined) !== (e.modelDir === undefined), "embedded engines need exactly one of 'preset' or 'modelDir'")

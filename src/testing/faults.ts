@@ -68,7 +68,8 @@ export interface FaultTargets {
   nats?: NatsServerHandle;
   /** The servers of a NATS cluster by name, for `nats-restart` with `server`. */
   natsServers?: Record<string, NatsServerHandle>;
-  links?: Record<string, CutProxy>;
+  /** Links that can be cut and healed: cut proxies, or anything with cut() and heal() (a test network's host link). */
+  links?: Record<string, Pick<CutProxy, "cut" | "heal">>;
   engines?: Record<string, EngineFaultProxy>;
   /** Actors by name: a function that crashes it (e.g. `() => system.crash("rollout")`); false when it was not running. */
   actors?: Record<string, () => boolean | Promise<boolean>>;

@@ -2,7 +2,7 @@
 // in the test's own namespace, on a private /24 the test creates (10.203.X.0/24, X chosen free) and
 // removes again. Needs root and `ip` (iproute2); `netnsUnavailable()` says why not when it cannot.
 // A host's link can be cut (set down) and healed (set up) as a fault injector.
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 
 /** A private network of namespaced hosts. */
@@ -92,4 +92,41 @@ export function createTestNetwork(names: readonly string[]): TestNetwork {
     heal: (name) => void ip("link", "set", find(name).outer, "up"),
     destroy,
   };
+}
+
+/** A process started by a test with its output kept (stdout and stderr together). */
+export interface LoggedProcess {
+  child: ChildProcess;
+  log(): string;
+  /** Resolves with the exit code (null when killed by a signal). */
+  exited: Promise<number | null>;
+}
+
+/** Starts `cmd` in `cwd` (OOZE_HOME there too: a host's own directory), keeping its output. */
+export function spawnLogged(cmd: string[], cwd: string): LoggedProcess {
+  const child = spawn(cmd[0]!, cmd.slice(1), { cwd, env: { ...process.env, OOZE_HOME: cwd }, stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  child.stdout!.on("data", (d) => (log += d));
+  child.stderr!.on("data", (d) => (log += d));
+  const exited = new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
+  return { child, log: () => log, exited };
+}
+
+/**
+ * A small fully_async training topology across two external hosts: `rollout` (the rollout actor) and
+ * `learner` (fleet with one tiny embedded engine bound to `learnerAddress`, buffer, trainer writing
+ * to `out`, weight-sync).
+ */
+export function namespacedTrainTopology(name: string, learnerAddress: string, out: string, steps: number): string {
+  return [
+    `name: ${name}`,
+    "hosts: [{ name: rollout, start: external }, { name: learner, start: external }]",
+    "actors:",
+    "  - { name: rollout, kind: train.rollout, placement: rollout }",
+    `  - { name: fleet, kind: fleet, placement: learner, config: { embedded: { count: 1, preset: tiny, maxRunning: 64, host: "${learnerAddress}" } } }`,
+    "  - { name: buffer, kind: train.buffer, placement: learner }",
+    `  - { name: trainer, kind: train.trainer, placement: learner, config: { out: ${JSON.stringify(out)} } }`,
+    "  - { name: weight-sync, kind: train.weight-sync, placement: learner }",
+    `train: { mode: fully_async, task: addition, taskConfig: { digits: 1 }, preset: tiny, steps: ${steps}, promptsPerStep: 2, samplesPerPrompt: 4, lr: 0.003, checkpointEvery: 2 }`,
+  ].join("\n");
 }

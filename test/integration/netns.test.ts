@@ -11,14 +11,14 @@
 // The job finishes (the trainer stops both nodes) and the actor invariants hold on the trainer's
 // output: every sample trained or dropped exactly once, versions only increase, no batch beyond the
 // staleness bound. Skipped, with the reason, where namespaces cannot be made (not root, no iproute2).
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import type { NatsServerHandle } from "../../src/transport/nats-server.ts";
 import { assertInvariants, everySampleOnce, readJsonLines, stalenessWithin, startTestNats, versionsIncrease, waitUntil, withDeadline, type MetricsLine } from "../harness/index.ts";
-import { createTestNetwork, netnsUnavailable, type TestNetwork } from "../harness/netns.ts";
+import { createTestNetwork, namespacedTrainTopology, netnsUnavailable, spawnLogged, type LoggedProcess, type TestNetwork } from "../harness/netns.ts";
 
 const why = netnsUnavailable();
 if (why) console.warn(`netns.test.ts skipped: ${why}`);
@@ -41,14 +41,10 @@ afterAll(async () => {
   dirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
 });
 
-function start(cmd: string[], cwd: string) {
-  const child = spawn(cmd[0]!, cmd.slice(1), { cwd, env: { ...process.env, OOZE_HOME: cwd }, stdio: ["ignore", "pipe", "pipe"] });
-  children.push(child);
-  let log = "";
-  child.stdout!.on("data", (d) => (log += d));
-  child.stderr!.on("data", (d) => (log += d));
-  const exited = new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
-  return { log: () => log, exited, child };
+function start(cmd: string[], cwd: string): LoggedProcess {
+  const p = spawnLogged(cmd, cwd);
+  children.push(p.child);
+  return p;
 }
 
 describe.skipIf(why !== null)("hosts in separate network namespaces", () => {
@@ -101,17 +97,7 @@ describe.skipIf(why !== null)("a training job on hosts in separate network names
     const learner = net.hosts.find((h) => h.name === "learner")!.address;
     const out = mkdtempSync(join(tmpdir(), "ooze-netns-train-out-"));
     dirs.push(out);
-    const topology = [
-      "name: netns-train",
-      "hosts: [{ name: rollout, start: external }, { name: learner, start: external }]",
-      "actors:",
-      "  - { name: rollout, kind: train.rollout, placement: rollout }",
-      `  - { name: fleet, kind: fleet, placement: learner, config: { embedded: { count: 1, preset: tiny, maxRunning: 64, host: "${learner}" } } }`,
-      "  - { name: buffer, kind: train.buffer, placement: learner }",
-      `  - { name: trainer, kind: train.trainer, placement: learner, config: { out: ${JSON.stringify(out)} } }`,
-      "  - { name: weight-sync, kind: train.weight-sync, placement: learner }",
-      `train: { mode: fully_async, task: addition, taskConfig: { digits: 1 }, preset: tiny, steps: ${STEPS}, promptsPerStep: 2, samplesPerPrompt: 4, lr: 0.003, checkpointEvery: 2 }`,
-    ].join("\n");
+    const topology = namespacedTrainTopology("netns-train", learner, out, STEPS);
     const own = (name: string) => {
       const d = mkdtempSync(join(tmpdir(), `ooze-netns-train-${name}-`));
       dirs.push(d);
@@ -144,7 +130,7 @@ describe.skipIf(why !== null)("a training job on hosts in separate network names
     await new Promise((r) => setTimeout(r, 3_000));
     net.heal("learner");
     // The trainer's last step stops every node (told over NATS); `ooze up`, with no local host, is stopped as a user would.
-    const exited = (n: ReturnType<typeof start>) => n.child.exitCode !== null || n.child.signalCode !== null;
+    const exited = (n: LoggedProcess) => n.child.exitCode !== null || n.child.signalCode !== null;
     await waitUntil(() => exited(learnerNode) && exited(rollout), { timeoutMs: 180_000, what: "both nodes to stop after the last step", diagnostics });
     expect(await learnerNode.exited, diagnostics()).toBe(0);
     expect(await rollout.exited, diagnostics()).toBe(0);

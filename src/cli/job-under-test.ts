@@ -44,6 +44,9 @@ export const JOB_ACTORS = ["rollout", "buffer", "trainer", "weight-sync", "fleet
 
 let jobs = 0;
 
+/** How long a job stopped at its deadline may take to end before it is reported stuck. */
+const STOP_GRACE_MS = 30_000;
+
 /** `ooze serve` for the job's model on a free port; resolves once it serves. */
 async function startServe(train: TrainConfig, baseDir: string): Promise<{ url: string; child: ChildProcess; log: () => string }> {
   const model = train.model !== undefined ? ["--model", resolve(baseDir, train.model)] : ["--preset", train.preset, "--seed", String(train.seed)];
@@ -226,7 +229,7 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
       ctl.abort();
     }, o.deadlineMs);
     let running = true;
-    const outcome: Promise<JobOutcome> = runTrainJob({
+    const jobRun = runTrainJob({
       topology: overridden,
       train,
       engines: jobEngines,
@@ -244,7 +247,14 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
     }).then(
       () => null,
       (e: unknown) => (e instanceof Error ? e.message : String(e)),
-    ).then((error) => {
+    );
+    // Stopped at its deadline, a job gets STOP_GRACE_MS to end; one stuck stopping (a NATS cluster
+    // re-electing, say) is reported as such, and close() then takes its servers away under it.
+    const ended = new Promise<string | null>((resolveEnd) => {
+      void jobRun.then(resolveEnd);
+      ctl.signal.addEventListener("abort", () => setTimeout(() => resolveEnd(`the job did not stop within ${STOP_GRACE_MS} ms of its deadline`), STOP_GRACE_MS).unref(), { once: true });
+    });
+    const outcome: Promise<JobOutcome> = ended.then((error) => {
       running = false;
       clearTimeout(deadline);
       startFailed(new OozeError("INTERNAL", `the job under test did not start: ${error ?? "it ended before its actors ran"}`));
@@ -267,6 +277,7 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
         if (running) ctl.abort();
         await outcome;
         await closeAll();
+        await Promise.race([jobRun, new Promise((r) => setTimeout(r, STOP_GRACE_MS).unref())]);
       },
     };
   } catch (e) {

@@ -2,7 +2,8 @@
 // so far into text deltas, emitted only at safe points — never inside a UTF-8 sequence (a decode
 // that ends in U+FFFD waits for the next token), never a possible start of a stop string, and, when
 // tools are offered, nothing from the first `<tool_call>` on (the calls are parsed from the whole
-// turn at the end) and no trailing whitespace (trimmed when a call follows). Every delta is a
+// turn at the end), and no trailing whitespace (a decoder may drop it given the next token; trimmed
+// when a call follows). Every delta is a
 // prefix-extension of what was emitted, so their concatenation is the final content.
 import type { ChatTokenizer } from "./tokenizer.ts";
 
@@ -72,8 +73,18 @@ export class TextStreamer {
     if (ids.length <= this.readOffset) return;
     const before = this.tok.decode(slice(ids, this.prefixOffset, this.readOffset));
     const now = this.tok.decode(slice(ids, this.prefixOffset, ids.length));
-    if (now.length <= before.length || now.endsWith(REPLACEMENT) || !now.startsWith(before)) return;
-    this.stable += now.slice(before.length);
+    if (now.endsWith(REPLACEMENT)) return;
+    if (now.startsWith(before)) {
+      if (now.length <= before.length) return;
+      this.stable += now.slice(before.length);
+    } else {
+      // The decoder rewrote what it had decoded, given the new token (HF's clean-up of spaces before
+      // punctuation: " " then " ?" decodes to "?"): take its new reading, unless that takes back
+      // text already sent (trailing whitespace is never sent early for this reason; finish() settles the rest).
+      const base = this.stable.slice(0, Math.max(0, this.stable.length - before.length));
+      if (!(base + now).startsWith(this.emitted)) return;
+      this.stable = base + now;
+    }
     this.prefixOffset = this.readOffset;
     this.readOffset = ids.length;
   }
@@ -94,7 +105,9 @@ export class TextStreamer {
       this.held = true;
       text = text.slice(0, cut);
     } else text = text.slice(0, text.length - partialSuffix(text, this.tools ? [...this.stop, TOOL_OPEN] : this.stop));
-    return this.tools ? text.trimEnd() : text;
+    // Trailing whitespace waits for the next token: a decoder may drop it (" ?" → "?"), and with
+    // tools it is trimmed before a call.
+    return text.trimEnd();
   }
 
   private emit(text: string): string {

@@ -4,7 +4,8 @@
 // named server (`nats-restart` with `server`) and crashes of single actors through the runtime's
 // supervision. The job's invariants (every sample once, no sample lost to a failed episode,
 // versions only increase, no batch beyond staleness 0, every trained token one the engine sampled,
-// no actor left crashed, finished within 120 s) and every step recorded once.
+// no actor left crashed, finished within 180 s: a job whose stream leader is killed has taken up to
+// 114 s while JetStream re-elects) and every step recorded once.
 // Runs: propertyRuns(2).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -36,7 +37,7 @@ const topology = parseTopology(
 );
 
 describe("a training job on a 3-server NATS cluster under fault schedules (ooze/testing)", () => {
-  it("every invariant holds when one server at a time is killed and restarted and single actors crash", { timeout: 60_000 + RUNS * 150_000 }, async () => {
+  it("every invariant holds when one server at a time is killed and restarted and single actors crash", { timeout: 60_000 + RUNS * 260_000 }, async () => {
     let n = 0;
     const result = await checkSchedules(
       // One server down at a time keeps a quorum of the 3 replicas: at most one nats-restart per schedule.
@@ -45,7 +46,7 @@ describe("a training job on a 3-server NATS cluster under fault schedules (ooze/
         const restarts = schedule.filter((f) => f.kind === "nats-restart");
         const plan = restarts.length > 1 ? schedule.filter((f) => f.kind !== "nats-restart" || f === restarts[0]) : schedule;
         const out = join(root, `run-${n++}`);
-        const report = await runJobSchedule({ topology, out, nats: { cluster, replicas: 3 }, deadlineMs: 120_000 }, plan);
+        const report = await runJobSchedule({ topology, out, nats: { cluster, replicas: 3 }, deadlineMs: 180_000 }, plan);
         const bad = report.verdicts.filter((v) => !v.ok);
         expect(bad, `schedule ${JSON.stringify(plan)}\n${report.logs.job?.split("\n").slice(-30).join("\n")}`).toEqual([]);
         expect(readJsonLines<MetricsLine>(join(out, "metrics.jsonl")).map((m) => m.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));

@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { fullyAsyncLimits, trainConfigOf, type TrainConfig } from "../../actors/loop/config.ts";
+import { fullyAsyncLimits, trainConfigOf, type EnginesConfig, type TrainConfig } from "../../actors/loop/config.ts";
 import { OozeError } from "../errors.ts";
 import type { ScheduleSpace } from "../testing/arbitraries.ts";
 import { createCutProxy, type CutProxy } from "../testing/cut-proxy.ts";
@@ -34,6 +34,7 @@ import type { FaultReport } from "../testing/report.ts";
 import { tokensAsSampled } from "../testing/sampled-tokens.ts";
 import { waitUntil } from "../testing/wait.ts";
 import { loadTopology } from "../topology/load.ts";
+import type { Topology } from "../topology/schema.ts";
 import type { NatsServerHandle } from "../transport/nats-server.ts";
 import { runTrainJob } from "./train-job.ts";
 
@@ -110,10 +111,17 @@ function spaceOf(n: TargetNames, kinds: readonly FaultKind[], s: { horizonMs: nu
   };
 }
 
+/** The topology of `o` with its `train` overrides, its directory and its checked train/engines sections. */
+function jobConfig(o: JobUnderTestOptions): { topology: Topology; baseDir: string; train: TrainConfig; engines: EnginesConfig } {
+  const topo = typeof o.topology === "string" ? loadTopology(o.topology) : o.topology;
+  const baseDir = typeof o.topology === "string" ? resolve(o.topology, "..") : topo.file ? resolve(topo.file, "..") : process.cwd();
+  const topology = { ...topo, train: { ...(topo.train ?? {}), ...(o.train ?? {}) } };
+  return { topology, baseDir, ...trainConfigOf(topology) };
+}
+
 /** The names of the targets the job `o` would start with, without starting it. */
 function jobTargetNames(o: JobUnderTestOptions): TargetNames {
-  const topo = typeof o.topology === "string" ? loadTopology(o.topology) : o.topology;
-  const { engines } = trainConfigOf({ ...topo, train: { ...(topo.train ?? {}), ...(o.train ?? {}) } });
+  const { engines } = jobConfig(o);
   const own = namesOf(o.targets ?? {});
   const cluster = o.nats?.cluster;
   const proxied = (o.engines ?? "proxied") === "proxied";
@@ -149,10 +157,7 @@ function checkScheduleNames(schedule: readonly FaultSpec[], o: JobUnderTestOptio
 
 /** Starts a topology's job under test; see src/testing/job.ts. */
 export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnderTest> {
-  const topo = typeof o.topology === "string" ? loadTopology(o.topology) : o.topology;
-  const baseDir = typeof o.topology === "string" ? resolve(o.topology, "..") : topo.file ? resolve(topo.file, "..") : process.cwd();
-  const overridden = { ...topo, train: { ...(topo.train ?? {}), ...(o.train ?? {}) } };
-  const { train: train0, engines } = trainConfigOf(overridden); // errors name the field, before anything starts
+  const { topology: overridden, baseDir, train: train0, engines } = jobConfig(o); // errors name the field, before anything starts
   const proxied = (o.engines ?? "proxied") === "proxied";
   const train: TrainConfig = { ...train0, recordTokens: proxied || train0.recordTokens };
   const out = resolve(o.out);

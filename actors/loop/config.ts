@@ -120,6 +120,15 @@ export const trainSchema = z
      */
     entropyTarget: z.number().positive().nullable().default(null),
     entropyCoefStep: z.number().positive().default(0.005),
+    /** Upper bound of the adaptive coefficient (null = none): without one it winds up while the entropy stays below target. */
+    entropyCoefMax: z.number().positive().nullable().default(null),
+    /**
+     * The target moves linearly from entropyTarget at step 0 to entropyTargetFinal at step
+     * entropyTargetSteps and stays there (null = a constant target). A floor that suits exploring is
+     * above the entropy of a policy that has learned: held there, it pulls the learned policy back.
+     */
+    entropyTargetFinal: z.number().positive().nullable().default(null),
+    entropyTargetSteps: z.number().int().positive().default(1000),
     /**
      * How new weights reach the engines: full (the trainer's checkpoint directory) or delta (a
      * lossless delta against the previous version, actors/weight-sync/delta-sync.ts; an engine that

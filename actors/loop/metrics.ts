@@ -47,6 +47,8 @@ export interface StepMetrics {
   lr?: number;
   /** Entropy-bonus coefficient of the step's update (moves each step under `entropyTarget`). */
   entropy_coef?: number;
+  /** The adaptive entropy control's target after the step (`entropyTarget`, moving toward `entropyTargetFinal`). */
+  entropy_target?: number;
   /** Trained samples by staleness: entry k counts those whose oldest token is k versions behind the trainer. */
   staleness_hist?: number[];
 }

@@ -68,6 +68,11 @@ export interface PolicyTrainerConfig {
   entropyTarget?: number | null;
   /** How much the coefficient moves per step under adaptive control (default 0.005). */
   entropyCoefStep?: number;
+  /** Upper bound of the adaptive coefficient (null/absent: none). */
+  entropyCoefMax?: number | null;
+  /** The target moves linearly to this value at step entropyTargetSteps (null/absent: constant). */
+  entropyTargetFinal?: number | null;
+  entropyTargetSteps?: number;
   /** Sampling temperature: the loss's logprobs are taken at the same temperature. */
   temperature: number;
   microBatchTokens: number | null;
@@ -75,12 +80,36 @@ export interface PolicyTrainerConfig {
   updatesPerStep: number;
 }
 
+/** The entropy target of adaptive entropy control at a step (null: no control). */
+export function entropyTargetAt(c: Pick<PolicyTrainerConfig, "entropyTarget" | "entropyTargetFinal" | "entropyTargetSteps">, step: number): number | null {
+  if (c.entropyTarget == null) return null;
+  if (c.entropyTargetFinal == null) return c.entropyTarget;
+  const progress = Math.min(1, Math.max(0, step / (c.entropyTargetSteps ?? 1000)));
+  return c.entropyTarget + (c.entropyTargetFinal - c.entropyTarget) * progress;
+}
+
+/**
+ * The entropy coefficient after a step that measured `entropy` (mean token entropy, nats): one
+ * entropyCoefStep up while below the step's target, one down above it, within [0, entropyCoefMax].
+ */
+export function nextEntropyCoef(
+  c: Pick<PolicyTrainerConfig, "entropyTarget" | "entropyTargetFinal" | "entropyTargetSteps" | "entropyCoefStep" | "entropyCoefMax">,
+  coef: number, entropy: number, step: number,
+): number {
+  const target = entropyTargetAt(c, step);
+  if (target == null) return coef;
+  const delta = c.entropyCoefStep ?? 0.005;
+  const next = Math.max(0, coef + (entropy < target ? delta : -delta));
+  return c.entropyCoefMax == null ? next : Math.min(c.entropyCoefMax, next);
+}
+
 /** The trainer config of a topology's `train:` section (lrDecaySteps: the run's steps). */
 export function policyTrainerConfig(t: TrainConfig): PolicyTrainerConfig {
   return {
     lr: t.lr, lrWarmupSteps: t.lrWarmupSteps, lrDecay: t.lrDecay, lrDecaySteps: t.steps, lrMinRatio: t.lrMinRatio, adamEps: t.adamEps,
     weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
-    entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, temperature: t.temperature,
+    entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, entropyCoefMax: t.entropyCoefMax,
+    entropyTargetFinal: t.entropyTargetFinal, entropyTargetSteps: t.entropyTargetSteps, temperature: t.temperature,
     microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep, ppo: t.algorithm === "ppo" ? t.ppo : null,
   };
 }
@@ -117,6 +146,8 @@ export interface TrainStepResult {
   restarts: number;
   /** Entropy-bonus coefficient this step trained with (it moves under `entropyTarget`). */
   entropyCoef: number;
+  /** The entropy target the coefficient moved toward after this step (null: no adaptive control). */
+  entropyTarget: number | null;
 }
 
 /** The policy trainer: a TrainerWorker plus the version directories. */
@@ -214,13 +245,10 @@ export class PolicyTrainer {
         await this.saveOrRollBack(dir, version);
         this.current = { dir, version };
         const entropyCoef = this.entropyCoef;
-        if (c.entropyTarget != null) {
-          const delta = c.entropyCoefStep ?? 0.005;
-          this.entropyCoef = Math.max(0, this.entropyCoef + (metrics.entropy < c.entropyTarget ? delta : -delta));
-        }
+        this.entropyCoef = nextEntropyCoef(c, entropyCoef, metrics.entropy, version);
         this.prune(version);
         const criticMetrics = prepared.critic ? { ...prepared.critic, valueLoss: metrics.valueLoss, valueClipfrac: metrics.valueClipfrac } : null;
-        return { metrics, critic: criticMetrics, modelDir: dir, version, restarts: this.worker.restarts - before, entropyCoef };
+        return { metrics, critic: criticMetrics, modelDir: dir, version, restarts: this.worker.restarts - before, entropyCoef, entropyTarget: entropyTargetAt(c, version) };
       } catch (e) {
         const retry = e instanceof OozeError && e.code === "WORKER_DIED" && e.retryable && attempt < 10;
         if (!retry) throw e;

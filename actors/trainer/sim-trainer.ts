@@ -51,7 +51,7 @@ export class SimTrainer implements StepTrainer {
     await new Promise((r) => setTimeout(r, ms));
     this.current++;
     const metrics = { loss: 0, ppoKl: 0, entropy: 0, clipfrac: 0, gradNorm: 0 } as unknown as TrainStepResult["metrics"];
-    return { metrics, modelDir: this.modelDir, version: this.current, restarts: 0, critic: null, entropyCoef: 0 };
+    return { metrics, modelDir: this.modelDir, version: this.current, restarts: 0, critic: null, entropyCoef: 0, entropyTarget: null };
   }
 
   /** No optimizer: 0. */

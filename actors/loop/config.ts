@@ -65,10 +65,11 @@ export const trainSchema = z
     /** Linear learning-rate warmup over the first N steps (0 = none). */
     lrWarmupSteps: z.number().int().min(0).default(0),
     /**
-     * After the warmup: constant, or a linear or half-cosine decay to lr × lrMinRatio at the last
-     * step (`steps`), so late steps of a converging policy move it less.
+     * After the warmup: constant, or a linear or half-cosine decay to lr × lrMinRatio at step
+     * lrDecaySteps (default: the last step, `steps`), so late steps of a converging policy move it less.
      */
     lrDecay: z.enum(["constant", "linear", "cosine"]).default("constant"),
+    lrDecaySteps: z.number().int().positive().nullable().default(null),
     lrMinRatio: z.number().min(0).max(1).default(0.1),
     weightDecay: z.number().min(0).default(0),
     maxGradNorm: z.number().positive().default(1),

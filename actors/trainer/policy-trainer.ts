@@ -103,10 +103,10 @@ export function nextEntropyCoef(
   return c.entropyCoefMax == null ? next : Math.min(c.entropyCoefMax, next);
 }
 
-/** The trainer config of a topology's `train:` section (lrDecaySteps: the run's steps). */
+/** The trainer config of a topology's `train:` section (lrDecaySteps: the run's steps unless given). */
 export function policyTrainerConfig(t: TrainConfig): PolicyTrainerConfig {
   return {
-    lr: t.lr, lrWarmupSteps: t.lrWarmupSteps, lrDecay: t.lrDecay, lrDecaySteps: t.steps, lrMinRatio: t.lrMinRatio, adamEps: t.adamEps,
+    lr: t.lr, lrWarmupSteps: t.lrWarmupSteps, lrDecay: t.lrDecay, lrDecaySteps: t.lrDecaySteps ?? t.steps, lrMinRatio: t.lrMinRatio, adamEps: t.adamEps,
     weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
     entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, entropyCoefMax: t.entropyCoefMax,
     entropyTargetFinal: t.entropyTargetFinal, entropyTargetSteps: t.entropyTargetSteps, temperature: t.temperature,

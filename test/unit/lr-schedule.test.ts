@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { learningRate } from "../../actors/trainer/policy-trainer.ts";
+import { trainConfigOf } from "../../actors/loop/config.ts";
+import { learningRate, policyTrainerConfig } from "../../actors/trainer/policy-trainer.ts";
 
 describe("learning-rate schedule", () => {
   const lr = 1e-3;
@@ -23,5 +24,15 @@ describe("learning-rate schedule", () => {
     // monotone after the warmup
     const xs = Array.from({ length: 120 }, (_, i) => learningRate(cos, i + 10));
     for (let i = 1; i < xs.length; i++) expect(xs[i]!).toBeLessThanOrEqual(xs[i - 1]!);
+  });
+
+  it("decays to lrDecaySteps when the topology gives it, else to the run's last step", () => {
+    const cfg = (train: Record<string, unknown>) => policyTrainerConfig(trainConfigOf({ train, engines: undefined, file: "t.yaml" }).train);
+    expect(cfg({ steps: 5000, lrDecay: "cosine" }).lrDecaySteps).toBe(5000);
+    const c = cfg({ steps: 5000, lr: 1e-3, lrDecay: "cosine", lrDecaySteps: 1000, lrMinRatio: 0.1 });
+    expect(c.lrDecaySteps).toBe(1000);
+    expect(learningRate(c, 1000)).toBeCloseTo(1e-4, 15);
+    expect(learningRate(c, 3000)).toBeCloseTo(1e-4, 15);
+    expect(() => cfg({ lrDecaySteps: 0 })).toThrow(/t\.yaml: train: lrDecaySteps/);
   });
 });

@@ -9,7 +9,7 @@ import type { KV } from "@nats-io/kv";
 import { subjectOf } from "../../src/actor/index.ts";
 import { deadLetter, decodeMessage, type AnyMessageDef, type BodyOf, type MessageOf, type MessageRegistry } from "../../src/codec/index.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
-import type { Bus } from "../../src/transport/bus.ts";
+import { whileElecting, type Bus } from "../../src/transport/bus.ts";
 import type { JobNames } from "../../src/transport/names.ts";
 import { versionRecord, type VersionRecord } from "./messages.ts";
 
@@ -342,10 +342,10 @@ export class VersionsKv {
  */
 export async function seqAfterStep<D extends AnyMessageDef>(bus: Bus, stream: string, registry: MessageRegistry<D>, stepOf: (m: MessageOf<D>) => number, step: number): Promise<number> {
   const jsm = await bus.jsm();
-  const { state } = await jsm.streams.info(stream);
+  const { state } = await whileElecting(() => jsm.streams.info(stream));
   let first = state.last_seq + 1;
   for (let seq = state.last_seq; seq >= state.first_seq && seq > 0; seq--) {
-    const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    const m = await whileElecting(() => jsm.streams.getMessage(stream, { seq }));
     if (!m) continue;
     let s: number;
     try {
@@ -362,10 +362,12 @@ export async function seqAfterStep<D extends AnyMessageDef>(bus: Bus, stream: st
 /** Every message now on `stream` that decodes with `registry`, oldest first (malformed frames skipped). */
 export async function scanStream<D extends AnyMessageDef>(bus: Bus, stream: string, registry: MessageRegistry<D>): Promise<MessageOf<D>[]> {
   const jsm = await bus.jsm();
-  const { state } = await jsm.streams.info(stream);
+  const { state } = await whileElecting(() => jsm.streams.info(stream));
   const out: MessageOf<D>[] = [];
   for (let seq = Math.max(1, state.first_seq); seq <= state.last_seq && state.messages > 0; seq++) {
-    const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    // null: acked or deleted. A timeout is not "gone": while the stream elects a leader, skipping a
+    // message would restart the loop from a wrong position.
+    const m = await whileElecting(() => jsm.streams.getMessage(stream, { seq }));
     if (!m) continue; // acked (work queue) or deleted
     try {
       out.push(decodeMessage(await bus.payload({ data: m.data, headers: m.header }), registry));
@@ -379,9 +381,9 @@ export async function scanStream<D extends AnyMessageDef>(bus: Bus, stream: stri
 /** The last message on `stream` that decodes with `registry` (malformed frames skipped), or null. */
 export async function lastMessage<D extends AnyMessageDef>(bus: Bus, stream: string, registry: MessageRegistry<D>): Promise<MessageOf<D> | null> {
   const jsm = await bus.jsm();
-  const { state } = await jsm.streams.info(stream);
+  const { state } = await whileElecting(() => jsm.streams.info(stream));
   for (let seq = state.last_seq; seq >= state.first_seq && seq > 0; seq--) {
-    const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    const m = await whileElecting(() => jsm.streams.getMessage(stream, { seq }));
     if (!m) continue;
     try {
       return decodeMessage(await bus.payload({ data: m.data, headers: m.header }), registry);

@@ -59,7 +59,9 @@ interface RolloutState {
 
 /**
  * Keeps the rollout's fleet in step with the engines KV bucket (engines the fleet actor attaches,
- * replaces or detaches, e.g. after its process restarted); returns the stop function.
+ * replaces or detaches, e.g. after its process restarted) and with the weight version the fleet
+ * actor brings them to (an engine back from a restart joins routing only once it serves it);
+ * returns the stop function.
  */
 function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) => void, everyMs = 2_000): () => void {
   let busy = false;
@@ -67,6 +69,8 @@ function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) 
     if (busy) return;
     busy = true;
     try {
+      const v = await registry.version();
+      if (v) fleet.followVersion(v.version);
       const want = new Set((await registry.entries()).map((e) => normalizeEngineUrl(e.url)));
       const have = new Set(fleet.list().map((e) => e.id));
       for (const url of want) if (!have.has(url)) await fleet.attach(url, { allowUnreachable: true });
@@ -107,11 +111,13 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const registry = await FleetRegistry.open(bus, env.job);
       // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
       const urls = await engineUrls(registry, cfg.engineWaitMs);
+      const served = await registry.version();
       const { progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries } = cfg;
       const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries }).filter(([, v]) => v !== undefined));
       const gen = await FleetGenerator.create([], (l) => ctx.log.info(l), faultOpts);
       let agents: AgentRollout | null = null;
       try {
+        if (served) gen.fleet.followVersion(served.version);
         for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
         await ensureTrainStreams(bus, names, train);
         // train.agent: episodes are agent processes talking to a gateway over this fleet (actors/environment/agent)

@@ -76,6 +76,8 @@ export class Fleet {
   private readonly external: ExternalRouter | null;
   private reference: ModelSignature | null;
   private current: { version: string; modelDir: string } | null = null;
+  /** The version another fleet brings the engines to (followVersion): engines join routing only at it or later. */
+  private followed: string | null = null;
   private updating: Promise<void> | null = null;
   private lockChain: Promise<unknown> = Promise.resolve();
   private timer: NodeJS.Timeout | null = null;
@@ -154,6 +156,17 @@ export class Fleet {
       }
     }
     return this.list();
+  }
+
+  /**
+   * For a fleet that only routes while another (the job's fleet actor) updates the engines: from now
+   * on an engine joins this fleet's routing only once it serves `version` or a later one. An engine
+   * that restarted on its initial weights is kept out until the updating fleet brought it up to date
+   * (health checks retry the join), so no token of weights older than the job's is sampled here.
+   * Engines already in routing are not affected (their updates pause and resume them).
+   */
+  followVersion(version: string): void {
+    if (this.followed === null || !versionAtLeast(this.followed, version)) this.followed = version;
   }
 
   /** The weight version last applied by updateWeights (or recovered), or null. */
@@ -584,6 +597,10 @@ export class Fleet {
         e.model = sig;
         if (this.reference === null && expect === undefined) this.reference = sig;
         e.weightVersion = typeof mi.weight_version === "string" ? mi.weight_version : await e.ctl.weightVersion();
+        const followed = this.followed;
+        if (followed !== null && (e.weightVersion === null || !versionAtLeast(e.weightVersion, followed))) {
+          throw new OozeError("ENGINE_UNAVAILABLE", `fleet: ${e.id} serves weight version ${e.weightVersion ?? "unknown"} and the job is at ${followed}; it joins routing once it is brought to that version`, { retryable: true });
+        }
         await this.locked(async () => {
           if (e.detached || this.closed || e.healthy) return;
           const cur = this.current;
@@ -670,6 +687,28 @@ export class Fleet {
     }
   }
 
+  /**
+   * An engine in routing that restarted between two health checks answers them and serves its
+   * initial weights: one that serves a version older than the fleet's (or the one it follows), or one
+   * not comparable with it, leaves routing and joins again, which brings it up to date (or, when
+   * following, waits for the updating fleet to). Skipped while an update runs.
+   */
+  private async checkVersion(e: Engine): Promise<void> {
+    const want = this.current?.version ?? this.followed;
+    if (want === null || this.updating !== null || (this.current !== null && e.weightVersion !== want)) return;
+    let v: string | null;
+    try {
+      v = await e.probe.weightVersion();
+    } catch {
+      return; // the health checks deal with an engine that does not answer
+    }
+    if (e.detached || this.closed || !e.healthy || this.updating !== null || want !== (this.current?.version ?? this.followed)) return;
+    // A later version is another updater's doing (not a restart): left as it is.
+    if (v !== null && versionAtLeast(v, want)) return;
+    this.leave(e, `it serves weight version ${v ?? "unknown"}, not ${want} (restarted on its initial weights?); it joins again once at that version`);
+    await this.join(e, false);
+  }
+
   private async check(e: Engine): Promise<void> {
     let ok: boolean;
     try {
@@ -681,6 +720,7 @@ export class Fleet {
     if (ok) {
       e.failures = 0;
       if (!e.healthy) await this.join(e, false);
+      else await this.checkVersion(e);
       return;
     }
     e.failures++;
@@ -689,4 +729,12 @@ export class Fleet {
       this.leave(e, e.lastError);
     }
   }
+}
+
+/** Whether weight version `a` is `b` or later: numerically where both are numbers, otherwise only when equal. */
+function versionAtLeast(a: string, b: string): boolean {
+  if (a === b) return true;
+  const x = Number(a);
+  const y = Number(b);
+  return a.trim() !== "" && b.trim() !== "" && Number.isFinite(x) && Number.isFinite(y) && x >= y;
 }

@@ -59,6 +59,12 @@ export interface BusOptions {
   tls?: { caFile?: string; certFile?: string; keyFile?: string };
   /** A NATS credentials file (JWT + NKey seed, as `nsc` writes it); default from OOZE_NATS_CREDS. */
   credsFile?: string;
+  /**
+   * How long creating or opening a stream, consumer, KV bucket or object store keeps trying while
+   * JetStream answers with a timeout or "temporarily unavailable" (a cluster electing a leader after
+   * a server died, a server restoring its streams), ms; default 60 000. Other errors fail at once.
+   */
+  jsRecoverMs?: number;
 }
 
 /** TLS and credentials options from the environment (what `ooze up` passes on to its node processes unchanged). */
@@ -258,6 +264,37 @@ export function resolveReplicas(natsUrl: string, embedded: boolean, flag: string
   return r;
 }
 
+/**
+ * Whether a JetStream API error is one a cluster gives while it has no leader for the asset (a
+ * timeout, or err_code 10008 "JetStream system temporarily unavailable"): the same call succeeds
+ * once it has elected one. Looks through `cause` chains (TransportError wraps the client's error).
+ */
+export function isJetStreamTransient(e: unknown): boolean {
+  for (let x: unknown = e, depth = 0; x instanceof Error && depth < 6; x = (x as { cause?: unknown }).cause, depth++) {
+    if (x.name === "TimeoutError" || (x instanceof OozeError && x.code === "TIMEOUT")) return true;
+    if (x.name.endsWith("ApiError") && (x as { code?: unknown }).code === 10008) return true;
+    if (/temporarily unavailable/i.test(x.message)) return true;
+  }
+  return false;
+}
+
+/**
+ * Runs a JetStream call, again while it fails with what a cluster electing a leader gives
+ * (isJetStreamTransient), for up to `forMs` (default 60 s) with a backoff of 0.25 s doubling to 2 s;
+ * then, or on any other error, throws that error.
+ */
+export async function whileElecting<T>(fn: () => Promise<T>, opts: { forMs?: number; closed?: () => boolean } = {}): Promise<T> {
+  const until = Date.now() + (opts.forMs ?? 60_000);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (!isJetStreamTransient(e) || Date.now() >= until || opts.closed?.() === true) throw e;
+      await new Promise((r) => setTimeout(r, Math.min(2_000, 250 * 2 ** attempt) * (0.8 + 0.2 * Math.random())));
+    }
+  }
+}
+
 /** Turns a nats.js failure into a TransportError / TimeoutError naming what was attempted. */
 export function toTransportError(e: unknown, what: string): OozeError {
   if (e instanceof OozeError) return e;
@@ -320,6 +357,7 @@ class NatsBus implements Bus {
   private jsmP: Promise<JetStreamManager> | null = null;
   private readonly stores = new Map<string, Promise<ObjectStore>>();
   private connected = true;
+  private readonly jsRecoverMs: number;
 
   constructor(nc: NatsConnection, url: string, opts: BusOptions) {
     this.nc = nc;
@@ -328,6 +366,7 @@ class NatsBus implements Bus {
     this.largeBucket = opts.largeBucket ?? "ooze_large";
     this.largeTtlMs = opts.largeTtlMs ?? 3_600_000;
     this.replicas = opts.replicas ?? 1;
+    this.jsRecoverMs = opts.jsRecoverMs ?? 60_000;
     this.closed = nc.closed().then((e) => (e instanceof Error ? e : null));
     void this.watchStatus();
   }
@@ -578,55 +617,65 @@ class NatsBus implements Bus {
     }
   }
 
+  private whileElecting<T>(fn: () => Promise<T>): Promise<T> {
+    return whileElecting(fn, { forMs: this.jsRecoverMs, closed: () => this.nc.isClosed() });
+  }
+
   async ensureStream(name: string, subjects: string[], opts: Partial<StreamConfig> = {}): Promise<StreamInfo> {
     const jsm = await this.jsm();
-    try {
-      return await jsm.streams.add({ num_replicas: this.replicas, ...opts, name, subjects });
-    } catch (e) {
-      // Already there with another config: update it to the wanted one.
+    return this.whileElecting(async () => {
       try {
-        await jsm.streams.info(name);
-      } catch {
-        throw toTransportError(e, `creating stream '${name}' on ${subjects.join(", ")}`);
+        return await jsm.streams.add({ num_replicas: this.replicas, ...opts, name, subjects });
+      } catch (e) {
+        // Already there with another config: update it to the wanted one.
+        try {
+          await jsm.streams.info(name);
+        } catch {
+          throw toTransportError(e, `creating stream '${name}' on ${subjects.join(", ")}`);
+        }
+        try {
+          return await jsm.streams.update(name, { num_replicas: this.replicas, ...opts, subjects });
+        } catch (e2) {
+          throw toTransportError(e2, `updating stream '${name}' to subjects ${subjects.join(", ")}`);
+        }
       }
-      try {
-        return await jsm.streams.update(name, { num_replicas: this.replicas, ...opts, subjects });
-      } catch (e2) {
-        throw toTransportError(e2, `updating stream '${name}' to subjects ${subjects.join(", ")}`);
-      }
-    }
+    });
   }
 
   async ensureConsumer(stream: string, durable: string, opts: Partial<ConsumerConfig> = {}): Promise<Consumer> {
     const jsm = await this.jsm();
-    try {
-      await jsm.consumers.add(stream, { ack_policy: "explicit" as ConsumerConfig["ack_policy"], ...opts, durable_name: durable });
-    } catch (e) {
+    return this.whileElecting(async () => {
       try {
-        await jsm.consumers.update(stream, durable, opts);
-      } catch {
-        throw toTransportError(e, `creating consumer '${durable}' on stream '${stream}'`);
+        await jsm.consumers.add(stream, { ack_policy: "explicit" as ConsumerConfig["ack_policy"], ...opts, durable_name: durable });
+      } catch (e) {
+        try {
+          await jsm.consumers.update(stream, durable, opts);
+        } catch {
+          throw toTransportError(e, `creating consumer '${durable}' on stream '${stream}'`);
+        }
       }
-    }
-    try {
-      return await this.js.consumers.get(stream, durable);
-    } catch (e) {
-      throw toTransportError(e, `opening consumer '${durable}' on stream '${stream}'`);
-    }
+      try {
+        return await this.js.consumers.get(stream, durable);
+      } catch (e) {
+        throw toTransportError(e, `opening consumer '${durable}' on stream '${stream}'`);
+      }
+    });
   }
 
   async kv(bucket: string, opts: Partial<KvOptions> = {}): Promise<KV> {
-    try {
-      return await new Kvm(this.js).create(bucket, { replicas: this.replicas, ...opts });
-    } catch (e) {
-      throw toTransportError(e, `opening KV bucket '${bucket}'`);
-    }
+    return this.whileElecting(async () => {
+      try {
+        return await new Kvm(this.js).create(bucket, { replicas: this.replicas, ...opts });
+      } catch (e) {
+        throw toTransportError(e, `opening KV bucket '${bucket}'`);
+      }
+    });
   }
 
   obj(bucket: string, opts: Partial<ObjectStoreOptions> = {}): Promise<ObjectStore> {
     let p = this.stores.get(bucket);
     if (p === undefined) {
-      p = new Objm(this.js).create(bucket, { replicas: this.replicas, ...opts }).catch((e) => {
+      p = this.whileElecting(() => new Objm(this.js).create(bucket, { replicas: this.replicas, ...opts })).catch((e) => {
         this.stores.delete(bucket);
         throw toTransportError(e, `opening object store '${bucket}'`);
       });

@@ -1,8 +1,10 @@
 // The Fleet over real engine servers (two in-process servers and one child process over a tiny native
 // model): attach/detach/list, refusal of an engine serving another model, partial rollout across an
 // /abort_request, a caller's abort, one request streamed with its tokens reported as they come, a SIGKILLed engine mid-request and its restart on the same port,
-// weight updates (versions bump, a lower one is refused, a late joiner is brought up to date), and
-// recovery of the engine set from the job's KV bucket.
+// weight updates (versions bump, a lower one is refused, a late joiner is brought up to date, a
+// fleet that follows another's version keeps an engine behind it out of routing, an engine back on
+// its initial weights between health checks is updated again), and recovery of the engine set from
+// the job's KV bucket.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -421,5 +423,48 @@ describe("fleet: weight updates and the KV registry", () => {
     const c = await crossing;
     expect(c.redispatches).toBe(0);
     expect(c.weightVersions).toEqual([{ start: 0, end: 400, version: "10" }]);
+  });
+
+  it("a fleet that follows another's version keeps an engine behind it out of routing until it is brought up to date", async () => {
+    // The engine came back from a restart on its initial weights (version 1, or an SGLang server's
+    // "default") while the job is at version 3: the fleet that updates engines is another one.
+    const backend = createNativeBackend({ modelDir: dirA });
+    backends.push(backend);
+    const behind = await startEngineServer({ backend, weightVersion: "default" });
+    servers.push(behind);
+    const f = fleet();
+    f.followVersion("2");
+    f.followVersion("3");
+    f.followVersion("1"); // versions only move forward
+    const entry = await f.attach(behind.url, { allowUnreachable: true });
+    expect(entry.healthy).toBe(false);
+    expect(entry.lastError).toMatch(/serves weight version default and the job is at 3; it joins routing once/);
+    const c = new EngineClient(behind.url);
+    await c.updateWeightsFromDisk({ modelPath: dirA2, weightVersion: "2" });
+    await new Promise((r) => setTimeout(r, 300)); // health checks every 100 ms: still behind at 2
+    expect(f.list()[0]!.healthy).toBe(false);
+    await c.updateWeightsFromDisk({ modelPath: dirA2, weightVersion: "3" });
+    await waitUntil(() => f.list()[0]!.healthy, { what: "the engine in routing once at version 3", diagnostics: () => JSON.stringify(f.list()) });
+    const r = await f.generate({ inputIds: prompts[0]!, sampling: { ...sampling, max_new_tokens: 8 } });
+    expect(r.weightVersions).toEqual([{ start: 0, end: 8, version: "3" }]);
+  });
+
+  it("an engine back on its initial weights between two health checks (restarted) is brought to the fleet's version again", async () => {
+    const backend = createNativeBackend({ modelDir: dirA });
+    backends.push(backend);
+    const engine = await startEngineServer({ backend, weightVersion: "default" });
+    servers.push(engine);
+    const lines: string[] = [];
+    const f = fleet({ log: (l) => lines.push(l) });
+    await f.attach(engine.url);
+    await f.updateWeights(dirA2, "7");
+    // What a restart looks like to the fleet: the engine answers its health checks, at its first weights.
+    const c = new EngineClient(engine.url);
+    await c.updateWeightsFromDisk({ modelPath: dirA, weightVersion: "default" });
+    await waitUntil(async () => (await c.weightVersion()) === "7", { what: "the fleet to update the engine again", diagnostics: () => lines.join("\n") });
+    expect(lines.some((l) => /left routing: it serves weight version default, not 7 \(restarted on its initial weights\?\)/.test(l))).toBe(true);
+    await waitUntil(() => f.list()[0]!.healthy, { what: "the engine back in routing" });
+    const r = await f.generate({ inputIds: prompts[1]!, sampling: { ...sampling, max_new_tokens: 8 } });
+    expect(r.weightVersions).toEqual([{ start: 0, end: 8, version: "7" }]);
   });
 });

@@ -71,3 +71,15 @@ export function signatureDiff(got: ModelSignature, want: ModelSignature): string
 export function compareVersions(a: string, b: string): number {
   return a.localeCompare(b, "en", { numeric: true, sensitivity: "base" });
 }
+
+/**
+ * Whether weight version `a` is `b` or later, for telling an engine behind its fleet: numerically
+ * where both are numbers, otherwise only when equal (an SGLang server's "default" is no version of
+ * the job's, though compareVersions would order it after "6").
+ */
+export function versionAtLeast(a: string, b: string): boolean {
+  if (a === b) return true;
+  const x = Number(a);
+  const y = Number(b);
+  return a.trim() !== "" && b.trim() !== "" && Number.isFinite(x) && Number.isFinite(y) && x >= y;
+}

@@ -15,7 +15,7 @@ import { EngineClient } from "./client.ts";
 import { updateEngine, type WeightUpdateOptions, type WeightUpdateReport } from "./fleet-weights.ts";
 import { dispatch, GRACEFUL_ABORT_MS, sweepDeadlines, type DispatchContext, type DispatchOutcome } from "./fleet-dispatch.ts";
 import { ExternalRouter } from "./fleet-external.ts";
-import { compareVersions, expectedSignature, modelSignature, signatureDiff, type ModelSignature } from "./fleet-model.ts";
+import { compareVersions, expectedSignature, modelSignature, signatureDiff, versionAtLeast, type ModelSignature } from "./fleet-model.ts";
 import { FleetRegistry, type EngineSource } from "./fleet-registry.ts";
 import { backoffMs, FaultCounter, faultSummary, ProgressDeadlines, type FaultStats, type RetrySettings } from "./fleet-retry.ts";
 import { PartialRollout } from "./partial.ts";
@@ -693,8 +693,13 @@ export class Fleet {
    * not comparable with it, leaves routing and joins again, which brings it up to date (or, when
    * following, waits for the updating fleet to). Skipped while an update runs.
    */
+  /** The version an engine in routing must serve: the fleet's own, or the one it follows. */
+  private get wantedVersion(): string | null {
+    return this.current?.version ?? this.followed;
+  }
+
   private async checkVersion(e: Engine): Promise<void> {
-    const want = this.current?.version ?? this.followed;
+    const want = this.wantedVersion;
     if (want === null || this.updating !== null || (this.current !== null && e.weightVersion !== want)) return;
     let v: string | null;
     try {
@@ -702,7 +707,7 @@ export class Fleet {
     } catch {
       return; // the health checks deal with an engine that does not answer
     }
-    if (e.detached || this.closed || !e.healthy || this.updating !== null || want !== (this.current?.version ?? this.followed)) return;
+    if (e.detached || this.closed || !e.healthy || this.updating !== null || want !== this.wantedVersion) return;
     // A later version is another updater's doing (not a restart): left as it is.
     if (v !== null && versionAtLeast(v, want)) return;
     this.leave(e, `it serves weight version ${v ?? "unknown"}, not ${want} (restarted on its initial weights?); it joins again once at that version`);
@@ -729,12 +734,4 @@ export class Fleet {
       this.leave(e, e.lastError);
     }
   }
-}
-
-/** Whether weight version `a` is `b` or later: numerically where both are numbers, otherwise only when equal. */
-function versionAtLeast(a: string, b: string): boolean {
-  if (a === b) return true;
-  const x = Number(a);
-  const y = Number(b);
-  return a.trim() !== "" && b.trim() !== "" && Number.isFinite(x) && Number.isFinite(y) && x >= y;
 }

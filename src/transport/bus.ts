@@ -59,12 +59,6 @@ export interface BusOptions {
   tls?: { caFile?: string; certFile?: string; keyFile?: string };
   /** A NATS credentials file (JWT + NKey seed, as `nsc` writes it); default from OOZE_NATS_CREDS. */
   credsFile?: string;
-  /**
-   * How long creating or opening a stream, consumer, KV bucket or object store keeps trying while
-   * JetStream answers with a timeout or "temporarily unavailable" (a cluster electing a leader after
-   * a server died, a server restoring its streams), ms; default 60 000. Other errors fail at once.
-   */
-  jsRecoverMs?: number;
 }
 
 /** TLS and credentials options from the environment (what `ooze up` passes on to its node processes unchanged). */
@@ -357,7 +351,6 @@ class NatsBus implements Bus {
   private jsmP: Promise<JetStreamManager> | null = null;
   private readonly stores = new Map<string, Promise<ObjectStore>>();
   private connected = true;
-  private readonly jsRecoverMs: number;
 
   constructor(nc: NatsConnection, url: string, opts: BusOptions) {
     this.nc = nc;
@@ -366,7 +359,6 @@ class NatsBus implements Bus {
     this.largeBucket = opts.largeBucket ?? "ooze_large";
     this.largeTtlMs = opts.largeTtlMs ?? 3_600_000;
     this.replicas = opts.replicas ?? 1;
-    this.jsRecoverMs = opts.jsRecoverMs ?? 60_000;
     this.closed = nc.closed().then((e) => (e instanceof Error ? e : null));
     void this.watchStatus();
   }
@@ -617,8 +609,9 @@ class NatsBus implements Bus {
     }
   }
 
+  /** Creating or opening a stream, consumer, KV bucket or object store waits out a leader election (whileElecting). */
   private whileElecting<T>(fn: () => Promise<T>): Promise<T> {
-    return whileElecting(fn, { forMs: this.jsRecoverMs, closed: () => this.nc.isClosed() });
+    return whileElecting(fn, { closed: () => this.nc.isClosed() });
   }
 
   async ensureStream(name: string, subjects: string[], opts: Partial<StreamConfig> = {}): Promise<StreamInfo> {

@@ -49,6 +49,15 @@ function fleet(opts: ConstructorParameters<typeof Fleet>[0] = {}): Fleet {
   return f;
 }
 
+/** An in-process engine over the fleet's model at version "default", as a restarted one comes back. */
+async function initialEngine(): Promise<EngineServer> {
+  const backend = createNativeBackend({ modelDir: dirA });
+  backends.push(backend);
+  const server = await startEngineServer({ backend, weightVersion: "default" });
+  servers.push(server);
+  return server;
+}
+
 function expectIntact(r: FleetGenerateResult, prompt: Int32Array, length = 160): void {
   const full = reference.get(key(prompt))!;
   const ref = { ids: full.ids.slice(0, length), lps: full.lps.slice(0, length) };
@@ -428,10 +437,7 @@ describe("fleet: weight updates and the KV registry", () => {
   it("a fleet that follows another's version keeps an engine behind it out of routing until it is brought up to date", async () => {
     // The engine came back from a restart on its initial weights (version 1, or an SGLang server's
     // "default") while the job is at version 3: the fleet that updates engines is another one.
-    const backend = createNativeBackend({ modelDir: dirA });
-    backends.push(backend);
-    const behind = await startEngineServer({ backend, weightVersion: "default" });
-    servers.push(behind);
+    const behind = await initialEngine();
     const f = fleet();
     f.followVersion("2");
     f.followVersion("3");
@@ -441,7 +447,8 @@ describe("fleet: weight updates and the KV registry", () => {
     expect(entry.lastError).toMatch(/serves weight version default and the job is at 3; it joins routing once/);
     const c = new EngineClient(behind.url);
     await c.updateWeightsFromDisk({ modelPath: dirA2, weightVersion: "2" });
-    await new Promise((r) => setTimeout(r, 300)); // health checks every 100 ms: still behind at 2
+    // A health check retries the join at version 2, and it is refused again.
+    await waitUntil(() => /serves weight version 2 and the job is at 3/.test(f.list()[0]!.lastError ?? ""), { what: "the join retried at version 2", diagnostics: () => JSON.stringify(f.list()) });
     expect(f.list()[0]!.healthy).toBe(false);
     await c.updateWeightsFromDisk({ modelPath: dirA2, weightVersion: "3" });
     await waitUntil(() => f.list()[0]!.healthy, { what: "the engine in routing once at version 3", diagnostics: () => JSON.stringify(f.list()) });
@@ -450,10 +457,7 @@ describe("fleet: weight updates and the KV registry", () => {
   });
 
   it("an engine back on its initial weights between two health checks (restarted) is brought to the fleet's version again", async () => {
-    const backend = createNativeBackend({ modelDir: dirA });
-    backends.push(backend);
-    const engine = await startEngineServer({ backend, weightVersion: "default" });
-    servers.push(engine);
+    const engine = await initialEngine();
     const lines: string[] = [];
     const f = fleet({ log: (l) => lines.push(l) });
     await f.attach(engine.url);

@@ -45,7 +45,7 @@ interface Round {
 
 interface BufferState {
   consumer: StreamConsumer;
-  stopWatch: () => void;
+  stopWatch: () => Promise<void>;
   incarnation: string;
 }
 
@@ -295,7 +295,7 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
       throw new OozeError("ACTOR_CRASHED", `buffer: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
-      state.stopWatch();
+      await state.stopWatch();
       await state.consumer.stop();
     },
   });

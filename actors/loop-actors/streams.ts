@@ -265,17 +265,21 @@ export class VersionsKv {
 
   /**
    * Calls `on` with the current record and every later one (watching again if the watch ends, e.g.
-   * across a nats-server restart; `on` may see a record twice); returns the stop function.
+   * across a nats-server restart; `on` may see a record twice); returns the stop function. It
+   * resolves once the watch has stopped, a re-watch in flight included; await it before the bus
+   * closes: a watch made while the connection drains leaves nats.js's heartbeat timer armed for
+   * good, and the process never exits (README, reliability finding 10).
    */
-  async watch(on: (r: VersionRecord) => void): Promise<() => void> {
+  async watch(on: (r: VersionRecord) => void): Promise<() => Promise<void>> {
     let stopped = false;
     let it = await this.kv.watch({ key: LATEST });
-    // A closed connection ends the watch for good (no re-watching a bus that is gone).
-    void this.closed.then(() => {
+    const stop = () => {
       stopped = true;
       it.stop();
-    });
-    void (async () => {
+    };
+    // A closed connection ends the watch for good (no re-watching a bus that is gone).
+    void this.closed.then(stop);
+    const loop = (async () => {
       while (!stopped) {
         try {
           for await (const e of it) {
@@ -296,9 +300,9 @@ export class VersionsKv {
         if (stopped) it.stop(); // stopped while the new watch was being made
       }
     })();
-    return () => {
-      stopped = true;
-      it.stop();
+    return async () => {
+      stop();
+      await loop;
     };
   }
 
@@ -308,15 +312,15 @@ export class VersionsKv {
     try {
       return await f.until(step);
     } finally {
-      f.stop();
+      await f.stop();
     }
   }
 
   /**
    * A standing watch: `until(step)` resolves with the first record whose step is at least `step`
-   * (at once when one was seen already); `stop()` ends the watch.
+   * (at once when one was seen already); `stop()` ends the watch (see `watch`: await it before the bus closes).
    */
-  async follow(): Promise<{ until(step: number): Promise<VersionRecord>; stop(): void }> {
+  async follow(): Promise<{ until(step: number): Promise<VersionRecord>; stop(): Promise<void> }> {
     let latest: VersionRecord | null = null;
     const waiters: { step: number; resolve: (r: VersionRecord) => void }[] = [];
     const stop = await this.watch((r) => {

@@ -53,7 +53,7 @@ export const rolloutActorConfig = z.object({
 interface RolloutState {
   consumer: StreamConsumer;
   gen: FleetGenerator;
-  stopFollowing: () => void;
+  stopFollowing: () => Promise<void>;
   agents: AgentRollout | null;
 }
 
@@ -61,27 +61,34 @@ interface RolloutState {
  * Keeps the rollout's fleet in step with the engines KV bucket (engines the fleet actor attaches,
  * replaces or detaches, e.g. after its process restarted) and with the weight version the fleet
  * actor brings them to (an engine back from a restart joins routing only once it serves it);
- * returns the stop function.
+ * returns the stop function, which resolves once a pass in flight has ended. Each pass lists the
+ * bucket through a fresh JetStream consumer, and one made while the bus drains leaves nats.js's
+ * heartbeat timer armed for good: await the stop before the bus closes (README, reliability finding 10).
  */
-function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) => void, everyMs = 2_000): () => void {
-  let busy = false;
-  const timer = setInterval(async () => {
-    if (busy) return;
-    busy = true;
+export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) => void, everyMs = 2_000): () => Promise<void> {
+  let stopped = false;
+  let pass: Promise<void> | null = null;
+  const follow = async () => {
     try {
       const v = await registry.version();
       if (v) fleet.followVersion(v.version);
       const want = new Set((await registry.entries()).map((e) => normalizeEngineUrl(e.url)));
+      if (stopped) return;
       const have = new Set(fleet.list().map((e) => e.id));
       for (const url of want) if (!have.has(url)) await fleet.attach(url, { allowUnreachable: true });
       for (const url of have) if (!want.has(url)) await fleet.detach(url);
     } catch (e) {
-      log(`rollout: following the engines registry: ${(e as Error).message}`);
-    } finally {
-      busy = false;
+      if (!stopped) log(`rollout: following the engines registry: ${(e as Error).message}`);
     }
+  };
+  const timer = setInterval(() => {
+    pass ??= follow().finally(() => (pass = null));
   }, everyMs);
-  return () => clearInterval(timer);
+  return async () => {
+    stopped = true;
+    clearInterval(timer);
+    await pass;
+  };
 }
 
 /** Engine URLs from the job's engines KV bucket, waiting up to `waitMs` for the first one. */
@@ -154,7 +161,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       throw new OozeError("ACTOR_CRASHED", `rollout: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
-      state.stopFollowing();
+      await state.stopFollowing();
       await state.consumer.stop();
       await state.agents?.close();
       await state.gen.close();

@@ -41,7 +41,7 @@ type Batch = z.output<typeof batchMsg.schema>;
 
 interface TrainerState {
   trainer: StepTrainer;
-  stopVersions: () => void;
+  stopVersions: () => Promise<void>;
   consumer: StreamConsumer;
   run: Run;
 }
@@ -102,7 +102,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
     },
     async onStop(state, ctx) {
       await state.consumer.stop();
-      state.stopVersions();
+      await state.stopVersions();
       // Stopped between checkpoints (Ctrl-C, `ooze down`, a crash): keep what was trained.
       await state.run.checkpointLast().catch((e) => ctx.log.error(`trainer: final checkpoint failed: ${(e as Error).message}`));
       await state.trainer.close();

@@ -30,7 +30,9 @@ export function register(program: Command) {
     .option("--job <name>", "job id (default: the topology's name)")
     .option("--parent-pid <pid>", "exit when this process is gone (set by ooze up)")
     .action(async (opts: NodeOptions) => {
-      process.exitCode = await runNodeCommand(opts);
+      // Exit once stopped with the bus closed, not when the event loop empties: a timer a library
+      // left armed must not keep a stopped node running (README, reliability finding 10).
+      process.exit(await runNodeCommand(opts));
     });
 }
 

@@ -1,0 +1,31 @@
+// Owners of JetStream watches stop them before the bus closes, so a process that stopped its actors
+// and closed its bus exits by itself (README, reliability finding 10). Each owner runs in a child
+// process on a real nats-server (test/fixtures/watch-owner.ts) and is stopped while one of its
+// consumers is being made; nats.js arms a consumer's heartbeat timer before it subscribes, so a
+// consumer made once the connection drains leaves that timer armed for good and the child never
+// exits. The deadline only bounds a hang: the child exits in about a second.
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { useNats, withDeadline } from "../harness/index.ts";
+
+const nats = useNats();
+const OWNER = fileURLToPath(new URL("../fixtures/watch-owner.ts", import.meta.url));
+
+describe("a process whose watch owners stopped before its bus closed exits by itself", () => {
+  for (const owner of ["follower", "versions"] as const) {
+    it(`${owner === "follower" ? "the rollout's engine-registry follower" : "a VersionsKv watch"}, stopped while its consumer is being made`, async () => {
+      const child = spawn(process.execPath, ["--import", "tsx", OWNER, nats.server.authUrl, `watch-${owner}`, owner], { stdio: ["ignore", "pipe", "pipe"] });
+      let out = "";
+      child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
+      child.stderr.setEncoding("utf8").on("data", (s: string) => (out += s));
+      const exited = new Promise<number | string>((r) => child.on("exit", (code, signal) => r(code ?? String(signal))));
+      const code = await withDeadline(exited, 45_000, `the ${owner} child to exit by itself`).catch((e: Error) => {
+        child.kill("SIGKILL");
+        throw new Error(`${e.message}\nchild output:\n${out}`);
+      });
+      expect(out, "the fault engaged: a consumer reply was held across the stop").toMatch(/held the reply to \$JS\.API\.CONSUMER\./);
+      expect(code, out).toBe(0);
+    });
+  }
+});

@@ -3,7 +3,7 @@
 // calculator-openai.mjs, through the Messages API (tool_use blocks in, tool_result blocks out).
 // ooze points it at the gateway with ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY.
 import Anthropic from "@anthropic-ai/sdk";
-import { calc, readStdin, TOOL } from "./calc-tool.mjs";
+import { calcTool, readStdin, TOOL } from "./calc-tool.mjs";
 
 const question = (await readStdin()).trim();
 const client = new Anthropic(); // ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY from the environment
@@ -23,7 +23,7 @@ for (let turn = 0; turn < 4; turn++) {
     role: "user",
     content: uses.map((u) => {
       toolCalls++;
-      return { type: "tool_result", tool_use_id: u.id, content: u.name === TOOL.name ? calc(u.input?.expression) : `unknown tool ${u.name}` };
+      return { type: "tool_result", tool_use_id: u.id, content: u.name === TOOL.name ? calcTool(u.input?.expression) : `unknown tool ${u.name}` };
     }),
   });
 }

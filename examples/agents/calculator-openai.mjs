@@ -5,7 +5,7 @@
 // answer as JSON ({answer, toolCalls}) on stdout. ooze points it at the gateway with OPENAI_BASE_URL
 // and OPENAI_API_KEY. Plain .mjs so each episode's process starts fast.
 import OpenAI from "openai";
-import { calc, readStdin, TOOL } from "./calc-tool.mjs";
+import { calcTool, readStdin, TOOL } from "./calc-tool.mjs";
 
 const question = (await readStdin()).trim();
 const client = new OpenAI(); // OPENAI_BASE_URL and OPENAI_API_KEY from the environment
@@ -28,7 +28,7 @@ for (let turn = 0; turn < 4; turn++) {
     } catch {
       // the model wrote arguments that are not JSON: the tool says so
     }
-    messages.push({ role: "tool", tool_call_id: call.id, content: call.function.name === TOOL.name ? calc(args.expression) : `unknown tool ${call.function.name}` });
+    messages.push({ role: "tool", tool_call_id: call.id, content: call.function.name === TOOL.name ? calcTool(args.expression) : `unknown tool ${call.function.name}` });
   }
 }
 console.log(JSON.stringify({ answer: "", toolCalls }));

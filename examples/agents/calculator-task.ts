@@ -1,14 +1,19 @@
 // Agent task of the calculator examples (topologies/agent-calculator-*.yaml): prompt i asks for the
 // sum or difference of two numbers of 2–3 digits (`expression:"808-88" = ?`), which the byte-level model cannot work out alone
 // but can with the `calc` tool. The agent prints {answer, toolCalls} on stdout; success is the right
-// answer after at least one tool call (reward 1); a tool call with a wrong answer earns 0.25.
+// answer after at least one tool call (reward 1); a tool call with a wrong answer earns partial
+// credit (up to 0.5 for copying the expression into the call, 0.3 for answering what the tool said).
 import type { AgentTask } from "../../actors/environment/agent/task.ts";
 import { episodeSeed, prng } from "../../actors/environment/task.ts";
+// @ts-expect-error the example agents are plain JavaScript (no types)
+import { calc } from "./calc-tool.mjs";
 
 /** The question and answer of prompt `index`. */
 export function calculatorQuestion(index: number, seed: number): { question: string; expression: string; answer: string } {
   const r = prng(episodeSeed(index, seed));
-  const a = 10 + Math.floor(r() * 990), b = 10 + Math.floor(r() * 90);
+  // always three digits ± two, with a three-digit answer: every question, call and answer has the
+  // same length, so where to copy from is always the same distance back
+  const a = 200 + Math.floor(r() * 700), b = 10 + Math.floor(r() * 90);
   const op = r() < 0.5 ? "+" : "-";
   // the expression is quoted as the tool call will quote it (`:"…"`): a byte-level model copies it
   // by matching the two bytes before it (an induction pattern), which it learns far sooner than to
@@ -31,8 +36,21 @@ export default function createCalculatorTask(): AgentTask {
         return { reward: 0, success: false };
       }
       const used = typeof out.toolCalls === "number" && out.toolCalls > 0;
-      const right = typeof out.answer === "string" && out.answer.trim() === prompt.data;
-      return { reward: used && right ? 1 : used ? 0.25 : 0, success: used && right };
+      // the number of the answer (`result=938`, as the tool says it, or a bare `938`)
+      const answer = typeof out.answer === "string" ? out.answer.trim().replace(/^result=/, "") : "";
+      if (used && answer === prompt.data) return { reward: 1, success: true };
+      if (!used) return { reward: 0, success: false };
+      // partial credit, so that a group whose episodes all fail still ranks them: the share of the
+      // question's expression the first call reproduced (byte by byte), and the share of the
+      // answer that passes on what the tool returned for that call
+      const expression = prompt.task.match(/"([^"]*)"/)?.[1] ?? "";
+      const called = transcript.text.join("\n").match(/"expression":\s*"([^"]*)"/)?.[1] ?? "";
+      let same = 0;
+      for (let i = 0; i < expression.length; i++) if (called[i] === expression[i]) same++;
+      const said = called !== "" ? (calc as (e: string) => string)(called) : "";
+      let relayed = 0;
+      for (let i = 0; i < said.length; i++) if (answer[i] === said[i]) relayed++;
+      return { reward: 0.5 * (same / Math.max(1, expression.length)) + 0.3 * (relayed / Math.max(1, said.length, answer.length)), success: false };
     },
   };
 }

@@ -2,7 +2,8 @@
 // agents would send them, of the behaviour each task rewards (call the tool with the numbers of the
 // question, answer with its result; edit TODO into the asked expression, then say done). Prompt
 // indices start at 1,000,000, away from the ones training draws (0, 1, 2, …).
-//   node --import tsx examples/agents/make-sft-data.ts   → examples/agents/sft/{calculator,coding}.jsonl
+//   node --import tsx examples/agents/make-sft-data.ts [N] [DIR]   → DIR/{calculator,coding}.jsonl, N each
+//   (defaults: 400, examples/agents/sft — the shipped files)
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { calculatorQuestion } from "./calculator-task.ts";
@@ -10,9 +11,10 @@ import { codingGoal } from "./coding-task.ts";
 // @ts-expect-error the example agents are plain JavaScript (no types)
 import { calc, TOOL } from "./calc-tool.mjs";
 
-const N = 400;
+const N = Number(process.argv[2] ?? 400);
+if (!Number.isInteger(N) || N < 1) throw new Error(`make-sft-data: N must be a positive integer (got '${process.argv[2]}')`);
 const FIRST = 1_000_000;
-const out = join(import.meta.dirname, "sft");
+const out = process.argv[3] ?? join(import.meta.dirname, "sft");
 mkdirSync(out, { recursive: true });
 
 const calcTools = [{ type: "function", function: { name: TOOL.name, description: TOOL.description, parameters: TOOL.parameters } }];
@@ -24,8 +26,8 @@ for (let i = FIRST; i < FIRST + N; i++) {
     messages: [
       { role: "user", content: question },
       { role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "calc", arguments: JSON.stringify({ expression }) } }] },
-      { role: "tool", tool_call_id: "c1", content: answer },
-      { role: "assistant", content: answer },
+      { role: "tool", tool_call_id: "c1", content: `result=${answer}` },
+      { role: "assistant", content: `result=${answer}` },
     ],
     tools: calcTools,
   }));

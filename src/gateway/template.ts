@@ -12,16 +12,20 @@ import type { ChatTokenizer } from "./tokenizer.ts";
 
 /**
  * The built-in template for the byte-level default: compact (the embedded models have short
- * contexts), tools in the system turn, assistant turns closed by EOS.
+ * contexts and learn from every byte they read), tools in the system turn as one signature each
+ * (`calc(expression) arithmetic;` — names of the parameters, not their JSON schema), assistant turns
+ * closed by EOS.
  */
 export const BUILTIN_CHAT_TEMPLATE = [
   "{{- bos_token -}}",
   "{%- set sys = '' -%}",
   "{%- if messages and messages[0].role == 'system' -%}{%- set sys = messages[0].content -%}{%- endif -%}",
-  "{%- if tools -%}",
-  "{%- set sys = sys + ('\\n' if sys else '') + 'Tools: ' + (tools | map(attribute='function') | list | tojson) + '\\nCall a tool as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>' -%}",
+  "{%- if sys or tools -%}<|system|>{{ sys }}",
+  "{%- if tools -%}{{ '\\n' if sys }}Tools:",
+  "{%- for t in tools %} {{ t.function.name }}({% for k, v in (t.function.parameters.properties or {}).items() %}{{ k }}{{ ', ' if not loop.last }}{% endfor %}){{ (' ' + t.function.description) if t.function.description }};{% endfor %}",
+  "{{ '\\n' }}Call a tool as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>",
+  "{%- endif -%}{{ '\\n' }}",
   "{%- endif -%}",
-  "{%- if sys -%}<|system|>{{ sys }}{{ '\\n' }}{%- endif -%}",
   "{%- for m in messages -%}",
   "{%- if m.role != 'system' -%}",
   "<|{{ m.role }}|>{{ m.content }}",

@@ -49,7 +49,8 @@ describe.each([["calculator-openai.mjs"], ["calculator-anthropic.mjs"]])("agent 
         expect(["completed", "truncated"], JSON.stringify(s.metadata)).toContain(s.status); // an untrained model may run out of max_tokens
         expect(sampleProblem(s)).toBeNull();
         expect(s.groupIndex).toBe(4);
-        expect(s.reward === 0 || s.reward === 0.25 || s.reward === 1).toBe(true);
+        expect(s.reward).toBeGreaterThanOrEqual(0);
+        expect(s.reward).toBeLessThanOrEqual(1);
         const prompt = decodeBytes(s.tokens.subarray(0, s.tokens.length - s.responseLength), false);
         expect(prompt).toContain("<|user|>"); // the chat template rendered the agent's messages
         expect(prompt).toContain("calc");     // with its tool

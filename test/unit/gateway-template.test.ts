@@ -63,8 +63,10 @@ describe("gateway: built-in template", () => {
 
   it("renders tools into the system turn and tool calls in the format it parses back", () => {
     const a: ChatMessage = { role: "assistant", content: "", toolCalls: [{ id: "c1", name: "f", arguments: '{"x": 1}' }], toolCallId: null };
-    const text = t.render([msg("user", "q"), a, { ...msg("tool", "42"), toolCallId: "c1" }], [{ name: "f", description: "d", parameters: { type: "object" } }]);
-    expect(text).toContain('<|system|>Tools: [{"name": "f", "description": "d", "parameters": {"type": "object"}}]');
+    const g = { name: "g", description: "", parameters: { type: "object", properties: { a: { type: "string" }, b: { type: "number" } } } };
+    const text = t.render([msg("user", "q"), a, { ...msg("tool", "42"), toolCallId: "c1" }], [{ name: "f", description: "d", parameters: { type: "object" } }, g]);
+    expect(text).toContain("<|system|>Tools: f() d; g(a, b);\nCall a tool as <tool_call>");
+    expect(t.render([msg("system", "S"), msg("user", "q")], [g])).toContain("<|system|>S\nTools: g(a, b);\n");
     const call = /<\|assistant\|>(.*)<eos>/.exec(text)![1]!;
     expect(parseToolCalls(call)).toEqual({ content: "", toolCalls: [{ name: "f", arguments: '{"x":1}' }] });
     expect(text.endsWith("<|tool|>42\n<|assistant|>")).toBe(true);

@@ -9,7 +9,7 @@ import type { KV } from "@nats-io/kv";
 import { subjectOf } from "../../src/actor/index.ts";
 import { deadLetter, decodeMessage, type AnyMessageDef, type BodyOf, type MessageOf, type MessageRegistry } from "../../src/codec/index.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
-import { whileElecting, type Bus } from "../../src/transport/bus.ts";
+import { settleWithin, whileElecting, type Bus } from "../../src/transport/bus.ts";
 import type { JobNames } from "../../src/transport/names.ts";
 import { versionRecord, type VersionRecord } from "./messages.ts";
 
@@ -266,7 +266,8 @@ export class VersionsKv {
   /**
    * Calls `on` with the current record and every later one (watching again if the watch ends, e.g.
    * across a nats-server restart; `on` may see a record twice); returns the stop function. It
-   * resolves once the watch has stopped, a re-watch in flight included; await it before the bus
+   * resolves once the watch has stopped, a re-watch in flight included (waiting 5 s at most: one
+   * stuck behind a reconnecting connection must not hang a shutdown); await it before the bus
    * closes: a watch made while the connection drains leaves nats.js's heartbeat timer armed for
    * good, and the process never exits (README, reliability finding 10).
    */
@@ -302,7 +303,7 @@ export class VersionsKv {
     })();
     return async () => {
       stop();
-      await loop;
+      await settleWithin(loop, 5_000);
     };
   }
 

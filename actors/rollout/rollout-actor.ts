@@ -11,6 +11,7 @@ import type { Fleet } from "../../src/engine/fleet.ts";
 import { normalizeEngineUrl } from "../../src/engine/fleet-types.ts";
 import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
 import { OozeError } from "../../src/errors.ts";
+import { settleWithin } from "../../src/transport/bus.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
 import { groupMsg, groupMsgId, promptRegistry } from "../loop-actors/messages.ts";
@@ -87,7 +88,7 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
   return async () => {
     stopped = true;
     clearInterval(timer);
-    await pass;
+    await settleWithin(pass, 5_000); // a pass stuck behind a reconnecting connection must not hang the stop
   };
 }
 

@@ -259,6 +259,18 @@ export function resolveReplicas(natsUrl: string, embedded: boolean, flag: string
 }
 
 /**
+ * Waits for `p` to settle, but no longer than `ms` (the timer does not hold the process). For a
+ * shutdown that should let a watch or a registry pass in flight end before the bus closes, yet must
+ * never hang on one stuck behind a reconnecting connection.
+ */
+export async function settleWithin(p: Promise<unknown> | null, ms: number): Promise<void> {
+  if (p === null) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([p.then(() => {}, () => {}), new Promise<void>((r) => (timer = setTimeout(r, ms)).unref())]);
+  clearTimeout(timer);
+}
+
+/**
  * Whether a JetStream API error is one a cluster gives while it has no leader for the asset (a
  * timeout, or err_code 10008 "JetStream system temporarily unavailable"): the same call succeeds
  * once it has elected one. Looks through `cause` chains (TransportError wraps the client's error).

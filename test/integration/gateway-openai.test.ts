@@ -70,7 +70,7 @@ describe("gateway: OpenAI chat completions", () => {
     // The answer carries the policy version that sampled it.
     expect(r1.system_fingerprint).toBe("v0");
     // The rendered prompt carries the tools in the system turn.
-    expect(Buffer.from(input1.filter((t) => t < 256)).toString()).toContain('"get_weather"');
+    expect(Buffer.from(input1.filter((t) => t < 256)).toString()).toContain("Tools: get_weather(city) Weather of a city;");
 
     const out2 = ids("It is sunny in Paris.");
     fake.script("/generate", { kind: "tokens", ids: out2 });

@@ -1,5 +1,5 @@
 // Agent task of the calculator examples (topologies/agent-calculator-*.yaml): prompt i asks for the
-// sum or difference of two numbers of 2–3 digits (`expression:"808-88" = ?`), which the byte-level model cannot work out alone
+// sum or difference of a 3-digit and a 2-digit number (`expression:"808-70" = ?`), which the byte-level model cannot work out alone
 // but can with the `calc` tool. The agent prints {answer, toolCalls} on stdout; success is the right
 // answer after at least one tool call (reward 1); a tool call with a wrong answer earns partial
 // credit (up to 0.5 for copying the expression into the call, 0.3 for answering what the tool said).
@@ -19,6 +19,13 @@ export function calculatorQuestion(index: number, seed: number): { question: str
   // by matching the two bytes before it (an induction pattern), which it learns far sooner than to
   // find digits after an arbitrary marker
   return { question: `expression:"${a}${op}${b}" = ?`, expression: `${a}${op}${b}`, answer: String(op === "+" ? a + b : a - b) };
+}
+
+/** How many positions of `want` hold the same character in `got`. */
+function sameBytes(want: string, got: string): number {
+  let n = 0;
+  for (let i = 0; i < want.length; i++) if (got[i] === want[i]) n++;
+  return n;
 }
 
 export default function createCalculatorTask(): AgentTask {
@@ -45,12 +52,10 @@ export default function createCalculatorTask(): AgentTask {
       // answer that passes on what the tool returned for that call
       const expression = prompt.task.match(/"([^"]*)"/)?.[1] ?? "";
       const called = transcript.text.join("\n").match(/"expression":\s*"([^"]*)"/)?.[1] ?? "";
-      let same = 0;
-      for (let i = 0; i < expression.length; i++) if (called[i] === expression[i]) same++;
       const said = called !== "" ? (calc as (e: string) => string)(called) : "";
-      let relayed = 0;
-      for (let i = 0; i < said.length; i++) if (answer[i] === said[i]) relayed++;
-      return { reward: 0.5 * (same / Math.max(1, expression.length)) + 0.3 * (relayed / Math.max(1, said.length, answer.length)), success: false };
+      const copied = sameBytes(expression, called) / Math.max(1, expression.length);
+      const relayed = sameBytes(said, answer) / Math.max(1, said.length, answer.length);
+      return { reward: 0.5 * copied + 0.3 * relayed, success: false };
     },
   };
 }

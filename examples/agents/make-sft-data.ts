@@ -24,6 +24,8 @@ const calcLines: string[] = [];
 const drills: string[] = [];
 const drill = (prompt: string, completion: string) => drills.push(JSON.stringify({ prompt, completion }));
 const toolCall = (name: string, args: object) => `<tool_call>${JSON.stringify({ name, arguments: args })}</tool_call>`;
+/** Drills (in the built-in template's markers, src/gateway/template.ts) for every fourth prompt. */
+const drilled = (i: number) => (i - FIRST) % 4 === 0;
 for (let i = FIRST; i < FIRST + N; i++) {
   const { question, expression, answer } = calculatorQuestion(i, 0);
   if ((calc as (e: string) => string)(expression) !== answer) throw new Error(`calc disagrees on ${expression}`);
@@ -36,8 +38,7 @@ for (let i = FIRST; i < FIRST + N; i++) {
     ],
     tools: calcTools,
   }));
-  // the built-in template's markers around each assistant turn (src/gateway/template.ts)
-  if ((i - FIRST) % 4 !== 0) continue;
+  if (!drilled(i)) continue;
   drill(`<|user|>${question}\n<|assistant|>`, toolCall("calc", { expression }));
   drill(`</tool_call>\n<|tool|>result=${answer}\n<|assistant|>`, `result=${answer}`);
 }
@@ -61,7 +62,7 @@ for (let i = FIRST; i < FIRST + N; i++) {
     ],
     tools: editTools,
   }));
-  if ((i - FIRST) % 4 === 0) drill(`<|user|>lib.mjs: f(x) must return:"${expr}"\n${file}\n<|assistant|>`, toolCall("edit", { find: "TODO", replace: expr }));
+  if (drilled(i)) drill(`<|user|>lib.mjs: f(x) must return:"${expr}"\n${file}\n<|assistant|>`, toolCall("edit", { find: "TODO", replace: expr }));
 }
 writeFileSync(join(out, "coding.jsonl"), codeLines.join("\n") + "\n");
 writeFileSync(join(out, "drills.jsonl"), drills.join("\n") + "\n");

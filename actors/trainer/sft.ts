@@ -10,6 +10,7 @@ import { OozeError } from "../../src/errors.ts";
 import { mulberry32 } from "../../src/random.ts";
 import { TrainerWorker } from "../../native/worker/client.ts";
 import { parseOpenAIRequest, type ChatTemplate, type ChatTokenizer } from "../../src/gateway/index.ts";
+import { learningRate } from "./policy-trainer.ts";
 
 /** Files of a model directory that are not weights and are copied to the SFT checkpoint. */
 const TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"];
@@ -93,14 +94,21 @@ export interface SftOptions {
   steps: number;
   /** Examples per step. */
   batch: number;
+  /** Peak AdamW learning rate. */
   lr: number;
+  /** Linear warmup from 0 to `lr` over the first N steps (default 0: none). */
+  lrWarmupSteps?: number;
+  /** After the warmup: constant (default), or a linear or half-cosine decay to lr × lrMinRatio at the last step. */
+  lrDecay?: "constant" | "linear" | "cosine";
+  /** Floor of the decay as a fraction of `lr` (default 0.1). */
+  lrMinRatio?: number;
   seed: number;
   maxGradNorm?: number;
   weightDecay?: number;
   /** Steps between loss measurements (default 10; the first and last step are always measured). */
   lossEvery?: number;
   /** After each step (loss NaN where not measured). */
-  onStep?: (s: { step: number; loss: number; tokens: number; gradNorm: number }) => void;
+  onStep?: (s: { step: number; loss: number; tokens: number; gradNorm: number; lr: number }) => void;
 }
 
 /** Packs examples into one batch: ids, cuSeqlens and dlogp = −mask/N (N = masked tokens of the step). */
@@ -151,11 +159,12 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
       }
       await worker.zeroGrads();
       await worker.backward(packed, 1, p.dLogprobs, new Float32Array(p.tokens.length));
-      const r = await worker.applyGrads({ lr: o.lr, maxGradNorm: o.maxGradNorm ?? 1, weightDecay: o.weightDecay ?? 0 });
+      const lr = learningRate({ lr: o.lr, lrWarmupSteps: o.lrWarmupSteps ?? 0, lrDecay: o.lrDecay ?? "constant", lrDecaySteps: o.steps, lrMinRatio: o.lrMinRatio ?? 0.1 }, step);
+      const r = await worker.applyGrads({ lr, maxGradNorm: o.maxGradNorm ?? 1, weightDecay: o.weightDecay ?? 0 });
       if (step === 1) firstLoss = loss;
       if (!Number.isNaN(loss)) lastLoss = loss;
       tokens += p.n;
-      o.onStep?.({ step, loss, tokens: p.n, gradNorm: r.gradNorm });
+      o.onStep?.({ step, loss, tokens: p.n, gradNorm: r.gradNorm, lr });
     }
     await worker.save(o.out, "sft");
     // The tokenizer travels with the weights, so the checkpoint serves as it is.

@@ -35,6 +35,16 @@ describe("ooze sft", () => {
     }
   });
 
+  it("follows the learning-rate schedule: linear warmup to --lr, then decay to lr × --lr-min-ratio at the last step", () => {
+    const data = join(dir, "sched.jsonl");
+    writeFileSync(data, JSON.stringify({ prompt: "1+1=", completion: "2" }) + "\n");
+    const r = ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "sched"), "--steps", "30", "--batch", "1", "--lr", "2e-3", "--lr-warmup", "20", "--lr-decay", "linear", "--lr-min-ratio", "0.25");
+    expect(r.status, r.stderr).toBe(0);
+    const lrAt = (step: number) => new RegExp(`sft step ${step}/30 loss [\\d.]+ lr ([\\d.e+-]+) `).exec(r.stderr)?.[1];
+    expect([lrAt(1), lrAt(10), lrAt(20), lrAt(30)]).toEqual(["1.00e-4", "1.00e-3", "2.00e-3", "5.00e-4"]);
+    expect(r.stdout).toContain("(lr 0.002, warmup 20, linear decay)");
+  });
+
   it("masks the prompt: only completion tokens and the EOS after them are trained", () => {
     const data = join(dir, "mask.jsonl");
     writeFileSync(data, JSON.stringify({ prompt: "ab", completion: "c" }) + "\n");
@@ -79,6 +89,11 @@ describe("ooze sft", () => {
     expect(ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "never")).stderr).toContain(`${data}:1: not JSON`);
     writeFileSync(data, JSON.stringify({ messages: "hi" }) + "\n");
     expect(ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "never")).stderr).toContain(`${data}:1: field 'messages' must be a non-empty array`);
+    writeFileSync(data, JSON.stringify({ prompt: "1+1=", completion: "2" }) + "\n");
+    const decay = ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "never"), "--lr-decay", "exponential");
+    expect(decay.status).toBe(78);
+    expect(decay.stderr).toContain("--lr-decay must be constant, linear or cosine (got 'exponential')");
+    expect(ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "never"), "--lr-warmup", "-3").stderr).toContain("--lr-warmup must be an integer ≥ 0 (got '-3')");
     expect(existsSync(join(dir, "never"))).toBe(false);
   });
 });

@@ -18,6 +18,9 @@ interface SftCliOptions {
   epochs: string;
   batch: string;
   lr: string;
+  lrWarmup?: string;
+  lrDecay: string;
+  lrMinRatio: string;
   seed: string;
   quiet?: boolean;
 }
@@ -40,7 +43,10 @@ export function register(program: Command) {
     .option("--steps <n>", "optimizer steps (default: --epochs passes over the data)")
     .option("--epochs <n>", "passes over the data when --steps is not given", "3")
     .option("--batch <n>", "examples per step", "8")
-    .option("--lr <x>", "AdamW learning rate", "1e-3")
+    .option("--lr <x>", "peak AdamW learning rate", "1e-3")
+    .option("--lr-warmup <n>", "steps of linear warmup from 0 to --lr (default: 5% of the steps; Adam starts fresh each run)")
+    .option("--lr-decay <kind>", "after the warmup: constant, linear or cosine decay to lr × --lr-min-ratio at the last step", "cosine")
+    .option("--lr-min-ratio <x>", "where the decay ends, as a fraction of --lr", "0.1")
     .option("--seed <n>", "shuffling seed (and the preset's initialisation)", "0")
     .option("--quiet", "no progress bar")
     .action(async (opts: SftCliOptions) => {
@@ -71,20 +77,25 @@ export function register(program: Command) {
         const tooLong = examples.find((e) => e.tokens.length > config.max_position_embeddings);
         if (tooLong) throw new OozeError("CONFIG_INVALID", `${tooLong.where}: ${tooLong.tokens.length} tokens, more than the model's max_position_embeddings (${config.max_position_embeddings})`);
         const steps = opts.steps !== undefined ? num("steps", opts.steps, 1, true) : Math.max(1, Math.ceil((num("epochs", opts.epochs, 1, true) * examples.length) / batch));
-        const bar = process.stderr.isTTY && !opts.quiet ? new SingleBar({ format: "sft {value}/{total} |{bar}| loss {loss} | {secs}s", hideCursor: true, stream: process.stderr }) : null;
+        const lrWarmupSteps = opts.lrWarmup !== undefined ? num("lr-warmup", opts.lrWarmup, 0, true) : Math.round(steps * 0.05);
+        const lrDecay = opts.lrDecay;
+        if (lrDecay !== "constant" && lrDecay !== "linear" && lrDecay !== "cosine") throw new OozeError("CONFIG_INVALID", `--lr-decay must be constant, linear or cosine (got '${lrDecay}')`);
+        const lrMinRatio = num("lr-min-ratio", opts.lrMinRatio, 0, false);
+        if (lrMinRatio > 1) throw new OozeError("CONFIG_INVALID", `--lr-min-ratio must be ≤ 1 (got '${opts.lrMinRatio}')`);
+        const bar = process.stderr.isTTY && !opts.quiet ? new SingleBar({ format: "sft {value}/{total} |{bar}| loss {loss} | lr {lr} | {secs}s", hideCursor: true, stream: process.stderr }) : null;
         const t0 = performance.now();
-        bar?.start(steps, 0, { loss: "-", secs: "0" });
+        bar?.start(steps, 0, { loss: "-", lr: "-", secs: "0" });
         const r = await runSft(examples, {
-          modelDir, out: opts.out, steps, batch, lr, seed,
+          modelDir, out: opts.out, steps, batch, lr, lrWarmupSteps, lrDecay, lrMinRatio, seed,
           onStep: (s) => {
             const secs = ((performance.now() - t0) / 1000).toFixed(0);
-            if (bar) bar.update(s.step, { secs, ...(Number.isNaN(s.loss) ? {} : { loss: s.loss.toFixed(4) }) });
-            else if (!opts.quiet && (s.step === 1 || s.step % 10 === 0 || s.step === steps)) process.stderr.write(`[ooze] sft step ${s.step}/${steps} loss ${s.loss.toFixed(4)} ${secs}s\n`);
+            if (bar) bar.update(s.step, { secs, lr: s.lr.toExponential(2), ...(Number.isNaN(s.loss) ? {} : { loss: s.loss.toFixed(4) }) });
+            else if (!opts.quiet && (s.step === 1 || s.step % 10 === 0 || s.step === steps)) process.stderr.write(`[ooze] sft step ${s.step}/${steps} loss ${s.loss.toFixed(4)} lr ${s.lr.toExponential(2)} grad-norm ${s.gradNorm.toFixed(3)} ${secs}s\n`);
           },
         });
         bar?.stop();
         console.log(
-          `ooze sft: ${steps} steps on ${examples.length} examples (longest ${longest} tokens, ${r.tokens} trained tokens) in ${((performance.now() - t0) / 1000).toFixed(1)} s; loss ${r.firstLoss.toFixed(4)} → ${r.lastLoss.toFixed(4)}; checkpoint ${opts.out}`,
+          `ooze sft: ${steps} steps on ${examples.length} examples (longest ${longest} tokens, ${r.tokens} trained tokens) in ${((performance.now() - t0) / 1000).toFixed(1)} s (lr ${lr}, warmup ${lrWarmupSteps}, ${lrDecay} decay); loss ${r.firstLoss.toFixed(4)} → ${r.lastLoss.toFixed(4)}; checkpoint ${opts.out}`,
         );
       } finally {
         if (scratch) rmSync(scratch, { recursive: true, force: true });

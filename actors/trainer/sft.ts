@@ -10,7 +10,7 @@ import { OozeError } from "../../src/errors.ts";
 import { mulberry32 } from "../../src/random.ts";
 import { TrainerWorker } from "../../native/worker/client.ts";
 import { parseOpenAIRequest, type ChatTemplate, type ChatTokenizer } from "../../src/gateway/index.ts";
-import { learningRate } from "./policy-trainer.ts";
+import { learningRate, type PolicyTrainerConfig } from "./policy-trainer.ts";
 
 /** Files of a model directory that are not weights and are copied to the SFT checkpoint. */
 const TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"];
@@ -86,8 +86,12 @@ export function readSftJsonl(file: string, tok: SftTokenizer, chat: ChatRenderer
   return out;
 }
 
-/** SFT hyperparameters. */
-export interface SftOptions {
+/**
+ * SFT hyperparameters. The learning-rate schedule is the RL trainer's (`learningRate`): linear warmup
+ * over `lrWarmupSteps` (default none), then `lrDecay` (default constant) to lr × `lrMinRatio` (default
+ * 0.1) at the last step.
+ */
+export interface SftOptions extends Pick<PolicyTrainerConfig, "lrWarmupSteps" | "lrDecay" | "lrMinRatio"> {
   /** Model directory to start from (HF checkpoint). */
   modelDir: string;
   out: string;
@@ -96,12 +100,6 @@ export interface SftOptions {
   batch: number;
   /** Peak AdamW learning rate. */
   lr: number;
-  /** Linear warmup from 0 to `lr` over the first N steps (default 0: none). */
-  lrWarmupSteps?: number;
-  /** After the warmup: constant (default), or a linear or half-cosine decay to lr × lrMinRatio at the last step. */
-  lrDecay?: "constant" | "linear" | "cosine";
-  /** Floor of the decay as a fraction of `lr` (default 0.1). */
-  lrMinRatio?: number;
   seed: number;
   maxGradNorm?: number;
   weightDecay?: number;
@@ -159,7 +157,7 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
       }
       await worker.zeroGrads();
       await worker.backward(packed, 1, p.dLogprobs, new Float32Array(p.tokens.length));
-      const lr = learningRate({ lr: o.lr, lrWarmupSteps: o.lrWarmupSteps ?? 0, lrDecay: o.lrDecay ?? "constant", lrDecaySteps: o.steps, lrMinRatio: o.lrMinRatio ?? 0.1 }, step);
+      const lr = learningRate({ ...o, lrDecaySteps: o.steps }, step);
       const r = await worker.applyGrads({ lr, maxGradNorm: o.maxGradNorm ?? 1, weightDecay: o.weightDecay ?? 0 });
       if (step === 1) firstLoss = loss;
       if (!Number.isNaN(loss)) lastLoss = loss;

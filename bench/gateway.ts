@@ -1,4 +1,4 @@
-// Gateway benchmark (`npm run bench -- gateway [--requests N] [--max-tokens T] [--turns K] [--preset NAME] [--stream]`):
+// Gateway benchmark (`npm run bench -- gateway [--requests N] [--warmup W] [--max-tokens T] [--turns K] [--preset NAME] [--stream]`):
 // per-request latency of an OpenAI chat completion through the agent gateway vs the engine's own
 // /generate called directly with the same token ids and sampling, on the same `ooze serve` engine
 // process in the same run, interleaved (the order of the arms rotating) so all see the same load and
@@ -145,7 +145,9 @@ if (process.argv.includes("--proxy")) {
   const preset = sarg("preset", "quickstart");
   // Both arms streamed (SSE, token by token): the agent's chat stream vs /generate with stream: true.
   const stream = process.argv.includes("--stream");
-  const warmup = 10;
+  // Rounds before timing: the request path reaches V8's optimised code only after a few hundred
+  // requests, and a gateway in a training run serves thousands.
+  const warmup = arg("warmup", 300);
   const loadBefore = loadavg()[0]!;
 
   const engine = spawn(process.execPath, ["bin/ooze.mjs", "serve", "--preset", preset, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });

@@ -11,7 +11,7 @@ import { GatewayError } from "./errors.ts";
 import { parseAnthropicRequest, parseOpenAIRequest } from "./messages.ts";
 import { completionBody, modelsBody, OpenAIStream } from "./openai.ts";
 import { Session, type Generator, type SessionReport, type SessionSettings } from "./session.ts";
-import { BUILTIN_CHAT_TEMPLATE, ChatTemplate } from "./template.ts";
+import { BuiltinChatTemplate, JinjaChatTemplate, type ChatTemplate } from "./template.ts";
 import { byteChatTokenizer, type ChatTokenizer } from "./tokenizer.ts";
 
 /** Options of `Gateway.start`. */
@@ -20,7 +20,7 @@ export interface GatewayOptions {
   fleet: Generator;
   /** Default: the embedded model's byte tokenizer. */
   tokenizer?: ChatTokenizer;
-  /** Jinja source (HF `chat_template`) or a ChatTemplate; default: the built-in template. */
+  /** Jinja source (HF `chat_template`) or a ChatTemplate; default: the byte-level model's built-in template. */
   chatTemplate?: string | ChatTemplate;
   /** Default 127.0.0.1. */
   host?: string;
@@ -64,6 +64,9 @@ function sameKey(a: string, b: string): boolean {
 export class Gateway {
   private readonly sessions = new Map<string, Session>();
   private readonly created = Math.floor(Date.now() / 1000);
+  /** Answer ids: this gateway's random prefix and a count (unique without a random draw per answer). */
+  private readonly idPrefix = randomBytes(6).toString("hex");
+  private answers = 0;
   private readonly tokenizer: ChatTokenizer;
   private readonly template: ChatTemplate;
   private readonly model: string;
@@ -76,8 +79,8 @@ export class Gateway {
     opts: GatewayOptions,
   ) {
     this.tokenizer = opts.tokenizer ?? byteChatTokenizer();
-    const t = opts.chatTemplate ?? BUILTIN_CHAT_TEMPLATE;
-    this.template = typeof t === "string" ? new ChatTemplate(t, this.tokenizer) : t;
+    const t = opts.chatTemplate ?? new BuiltinChatTemplate(this.tokenizer);
+    this.template = typeof t === "string" ? new JinjaChatTemplate(t, this.tokenizer) : t;
     this.model = opts.model ?? "ooze";
     this.maxBody = opts.maxBodyBytes ?? 32 * 1024 * 1024;
     if (!Number.isInteger(opts.contextLength) || opts.contextLength < 2) {
@@ -185,7 +188,7 @@ export class Gateway {
       if (!res.writableEnded) ctl.abort();
     };
     res.on("close", onClose);
-    const id = anthropic ? `msg_${randomBytes(12).toString("hex")}` : `chatcmpl-${randomBytes(12).toString("hex")}`;
+    const id = `${anthropic ? "msg_" : "chatcmpl-"}${this.idPrefix}${(++this.answers).toString(36)}`;
     const stream = chatReq.stream
       ? anthropic
         ? new AnthropicStream(res, id, this.model, chatReq, this.tokenizer)
@@ -205,11 +208,13 @@ export class Gateway {
             }
           };
     try {
-      // Refusals that need no generation (limits, context) come before the stream's headers.
       const pending = session.turn(chatReq, ctl.signal, onTokens);
-      const first = await Promise.race([pending.then(() => null, (e: unknown) => e), new Promise((r) => setImmediate(() => r("running")))]);
-      if (first !== "running" && first !== null) throw first;
-      if (stream) stream.start();
+      if (stream) {
+        // Refusals that need no generation (limits, context) come before the stream's headers.
+        const first = await Promise.race([pending.then(() => null, (e: unknown) => e), new Promise((r) => setImmediate(() => r("running")))]);
+        if (first !== "running" && first !== null) throw first;
+        stream.start();
+      }
       let result;
       try {
         result = await pending;

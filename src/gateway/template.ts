@@ -1,7 +1,7 @@
-// Chat templates for the gateway: a Jinja chat template (HF `chat_template`, rendered with
-// @huggingface/jinja) or the built-in one for the embedded byte-level model, rendered into pieces —
-// template text between assistant turns, and slots where a turn the engine sampled goes back as its
-// exact ids (a sentinel stands in its content while rendering). Also the tool-call format the
+// Chat templates for the gateway: a model's Jinja chat template (HF `chat_template`, rendered with
+// @huggingface/jinja) or the built-in one of the embedded byte-level model (written in code),
+// rendered into pieces — template text between assistant turns, and slots where a turn the engine
+// sampled goes back as its exact ids. Also the tool-call format the
 // built-in template teaches: `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Hermes/Qwen
 // style), parsed back out of sampled text.
 import { randomBytes } from "node:crypto";
@@ -10,37 +10,101 @@ import { GatewayError } from "./errors.ts";
 import type { ChatMessage, ToolSpec } from "./messages.ts";
 import type { ChatTokenizer } from "./tokenizer.ts";
 
-/**
- * The built-in template for the byte-level default: compact (the embedded models have short
- * contexts and learn from every byte they read), tools in the system turn as one signature each
- * (`calc(expression) arithmetic;` — names of the parameters, not their JSON schema), assistant turns
- * closed by EOS.
- */
-export const BUILTIN_CHAT_TEMPLATE = [
-  "{{- bos_token -}}",
-  "{%- set sys = '' -%}",
-  "{%- if messages and messages[0].role == 'system' -%}{%- set sys = messages[0].content -%}{%- endif -%}",
-  "{%- if sys or tools -%}<|system|>{{ sys }}",
-  "{%- if tools -%}{{ '\\n' if sys }}Tools:",
-  "{%- for t in tools %} {{ t.function.name }}({% for k, v in (t.function.parameters.properties or {}).items() %}{{ k }}{{ ', ' if not loop.last }}{% endfor %}){{ (' ' + t.function.description) if t.function.description }};{% endfor %}",
-  "{{ '\\n' }}Call a tool as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>",
-  "{%- endif -%}{{ '\\n' }}",
-  "{%- endif -%}",
-  "{%- for m in messages -%}",
-  "{%- if m.role != 'system' -%}",
-  "<|{{ m.role }}|>{{ m.content }}",
-  "{%- if m.tool_calls -%}{%- for c in m.tool_calls -%}<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>{%- endfor -%}{%- endif -%}",
-  "{%- if m.role == 'assistant' -%}{{ eos_token }}{%- endif -%}{{ '\\n' }}",
-  "{%- endif -%}",
-  "{%- endfor -%}",
-  "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}",
-].join("\n");
-
 /** A piece of a rendered conversation: template text, or the slot of an assistant message matched to sampled turns. */
 export type RenderedPiece = { text: string } | { message: number };
 
-/** A chat template bound to its tokenizer's special tokens. */
-export class ChatTemplate {
+/** A model's chat format: a conversation (and tools) rendered, with the generation prompt. */
+export interface ChatTemplate {
+  /** Renders the conversation to text. */
+  render(messages: readonly ChatMessage[], tools: readonly ToolSpec[]): string;
+  /**
+   * Renders into pieces: the assistant messages in `slots` become `{message: i}` pieces, so the caller
+   * puts their sampled ids there. When the template does not keep such a message's content intact,
+   * in order (it rewrites or drops assistant content), the whole conversation is one text piece (no
+   * slots): the request then cannot extend a trajectory.
+   */
+  renderPieces(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>): RenderedPiece[];
+}
+
+/**
+ * The built-in template of the byte-level default, written out in code (no template engine: it is
+ * on every request's path). Compact, as the embedded models have short contexts and learn from
+ * every byte they read:
+ *
+ *     <bos><|system|>{system}\n
+ *     Tools: calc(expression) arithmetic; …\n            (with tools; parameter names, not schemas)
+ *     Call a tool as <tool_call>{"name": ..., "arguments": {...}}</tool_call>\n
+ *     <|user|>{content}\n
+ *     <|assistant|>{content}<tool_call>{"name": "calc", "arguments": {…}}</tool_call><eos>\n
+ *     <|tool|>{content}\n
+ *     <|assistant|>                                       (the generation prompt)
+ *
+ * The system turn appears when messages[0] is a system message with content or there are tools;
+ * later system messages are left out. Tool calls are written as JSON with `, ` and `: ` separators.
+ */
+export class BuiltinChatTemplate implements ChatTemplate {
+  constructor(private readonly tokenizer: ChatTokenizer) {}
+
+  render(messages: readonly ChatMessage[], tools: readonly ToolSpec[]): string {
+    return this.renderPieces(messages, tools, NO_SLOTS)
+      .map((p) => ("text" in p ? p.text : ""))
+      .join("");
+  }
+
+  renderPieces(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>): RenderedPiece[] {
+    const pieces: RenderedPiece[] = [];
+    let text = this.tokenizer.bosToken;
+    const sys = messages[0]?.role === "system" ? messages[0].content : "";
+    if (sys !== "" || tools.length > 0) {
+      text += `<|system|>${sys}`;
+      if (tools.length > 0) {
+        text += sys !== "" ? "\nTools:" : "Tools:";
+        for (const t of tools) {
+          const props = (t.parameters as { properties?: unknown } | undefined)?.properties;
+          const names = props && typeof props === "object" ? Object.keys(props) : [];
+          text += ` ${t.name}(${names.join(", ")})${t.description ? ` ${t.description}` : ""};`;
+        }
+        text += '\nCall a tool as <tool_call>{"name": ..., "arguments": {...}}</tool_call>';
+      }
+      text += "\n";
+    }
+    messages.forEach((m, i) => {
+      if (m.role === "system") return;
+      text += `<|${m.role}|>`;
+      if (slots.has(i)) {
+        pieces.push({ text }, { message: i });
+        text = "";
+      } else {
+        text += m.content;
+        for (const c of m.toolCalls) text += `<tool_call>${pyJson({ name: c.name, arguments: parseArgs(c.arguments) })}</tool_call>`;
+      }
+      if (m.role === "assistant") text += this.tokenizer.eosToken;
+      text += "\n";
+    });
+    pieces.push({ text: `${text}<|assistant|>` });
+    return pieces;
+  }
+}
+
+const NO_SLOTS: ReadonlySet<number> = new Set();
+
+/** JSON as Jinja's `tojson` (and Python's json.dumps) writes it: `, ` between items, `: ` after keys. */
+function pyJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(pyJson).join(", ")}]`;
+  if (v !== null && typeof v === "object") {
+    return `{${Object.entries(v)
+      .map(([k, x]) => `${JSON.stringify(k)}: ${pyJson(x)}`)
+      .join(", ")}}`;
+  }
+  return v === undefined ? "null" : JSON.stringify(v);
+}
+
+/**
+ * A model's own Jinja chat template (HF `chat_template`), rendered with @huggingface/jinja, its
+ * special tokens from the tokenizer. Sampled-turn slots are found by rendering a sentinel in their
+ * content and splitting the text around it.
+ */
+export class JinjaChatTemplate implements ChatTemplate {
   private readonly template: Template;
   private readonly nonce = randomBytes(6).toString("hex");
 
@@ -55,17 +119,11 @@ export class ChatTemplate {
     }
   }
 
-  /** Renders the conversation to text (with the generation prompt). */
   render(messages: readonly ChatMessage[], tools: readonly ToolSpec[]): string {
-    return this.renderWith(messages, tools, new Set());
+    return this.renderWith(messages, tools, NO_SLOTS);
   }
 
-  /**
-   * Renders into pieces: the assistant messages in `slots` are rendered as sentinels and split out,
-   * so the caller puts their sampled ids there. When the template does not keep a sentinel intact
-   * exactly once and in order (it rewrites or drops assistant content), the whole conversation is
-   * rendered as text (no slots): the request then cannot extend a trajectory.
-   */
+  /** Slots must each render as their sentinel, exactly once and in order; otherwise the whole text is one piece. */
   renderPieces(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>): RenderedPiece[] {
     const text = this.renderWith(messages, tools, slots);
     const order = [...slots].sort((a, b) => a - b);

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { chatRenderer, readSftJsonl } from "../../actors/trainer/sft.ts";
-import { BUILTIN_CHAT_TEMPLATE, byteChatTokenizer, ChatTemplate, parseOpenAIRequest } from "../../src/gateway/index.ts";
+import { BuiltinChatTemplate, byteChatTokenizer, parseOpenAIRequest } from "../../src/gateway/index.ts";
 import { Trainer } from "../../native/trainer.ts";
 import { BOS_ID, decodeBytes, encodeBytes, EOS_ID } from "../../src/engine/tokenizer.ts";
 
@@ -64,7 +64,7 @@ describe("ooze sft", () => {
     ];
     writeFileSync(data, JSON.stringify({ messages, tools }) + "\n");
     const ct = byteChatTokenizer();
-    const template = new ChatTemplate(BUILTIN_CHAT_TEMPLATE, ct);
+    const template = new BuiltinChatTemplate(ct);
     const [e] = readSftJsonl(data, tok, chatRenderer(ct, template));
     const trained: string[] = [];
     let run: number[] = [];

@@ -4,12 +4,13 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { BOS_ID, EOS_ID } from "../../src/engine/tokenizer.ts";
 import {
-  BUILTIN_CHAT_TEMPLATE,
+  BuiltinChatTemplate,
   byteChatTokenizer,
-  ChatTemplate,
+  JinjaChatTemplate,
   loadHfChatModel,
   parseAnthropicRequest,
   parseOpenAIRequest,
@@ -35,7 +36,7 @@ describe("gateway: HF model directory", () => {
     expect([...m.tokenizer.stopIds].sort((a, b) => a - b)).toEqual([7, 9, BPE_EOS]);
     expect(m.tokenizer.encode("<s>abc</s>")).toEqual([BPE_EOS - 1, 257, BPE_EOS]);
     expect(m.tokenizer.specialText.get(BPE_EOS)).toBe("</s>");
-    const t = new ChatTemplate(m.chatTemplate, m.tokenizer);
+    const t = new JinjaChatTemplate(m.chatTemplate, m.tokenizer);
     expect(t.render([msg("user", "hi")], [])).toBe("<s>user\nhi</s>\n<s>assistant\n");
   });
 
@@ -52,7 +53,7 @@ describe("gateway: HF model directory", () => {
 
 describe("gateway: built-in template", () => {
   const tok = byteChatTokenizer();
-  const t = new ChatTemplate(BUILTIN_CHAT_TEMPLATE, tok);
+  const t = new BuiltinChatTemplate(tok);
 
   it("encodes its special tokens and splits the rendering around sampled-turn slots", () => {
     expect(tok.encode("<bos>a<eos>")).toEqual([BOS_ID, 97, EOS_ID]);
@@ -70,6 +71,62 @@ describe("gateway: built-in template", () => {
     const call = /<\|assistant\|>(.*)<eos>/.exec(text)![1]!;
     expect(parseToolCalls(call)).toEqual({ content: "", toolCalls: [{ name: "f", arguments: '{"x":1}' }] });
     expect(text.endsWith("<|tool|>42\n<|assistant|>")).toBe(true);
+  });
+});
+
+/**
+ * The built-in format as the Jinja template it was first written as (and as an HF tokenizer_config
+ * would carry it): the reference the code version is checked against, byte for byte.
+ */
+const BUILTIN_AS_JINJA = [
+  "{{- bos_token -}}",
+  "{%- set sys = '' -%}",
+  "{%- if messages and messages[0].role == 'system' -%}{%- set sys = messages[0].content -%}{%- endif -%}",
+  "{%- if sys or tools -%}<|system|>{{ sys }}",
+  "{%- if tools -%}{{ '\\n' if sys }}Tools:",
+  "{%- for t in tools %} {{ t.function.name }}({% for k, v in (t.function.parameters.properties or {}).items() %}{{ k }}{{ ', ' if not loop.last }}{% endfor %}){{ (' ' + t.function.description) if t.function.description }};{% endfor %}",
+  "{{ '\\n' }}Call a tool as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>",
+  "{%- endif -%}{{ '\\n' }}",
+  "{%- endif -%}",
+  "{%- for m in messages -%}",
+  "{%- if m.role != 'system' -%}",
+  "<|{{ m.role }}|>{{ m.content }}",
+  "{%- if m.tool_calls -%}{%- for c in m.tool_calls -%}<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>{%- endfor -%}{%- endif -%}",
+  "{%- if m.role == 'assistant' -%}{{ eos_token }}{%- endif -%}{{ '\\n' }}",
+  "{%- endif -%}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}",
+].join("\n");
+
+describe("gateway: the built-in template in code", () => {
+  const tok = byteChatTokenizer();
+  const code = new BuiltinChatTemplate(tok);
+  const jinja = new JinjaChatTemplate(BUILTIN_AS_JINJA, tok);
+  const text = fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom("", "Ünï €", "a\nb", "{{ x }}", "<|user|>"));
+  const json = fc.oneof(fc.constant("{}"), fc.constant("not json"), fc.jsonValue({ maxDepth: 2 }).map((v) => JSON.stringify(v)));
+  const call = fc.record({ id: fc.string({ maxLength: 4 }), name: fc.string({ minLength: 1, maxLength: 6 }), arguments: json });
+  const message: fc.Arbitrary<ChatMessage> = fc.oneof(
+    fc.record({ role: fc.constantFrom("system", "user", "tool") as fc.Arbitrary<ChatMessage["role"]>, content: text, toolCalls: fc.constant([] as ChatMessage["toolCalls"]), toolCallId: fc.constant(null) }),
+    fc.record({ role: fc.constant("assistant") as fc.Arbitrary<ChatMessage["role"]>, content: text, toolCalls: fc.array(call, { maxLength: 2 }), toolCallId: fc.constant(null) }),
+  );
+  const tool = fc.record({
+    name: fc.string({ minLength: 1, maxLength: 6 }),
+    description: text,
+    parameters: fc.oneof(fc.constant({ type: "object" }), fc.dictionary(fc.string({ minLength: 1, maxLength: 4 }), fc.constant({ type: "string" }), { maxKeys: 3 }).map((properties) => ({ type: "object", properties }))),
+  });
+
+  it("renders every conversation, with its slots, exactly as the Jinja reference does", () => {
+    fc.assert(
+      fc.property(fc.array(message, { maxLength: 6 }), fc.array(tool, { maxLength: 3 }), fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }), (msgs, tools, pick) => {
+        const slots = new Set(msgs.flatMap((m, i) => (m.role === "assistant" && pick[i] ? [i] : [])));
+        expect(code.render(msgs, tools)).toBe(jinja.render(msgs, tools));
+        const a = code.renderPieces(msgs, tools, slots);
+        // The reference falls back to one text piece when a sentinel does not survive (content
+        // that happens to contain it cannot occur here), so both must split the same way.
+        expect(a).toEqual(jinja.renderPieces(msgs, tools, slots));
+      }),
+      { numRuns: 300 },
+    );
   });
 });
 

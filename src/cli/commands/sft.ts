@@ -63,7 +63,7 @@ export function register(program: Command) {
           await initModelDir(opts.preset!, modelDir, seed);
         }
         const config = await readModelConfig(modelDir);
-        const { byteChatTokenizer, loadHfChatModel, ChatTemplate, BUILTIN_CHAT_TEMPLATE } = await import("../../gateway/index.ts");
+        const { byteChatTokenizer, loadHfChatModel, JinjaChatTemplate, BuiltinChatTemplate } = await import("../../gateway/index.ts");
         const { chatRenderer } = await import("../../../actors/trainer/sft.ts");
         // the model's own tokenizer and chat template, or the byte-level model's built-in ones (as the gateway renders them)
         const hf = existsSync(join(modelDir, "tokenizer.json")) ? loadHfChatModel(modelDir) : null;
@@ -71,7 +71,7 @@ export function register(program: Command) {
         const tokenizer = hf?.tokenizer ?? byteChatTokenizer();
         const bos = tokenizer.bosToken ? tokenizer.encode(tokenizer.bosToken) : [];
         const tok = { encode: (t: string) => tokenizer.encode(t), bos: bos.length === 1 ? bos[0]! : null, eos: tokenizer.stopIds[0] ?? EOS_ID };
-        const render = chatRenderer(tokenizer, new ChatTemplate(hf?.chatTemplate ?? BUILTIN_CHAT_TEMPLATE, tokenizer));
+        const render = chatRenderer(tokenizer, hf ? new JinjaChatTemplate(hf.chatTemplate, tokenizer) : new BuiltinChatTemplate(tokenizer));
         const examples = opts.data.split(",").filter((f) => f !== "").flatMap((f) => readSftJsonl(f, tok, render));
         const longest = Math.max(...examples.map((e) => e.tokens.length));
         const tooLong = examples.find((e) => e.tokens.length > config.max_position_embeddings);

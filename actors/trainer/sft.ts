@@ -105,6 +105,11 @@ export interface SftOptions extends Pick<PolicyTrainerConfig, "lrWarmupSteps" | 
   weightDecay?: number;
   /** Steps between loss measurements (default 10; the first and last step are always measured). */
   lossEvery?: number;
+  /**
+   * Stop early once the mean of the last UNTIL_LOSS_WINDOW measured losses is at most this (the
+   * learning-rate schedule still spans `steps`).
+   */
+  untilLoss?: number;
   /** After each step (loss NaN where not measured). */
   onStep?: (s: { step: number; loss: number; tokens: number; gradNorm: number; lr: number }) => void;
 }
@@ -127,8 +132,23 @@ export function packSft(examples: readonly SftExample[]): { tokens: Int32Array; 
   return { tokens, cuSeqlens, dLogprobs, mask, n };
 }
 
-/** Trains `steps` cross-entropy steps over shuffled epochs of `examples` and saves the model to `out`. */
-export async function runSft(examples: readonly SftExample[], o: SftOptions): Promise<{ firstLoss: number; lastLoss: number; tokens: number }> {
+/** How many measured losses `untilLoss` averages (with the default lossEvery, the last ~50 steps). */
+export const UNTIL_LOSS_WINDOW = 5;
+
+/** What `runSft` did: `steps` run (fewer than asked when `untilLoss` was reached), `recentLoss` the mean of the last measured losses. */
+export interface SftResult {
+  firstLoss: number;
+  lastLoss: number;
+  recentLoss: number;
+  steps: number;
+  tokens: number;
+}
+
+/**
+ * Trains up to `steps` cross-entropy steps over shuffled epochs of `examples` (fewer when
+ * `untilLoss` is reached) and saves the model to `out`.
+ */
+export async function runSft(examples: readonly SftExample[], o: SftOptions): Promise<SftResult> {
   const worker = await TrainerWorker.start({ source: { modelDir: o.modelDir } });
   const rand = mulberry32(o.seed);
   let order: number[] = [];
@@ -142,7 +162,9 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
     }
     return examples[order.pop()!]!;
   };
-  let firstLoss = NaN, lastLoss = NaN, tokens = 0;
+  let firstLoss = NaN, lastLoss = NaN, tokens = 0, done = 0;
+  const recent: number[] = [];
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   try {
     for (let step = 1; step <= o.steps; step++) {
       const batch = Array.from({ length: Math.min(o.batch, examples.length) }, next);
@@ -160,9 +182,15 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
       const lr = learningRate({ ...o, lrDecaySteps: o.steps }, step);
       const r = await worker.applyGrads({ lr, maxGradNorm: o.maxGradNorm ?? 1, weightDecay: o.weightDecay ?? 0 });
       if (step === 1) firstLoss = loss;
-      if (!Number.isNaN(loss)) lastLoss = loss;
+      if (!Number.isNaN(loss)) {
+        lastLoss = loss;
+        recent.push(loss);
+        if (recent.length > UNTIL_LOSS_WINDOW) recent.shift();
+      }
       tokens += p.n;
+      done = step;
       o.onStep?.({ step, loss, tokens: p.n, gradNorm: r.gradNorm, lr });
+      if (o.untilLoss !== undefined && recent.length === UNTIL_LOSS_WINDOW && !Number.isNaN(loss) && mean(recent) <= o.untilLoss) break;
     }
     await worker.save(o.out, "sft");
     // The tokenizer travels with the weights, so the checkpoint serves as it is.
@@ -170,7 +198,7 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
   } finally {
     await worker.close();
   }
-  return { firstLoss, lastLoss, tokens };
+  return { firstLoss, lastLoss, recentLoss: mean(recent), steps: done, tokens };
 }
 
 /**

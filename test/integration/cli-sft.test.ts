@@ -45,6 +45,28 @@ describe("ooze sft", () => {
     expect(r.stdout).toContain("(lr 0.002, warmup 20, linear decay)");
   });
 
+  it("--until-loss stops once the recent mean loss reaches it, and exits 2 with the checkpoint written when it does not", () => {
+    const data = join(dir, "until.jsonl");
+    writeFileSync(data, [["3*3=", "9"], ["2*4=", "8"]].map(([p, c]) => JSON.stringify({ prompt: p, completion: c })).join("\n") + "\n");
+    const r = ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "until"), "--steps", "400", "--batch", "2", "--lr", "3e-3", "--until-loss", "0.5");
+    expect(r.status, r.stderr).toBe(0);
+    const m = /ooze sft: (\d+) steps .*reached --until-loss 0\.5 at step (\d+) \(mean of the last measured losses ([\d.]+)\)/.exec(r.stdout);
+    expect(m, r.stdout).not.toBeNull();
+    const [steps, at, mean] = [Number(m![1]), Number(m![2]), Number(m![3])];
+    expect(steps).toBe(at);
+    expect(steps).toBeLessThan(400);
+    expect(mean).toBeLessThanOrEqual(0.5);
+    // the five losses measured last (every 10 steps, the progress lines) average to the reported mean
+    const losses = [...r.stderr.matchAll(/sft step (\d+)\/400 loss ([\d.]+) /g)].filter((x) => Number(x[1]) % 10 === 0 || x[1] === "1").map((x) => Number(x[2]));
+    expect(losses.slice(-5).reduce((a, b) => a + b, 0) / 5).toBeCloseTo(mean, 3);
+    expect(losses.slice(-6, -1).reduce((a, b) => a + b, 0) / 5).toBeGreaterThan(0.5);
+
+    const miss = ooze("sft", "--preset", "tiny", "--data", data, "--out", join(dir, "miss"), "--steps", "12", "--batch", "2", "--until-loss", "0.0001", "--quiet");
+    expect(miss.status).toBe(2);
+    expect(miss.stderr).toMatch(/--until-loss 0\.0001 not reached in 12 steps .*run again with --model .*miss to go on/);
+    expect(existsSync(join(dir, "miss", "model.safetensors"))).toBe(true);
+  });
+
   it("masks the prompt: only completion tokens and the EOS after them are trained", () => {
     const data = join(dir, "mask.jsonl");
     writeFileSync(data, JSON.stringify({ prompt: "ab", completion: "c" }) + "\n");

@@ -22,8 +22,12 @@ interface SftCliOptions {
   lrDecay: string;
   lrMinRatio: string;
   seed: string;
+  untilLoss?: string;
   quiet?: boolean;
 }
+
+/** Exit status when --until-loss was not reached within --steps (the checkpoint is written all the same). */
+export const EXIT_LOSS_NOT_REACHED = 2;
 
 function num(name: string, v: string, min: number, integer: boolean): number {
   const n = Number(v);
@@ -48,6 +52,7 @@ export function register(program: Command) {
     .option("--lr-decay <kind>", "after the warmup: constant, linear or cosine decay to lr × --lr-min-ratio at the last step", "cosine")
     .option("--lr-min-ratio <x>", "where the decay ends, as a fraction of --lr", "0.1")
     .option("--seed <n>", "shuffling seed (and the preset's initialisation)", "0")
+    .option("--until-loss <x>", `stop early once the mean of the last 5 measured losses (one every 10 steps) is at most x; --steps is then the most to run (the lr schedule spans it), and the exit status is ${EXIT_LOSS_NOT_REACHED} if x was not reached`)
     .option("--quiet", "no progress bar")
     .action(async (opts: SftCliOptions) => {
       if ((opts.model === undefined) === (opts.preset === undefined)) throw new OozeError("CONFIG_INVALID", "give exactly one of --model DIR or --preset NAME");
@@ -81,12 +86,13 @@ export function register(program: Command) {
         const lrDecay = opts.lrDecay;
         if (lrDecay !== "constant" && lrDecay !== "linear" && lrDecay !== "cosine") throw new OozeError("CONFIG_INVALID", `--lr-decay must be constant, linear or cosine (got '${lrDecay}')`);
         const lrMinRatio = num("lr-min-ratio", opts.lrMinRatio, 0, false);
+        const untilLoss = opts.untilLoss !== undefined ? num("until-loss", opts.untilLoss, 0, false) : undefined;
         if (lrMinRatio > 1) throw new OozeError("CONFIG_INVALID", `--lr-min-ratio must be ≤ 1 (got '${opts.lrMinRatio}')`);
         const bar = process.stderr.isTTY && !opts.quiet ? new SingleBar({ format: "sft {value}/{total} |{bar}| loss {loss} | lr {lr} | {secs}s", hideCursor: true, stream: process.stderr }) : null;
         const t0 = performance.now();
         bar?.start(steps, 0, { loss: "-", lr: "-", secs: "0" });
         const r = await runSft(examples, {
-          modelDir, out: opts.out, steps, batch, lr, lrWarmupSteps, lrDecay, lrMinRatio, seed,
+          modelDir, out: opts.out, steps, batch, lr, lrWarmupSteps, lrDecay, lrMinRatio, seed, ...(untilLoss !== undefined ? { untilLoss } : {}),
           onStep: (s) => {
             const secs = ((performance.now() - t0) / 1000).toFixed(0);
             if (bar) bar.update(s.step, { secs, lr: s.lr.toExponential(2), ...(Number.isNaN(s.loss) ? {} : { loss: s.loss.toFixed(4) }) });
@@ -94,9 +100,16 @@ export function register(program: Command) {
           },
         });
         bar?.stop();
+        const reached = untilLoss === undefined ? "" : r.recentLoss <= untilLoss ? `; reached --until-loss ${untilLoss} at step ${r.steps} (mean of the last measured losses ${r.recentLoss.toFixed(4)})` : "";
         console.log(
-          `ooze sft: ${steps} steps on ${examples.length} examples (longest ${longest} tokens, ${r.tokens} trained tokens) in ${((performance.now() - t0) / 1000).toFixed(1)} s (lr ${lr}, warmup ${lrWarmupSteps}, ${lrDecay} decay); loss ${r.firstLoss.toFixed(4)} → ${r.lastLoss.toFixed(4)}; checkpoint ${opts.out}`,
+          `ooze sft: ${r.steps} steps on ${examples.length} examples (longest ${longest} tokens, ${r.tokens} trained tokens) in ${((performance.now() - t0) / 1000).toFixed(1)} s (lr ${lr}, warmup ${lrWarmupSteps}, ${lrDecay} decay); loss ${r.firstLoss.toFixed(4)} → ${r.lastLoss.toFixed(4)}${reached}; checkpoint ${opts.out}`,
         );
+        if (untilLoss !== undefined && !(r.recentLoss <= untilLoss)) {
+          process.stderr.write(
+            `[ooze] sft: --until-loss ${untilLoss} not reached in ${steps} steps (mean of the last measured losses ${r.recentLoss.toFixed(4)}); the checkpoint is written — run again with --model ${opts.out} to go on\n`,
+          );
+          process.exitCode = EXIT_LOSS_NOT_REACHED;
+        }
       } finally {
         if (scratch) rmSync(scratch, { recursive: true, force: true });
       }

@@ -2,15 +2,12 @@
 // agents would send them, of the behaviour each task rewards (call the tool with the numbers of the
 // question, answer with its result; edit TODO into the asked expression, then say done). Prompt
 // indices start at 1,000,000, away from the ones training draws (0, 1, 2, …). Also copy drills, for
-// every fourth prompt: its assistant turns with only the turn before them as the prompt (cut from the
-// transcript's rendering with the built-in chat template, as `ooze sft` and the gateway render it),
-// so a fresh model learns to copy at short range first (examples/agents/README.md says why).
+// every fourth prompt: its assistant turns with only the line or two before them as the prompt, so a
+// fresh model learns to copy at short range first (examples/agents/README.md says why).
 //   node --import tsx examples/agents/make-sft-data.ts [N] [DIR]   → DIR/{calculator,coding,drills}.jsonl
 //   (N transcripts per task, 3N/4 drills; defaults: 400, examples/agents/sft — the shipped files)
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { chatRenderer } from "../../actors/trainer/sft.ts";
-import { BuiltinChatTemplate, byteChatTokenizer } from "../../src/gateway/index.ts";
 import { calculatorQuestion } from "./calculator-task.ts";
 import { codingGoal } from "./coding-task.ts";
 // @ts-expect-error the example agents are plain JavaScript (no types)
@@ -25,34 +22,14 @@ mkdirSync(out, { recursive: true });
 const calcTools = [{ type: "function", function: { name: TOOL.name, description: TOOL.description, parameters: TOOL.parameters } }];
 const calcLines: string[] = [];
 const drills: string[] = [];
-const tok = byteChatTokenizer();
-const render = chatRenderer(tok, new BuiltinChatTemplate(tok));
-const EOS = tok.stopIds[0]!;
-
-/**
- * Copy drills of a transcript: its k-th assistant turn, as the model samples it, with only the last
- * `lines[k]` lines of the rendering before it as the prompt (0 or missing: no drill of that turn).
- */
-function drill(transcript: { messages: object[]; tools: object[] }, lines: number[]): void {
-  const before: number[] = [];
-  let k = 0;
-  for (const p of render(transcript.messages, transcript.tools, "make-sft-data")) {
-    const n = p.train ? (lines[k++] ?? 0) : 0;
-    if (n > 0) {
-      const prompt = tok.decode(before, false).split("\n").slice(-n).join("\n");
-      // the completion's end-of-turn id is added when the drill is read
-      const completion = tok.decode(p.ids[p.ids.length - 1] === EOS ? p.ids.slice(0, -1) : p.ids, false);
-      drills.push(JSON.stringify({ prompt, completion }));
-    }
-    before.push(...p.ids);
-  }
-}
-/** Drills for every fourth prompt. */
+const drill = (prompt: string, completion: string) => drills.push(JSON.stringify({ prompt, completion }));
+const toolCall = (name: string, args: object) => `<tool_call>${JSON.stringify({ name, arguments: args })}</tool_call>`;
+/** Drills (in the built-in template's markers, src/gateway/template.ts) for every fourth prompt. */
 const drilled = (i: number) => (i - FIRST) % 4 === 0;
 for (let i = FIRST; i < FIRST + N; i++) {
   const { question, expression, answer } = calculatorQuestion(i, 0);
   if ((calc as (e: string) => string)(expression) !== answer) throw new Error(`calc disagrees on ${expression}`);
-  const transcript = {
+  calcLines.push(JSON.stringify({
     messages: [
       { role: "user", content: question },
       { role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "calc", arguments: JSON.stringify({ expression }) } }] },
@@ -60,10 +37,10 @@ for (let i = FIRST; i < FIRST + N; i++) {
       { role: "assistant", content: `result=${answer}` },
     ],
     tools: calcTools,
-  };
-  calcLines.push(JSON.stringify(transcript));
-  // the question's line and the call; the tool's reply line and the answer
-  if (drilled(i)) drill(transcript, [2, 2]);
+  }));
+  if (!drilled(i)) continue;
+  drill(`<|user|>${question}\n<|assistant|>`, toolCall("calc", { expression }));
+  drill(`</tool_call>\n<|tool|>result=${answer}\n<|assistant|>`, `result=${answer}`);
 }
 writeFileSync(join(out, "calculator.jsonl"), calcLines.join("\n") + "\n");
 
@@ -76,7 +53,7 @@ for (let i = FIRST; i < FIRST + N; i++) {
   const { op, k } = codingGoal(i, 0);
   const expr = `x${op}${k}`;
   const file = "export const f = (x) => TODO;\n";
-  const transcript = {
+  codeLines.push(JSON.stringify({
     messages: [
       { role: "user", content: `lib.mjs: f(x) must return:"${expr}"\n${file}` },
       { role: "assistant", content: "", tool_calls: [{ id: "c1", type: "function", function: { name: "edit", arguments: JSON.stringify({ find: "TODO", replace: expr }) } }] },
@@ -84,10 +61,8 @@ for (let i = FIRST; i < FIRST + N; i++) {
       { role: "assistant", content: "done" },
     ],
     tools: editTools,
-  };
-  codeLines.push(JSON.stringify(transcript));
-  // the user's turn (its goal and the file: 4 lines) and the edit
-  if (drilled(i)) drill(transcript, [4]);
+  }));
+  if (drilled(i)) drill(`<|user|>lib.mjs: f(x) must return:"${expr}"\n${file}\n<|assistant|>`, toolCall("edit", { find: "TODO", replace: expr }));
 }
 writeFileSync(join(out, "coding.jsonl"), codeLines.join("\n") + "\n");
 writeFileSync(join(out, "drills.jsonl"), drills.join("\n") + "\n");

@@ -1,4 +1,4 @@
-// Gateway benchmark (`npm run bench -- gateway [--requests N] [--warmup W] [--max-tokens T] [--turns K] [--preset NAME] [--stream]`):
+// Gateway benchmark (`npm run bench -- gateway [--requests N] [--warmup W] [--max-tokens T] [--turns K] [--preset NAME] [--stream] [--chat-template FILE]`):
 // per-request latency of an OpenAI chat completion through the agent gateway vs the engine's own
 // /generate called directly with the same token ids and sampling, on the same `ooze serve` engine
 // process in the same run, interleaved (the order of the arms rotating) so all see the same load and
@@ -12,8 +12,12 @@
 // of each gateway request (its own work and the extra HTTP hop), this process's CPU per request,
 // and the machine's load.
 // With --stream both arms are streamed token by token, and the time to their first tokens is given.
+// With --chat-template the gateway renders with that Jinja source (as for an HF model) instead of
+// the byte-level model's built-in template in code; test/fixtures/builtin-template.jinja is the
+// same format, so the engine's work stays the same and only the rendering differs.
 // Progress on stderr; one JSON line last on stdout (goal ≤ 1.1 at p50).
 import { fork, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { Agent, createServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
 import { cpus, loadavg } from "node:os";
@@ -145,6 +149,7 @@ if (process.argv.includes("--proxy")) {
   const preset = sarg("preset", "quickstart");
   // Both arms streamed (SSE, token by token): the agent's chat stream vs /generate with stream: true.
   const stream = process.argv.includes("--stream");
+  const templateFile = sarg("chat-template", "");
   // Rounds before timing: the request path reaches V8's optimised code only after a few hundred
   // requests, and a gateway in a training run serves thousands.
   const warmup = arg("warmup", 300);
@@ -188,6 +193,7 @@ if (process.argv.includes("--proxy")) {
     },
     contextLength: 512,
     model: preset,
+    ...(templateFile ? { chatTemplate: readFileSync(templateFile, "utf8") } : {}),
   });
   const kid = fork(fileURLToPath(import.meta.url), ["--client"], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
   const hopper = fork(fileURLToPath(import.meta.url), ["--proxy", engineUrl], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
@@ -232,6 +238,7 @@ if (process.argv.includes("--proxy")) {
       bench: "gateway",
       preset,
       stream,
+      chat_template: templateFile || "built-in",
       requests,
       prompt_tokens: req.inputIds.length,
       completion_tokens_p50: quantile(completion, 0.5),

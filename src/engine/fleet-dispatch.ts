@@ -6,6 +6,7 @@
 import { OozeError, TimeoutError } from "../errors.ts";
 import type { FinishReason } from "./backend.ts";
 import { engineFaultKind, type GenerateRequest } from "./client.ts";
+import { versionAtLeast } from "./fleet-model.ts";
 import type { ProgressDeadlines } from "./fleet-retry.ts";
 import type { Attempt, Engine } from "./fleet-types.ts";
 import type { PartialRollout } from "./partial.ts";
@@ -25,6 +26,24 @@ export interface DispatchContext {
   userAborted(): boolean;
   /** The request's progress callback (streamed dispatches). */
   onTokens?: ((outputIds: Int32Array, logprobs: Float32Array) => void) | undefined;
+  /**
+   * The engine answered under an older weight version than it served at dispatch, and nothing of
+   * the fleet's changed it: it restarted on its initial weights. Returns whether the fleet takes it
+   * as that (and brings the engine back to its version); then the reply's tokens are dropped.
+   */
+  stale(why: string): boolean;
+}
+
+/**
+ * Why a reply under weight version `got` cannot be kept, or null when it can: the engine served
+ * the attempt's version when the dispatch began, the fleet has not updated it since, and it now
+ * answers under an older (or not comparable) one — it restarted between two health checks and
+ * sampled with its initial weights, which the tokens would be recorded as another version's.
+ */
+function staleVersion(e: Engine, attempt: Attempt, got: string | null): string | null {
+  const had = attempt.version;
+  if (had === null || got === null || attempt.crossed || e.weightVersion !== had || versionAtLeast(got, had)) return null;
+  return `${e.id} answered under weight version ${got}, not ${had} (restarted on its initial weights?)`;
 }
 
 /** How long a graceful abort (/abort_request) may take before the dispatch is cut locally, ms. */
@@ -49,6 +68,12 @@ export async function dispatch(e: Engine, attempt: Attempt, call: GenerateReques
       const t0 = performance.now();
       attempt.watch = { start: t0, budget, missed: ctx.missed };
       const r = await e.gen.generate({ ...call, timeoutMs: ctx.callTimeoutMs });
+      const stale = staleVersion(e, attempt, r.meta.weightVersion);
+      if (stale !== null && ctx.stale(stale)) {
+        // Its tokens came from other weights than the version they would be recorded under: dropped.
+        outcome = { retry: stale };
+        throw DONE;
+      }
       if (r.finishReason.type !== "abort") ctx.deadlines.observe(performance.now() - t0);
       cachedTokens += r.meta.cachedTokens;
       streamed = true;
@@ -61,6 +86,11 @@ export async function dispatch(e: Engine, attempt: Attempt, call: GenerateReques
     const gen = e.gen.generateStream({ ...call, timeoutMs: ctx.deadlines.streamIdleMs(ctx.missed) });
     for (;;) {
       const n = await gen.next();
+      const stale = acc.attemptLength === 0 ? staleVersion(e, attempt, n.value.meta.weightVersion) : null;
+      if (stale !== null && ctx.stale(stale)) {
+        await gen.return(undefined as never);
+        return { outcome: { retry: stale }, cachedTokens };
+      }
       if (!streamed) {
         cachedTokens += n.value.meta.cachedTokens;
         streamed = true;

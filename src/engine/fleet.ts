@@ -353,6 +353,7 @@ export class Fleet {
             missed,
             closed: () => this.closed,
             userAborted: () => st.userAborted,
+            stale: (why) => this.restartedStale(e, why),
           };
           const d = await dispatch(e, attempt, call, budget, acc, ctx);
           outcome = d.outcome;
@@ -696,6 +697,18 @@ export class Fleet {
   /** The version an engine in routing must serve: the fleet's own, or the one it follows. */
   private get wantedVersion(): string | null {
     return this.current?.version ?? this.followed;
+  }
+
+  /**
+   * A reply showed an engine in routing back on older weights than the fleet brought it to (a
+   * restart between health checks): unless an update is running (its versions are in flux), it
+   * leaves routing and joins again, which brings it up to date. Returns whether it was taken so.
+   */
+  private restartedStale(e: Engine, why: string): boolean {
+    if (this.updating !== null || e.detached || this.closed) return false;
+    this.leave(e, why);
+    void this.join(e, false);
+    return true;
   }
 
   private async checkVersion(e: Engine): Promise<void> {

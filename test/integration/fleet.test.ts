@@ -471,4 +471,21 @@ describe("fleet: weight updates and the KV registry", () => {
     const r = await f.generate({ inputIds: prompts[1]!, sampling: { ...sampling, max_new_tokens: 8 } });
     expect(r.weightVersions).toEqual([{ start: 0, end: 8, version: "7" }]);
   });
+
+  for (const stream of [false, true])
+    it(`a reply sampled on the initial weights of an engine restarted between health checks is dropped, and the request re-dispatched at the fleet's version (${stream ? "streamed" : "plain"})`, async () => {
+      const engine = await initialEngine();
+      const lines: string[] = [];
+      // No health checks: only the reply can show the restart.
+      const f = fleet({ log: (l) => lines.push(l), healthIntervalMs: 0, stream });
+      await f.attach(engine.url);
+      await f.updateWeights(dirA2, "7");
+      const c = new EngineClient(engine.url);
+      await c.updateWeightsFromDisk({ modelPath: dirA, weightVersion: "default" });
+      const r = await f.generate({ inputIds: prompts[1]!, sampling: { ...sampling, max_new_tokens: 8 } });
+      expect(r.weightVersions).toEqual([{ start: 0, end: 8, version: "7" }]);
+      expect(r.redispatches).toBe(1);
+      expect(await c.weightVersion()).toBe("7");
+      expect(lines.some((l) => /left routing: \S+ answered under weight version default, not 7 \(restarted on its initial weights\?\)/.test(l)), lines.join("\n")).toBe(true);
+    });
 });

@@ -1,7 +1,7 @@
 // Unit tests of the gateway's pieces: loading an HF model directory's tokenizer and chat template
 // (and the errors naming file and field), the built-in template's rendering into pieces around
 // sampled-turn slots, tool-call parsing (broken calls stay text), and the request parsers' shapes.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -78,25 +78,7 @@ describe("gateway: built-in template", () => {
  * The built-in format as the Jinja template it was first written as (and as an HF tokenizer_config
  * would carry it): the reference the code version is checked against, byte for byte.
  */
-const BUILTIN_AS_JINJA = [
-  "{{- bos_token -}}",
-  "{%- set sys = '' -%}",
-  "{%- if messages and messages[0].role == 'system' -%}{%- set sys = messages[0].content -%}{%- endif -%}",
-  "{%- if sys or tools -%}<|system|>{{ sys }}",
-  "{%- if tools -%}{{ '\\n' if sys }}Tools:",
-  "{%- for t in tools %} {{ t.function.name }}({% for k, v in (t.function.parameters.properties or {}).items() %}{{ k }}{{ ', ' if not loop.last }}{% endfor %}){{ (' ' + t.function.description) if t.function.description }};{% endfor %}",
-  "{{ '\\n' }}Call a tool as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>",
-  "{%- endif -%}{{ '\\n' }}",
-  "{%- endif -%}",
-  "{%- for m in messages -%}",
-  "{%- if m.role != 'system' -%}",
-  "<|{{ m.role }}|>{{ m.content }}",
-  "{%- if m.tool_calls -%}{%- for c in m.tool_calls -%}<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>{%- endfor -%}{%- endif -%}",
-  "{%- if m.role == 'assistant' -%}{{ eos_token }}{%- endif -%}{{ '\\n' }}",
-  "{%- endif -%}",
-  "{%- endfor -%}",
-  "{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}",
-].join("\n");
+const BUILTIN_AS_JINJA = readFileSync(join(import.meta.dirname, "../fixtures/builtin-template.jinja"), "utf8");
 
 describe("gateway: the built-in template in code", () => {
   const tok = byteChatTokenizer();

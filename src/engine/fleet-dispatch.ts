@@ -32,18 +32,22 @@ export interface DispatchContext {
    * as that (and brings the engine back to its version); then the reply's tokens are dropped.
    */
   stale(why: string): boolean;
+  /** The version the fleet's engines must serve when the dispatch began (its own, or the one it follows), or null. */
+  wantedVersion: string | null;
 }
 
 /**
- * Why a reply under weight version `got` cannot be kept, or null when it can: the engine served
- * the attempt's version when the dispatch began, the fleet has not updated it since, and it now
- * answers under an older (or not comparable) one — it restarted between two health checks and
- * sampled with its initial weights, which the tokens would be recorded as another version's.
+ * Why a reply under weight version `got` cannot be kept, or null when it can: it is older than (or
+ * not comparable with) the version the fleet's engines must serve — or, for a fleet that neither
+ * updates nor follows, than the one its engine served when the dispatch began (and the fleet has
+ * not changed since) — so the engine restarted between two health checks and sampled with its
+ * initial weights, which the tokens would be recorded as another version's.
  */
-function staleVersion(e: Engine, attempt: Attempt, got: string | null): string | null {
-  const had = attempt.version;
-  if (had === null || got === null || attempt.crossed || e.weightVersion !== had || versionAtLeast(got, had)) return null;
-  return `${e.id} answered under weight version ${got}, not ${had} (restarted on its initial weights?)`;
+function staleVersion(e: Engine, attempt: Attempt, got: string | null, wanted: string | null): string | null {
+  if (got === null || attempt.crossed) return null;
+  const floor = wanted ?? (e.weightVersion === attempt.version ? attempt.version : null);
+  if (floor === null || versionAtLeast(got, floor)) return null;
+  return `${e.id} answered under weight version ${got}, not ${floor} (restarted on its initial weights?)`;
 }
 
 /** How long a graceful abort (/abort_request) may take before the dispatch is cut locally, ms. */
@@ -68,7 +72,7 @@ export async function dispatch(e: Engine, attempt: Attempt, call: GenerateReques
       const t0 = performance.now();
       attempt.watch = { start: t0, budget, missed: ctx.missed };
       const r = await e.gen.generate({ ...call, timeoutMs: ctx.callTimeoutMs });
-      const stale = staleVersion(e, attempt, r.meta.weightVersion);
+      const stale = staleVersion(e, attempt, r.meta.weightVersion, ctx.wantedVersion);
       if (stale !== null && ctx.stale(stale)) {
         // Its tokens came from other weights than the version they would be recorded under: dropped.
         outcome = { retry: stale };
@@ -86,7 +90,7 @@ export async function dispatch(e: Engine, attempt: Attempt, call: GenerateReques
     const gen = e.gen.generateStream({ ...call, timeoutMs: ctx.deadlines.streamIdleMs(ctx.missed) });
     for (;;) {
       const n = await gen.next();
-      const stale = acc.attemptLength === 0 ? staleVersion(e, attempt, n.value.meta.weightVersion) : null;
+      const stale = acc.attemptLength === 0 ? staleVersion(e, attempt, n.value.meta.weightVersion, ctx.wantedVersion) : null;
       if (stale !== null && ctx.stale(stale)) {
         await gen.return(undefined as never);
         return { outcome: { retry: stale }, cachedTokens };

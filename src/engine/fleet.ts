@@ -354,6 +354,7 @@ export class Fleet {
             closed: () => this.closed,
             userAborted: () => st.userAborted,
             stale: (why) => this.restartedStale(e, why),
+            wantedVersion: this.wantedVersion,
           };
           const d = await dispatch(e, attempt, call, budget, acc, ctx);
           outcome = d.outcome;

@@ -488,4 +488,26 @@ describe("fleet: weight updates and the KV registry", () => {
       expect(await c.weightVersion()).toBe("7");
       expect(lines.some((l) => /left routing: \S+ answered under weight version default, not 7 \(restarted on its initial weights\?\)/.test(l)), lines.join("\n")).toBe(true);
     });
+
+  it("a fleet that follows another's version drops a reply from an engine back on its initial weights, and re-dispatches once the engine is brought up to date", async () => {
+    const engine = await initialEngine();
+    const c = new EngineClient(engine.url);
+    const lines: string[] = [];
+    // Health checks 2 s apart: the restart below shows in the reply first.
+    const f = fleet({ log: (l) => lines.push(l), healthIntervalMs: 2_000 });
+    // Joined before the job's first update (as a rollout's fleet does), then the updating fleet
+    // (here: by hand) brings the engine to version 7, which this one follows.
+    await f.attach(engine.url);
+    await c.updateWeightsFromDisk({ modelPath: dirA2, weightVersion: "7" });
+    f.followVersion("7");
+    // The engine restarts on its initial weights.
+    await c.updateWeightsFromDisk({ modelPath: dirA, weightVersion: "default" });
+    const pending = f.generate({ inputIds: prompts[1]!, sampling: { ...sampling, max_new_tokens: 8 } });
+    await waitUntil(() => lines.some((l) => /left routing: \S+ answered under weight version default, not 7/.test(l)), { what: "the reply to show the restart", diagnostics: () => lines.join("\n") });
+    // The updating fleet (here: by hand) brings the engine back; a health check lets it join again.
+    await c.updateWeightsFromDisk({ modelPath: dirA2, weightVersion: "7" });
+    const r = await pending;
+    expect(r.weightVersions).toEqual([{ start: 0, end: 8, version: "7" }]);
+    expect(r.redispatches).toBe(1);
+  });
 });

@@ -140,6 +140,8 @@ export interface SftResult {
   firstLoss: number;
   lastLoss: number;
   recentLoss: number;
+  /** Whether `untilLoss` stopped the run (null without one). */
+  reached: boolean | null;
   steps: number;
   tokens: number;
 }
@@ -163,6 +165,7 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
     return examples[order.pop()!]!;
   };
   let firstLoss = NaN, lastLoss = NaN, tokens = 0, done = 0;
+  let reached: boolean | null = o.untilLoss === undefined ? null : false;
   const recent: number[] = [];
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   try {
@@ -190,7 +193,10 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
       tokens += p.n;
       done = step;
       o.onStep?.({ step, loss, tokens: p.n, gradNorm: r.gradNorm, lr });
-      if (o.untilLoss !== undefined && recent.length === UNTIL_LOSS_WINDOW && !Number.isNaN(loss) && mean(recent) <= o.untilLoss) break;
+      if (o.untilLoss !== undefined && recent.length === UNTIL_LOSS_WINDOW && !Number.isNaN(loss) && mean(recent) <= o.untilLoss) {
+        reached = true;
+        break;
+      }
     }
     await worker.save(o.out, "sft");
     // The tokenizer travels with the weights, so the checkpoint serves as it is.
@@ -198,7 +204,7 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
   } finally {
     await worker.close();
   }
-  return { firstLoss, lastLoss, recentLoss: mean(recent), steps: done, tokens };
+  return { firstLoss, lastLoss, recentLoss: mean(recent), reached, steps: done, tokens };
 }
 
 /**

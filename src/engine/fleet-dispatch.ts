@@ -27,9 +27,9 @@ export interface DispatchContext {
   /** The request's progress callback (streamed dispatches). */
   onTokens?: ((outputIds: Int32Array, logprobs: Float32Array) => void) | undefined;
   /**
-   * The engine answered under an older weight version than it served at dispatch, and nothing of
-   * the fleet's changed it: it restarted on its initial weights. Returns whether the fleet takes it
-   * as that (and brings the engine back to its version); then the reply's tokens are dropped.
+   * The engine answered under an older weight version than its fleet wants (see staleVersion): it
+   * restarted on its initial weights. Returns whether the fleet takes it as that (and brings the
+   * engine back to its version); then the reply's tokens are dropped.
    */
   stale(why: string): boolean;
   /** The version the fleet's engines must serve when the dispatch began (its own, or the one it follows), or null. */

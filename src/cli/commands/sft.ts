@@ -100,11 +100,11 @@ export function register(program: Command) {
           },
         });
         bar?.stop();
-        const reached = untilLoss === undefined ? "" : r.recentLoss <= untilLoss ? `; reached --until-loss ${untilLoss} at step ${r.steps} (mean of the last measured losses ${r.recentLoss.toFixed(4)})` : "";
+        const reached = r.reached ? `; reached --until-loss ${untilLoss} at step ${r.steps} (mean of the last measured losses ${r.recentLoss.toFixed(4)})` : "";
         console.log(
           `ooze sft: ${r.steps} steps on ${examples.length} examples (longest ${longest} tokens, ${r.tokens} trained tokens) in ${((performance.now() - t0) / 1000).toFixed(1)} s (lr ${lr}, warmup ${lrWarmupSteps}, ${lrDecay} decay); loss ${r.firstLoss.toFixed(4)} → ${r.lastLoss.toFixed(4)}${reached}; checkpoint ${opts.out}`,
         );
-        if (untilLoss !== undefined && !(r.recentLoss <= untilLoss)) {
+        if (r.reached === false) {
           process.stderr.write(
             `[ooze] sft: --until-loss ${untilLoss} not reached in ${steps} steps (mean of the last measured losses ${r.recentLoss.toFixed(4)}); the checkpoint is written — run again with --model ${opts.out} to go on\n`,
           );

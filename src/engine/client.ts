@@ -1,11 +1,11 @@
 // HTTP client of one SGLang-compatible inference server (ooze's embedded engine server or an external
 // SGLang server): /generate (plain and SSE streaming) and the control endpoints, with timeouts on
 // every call, jittered retries for idempotent calls only, and every foreign failure turned into a
-// typed OozeError naming the URL (EngineProtocolError also names the field). Plain calls go over
-// node:http with keep-alive (http.ts: a fraction of fetch's cost per call); streams over fetch.
+// typed OozeError naming the URL (EngineProtocolError also names the field). Calls and streams go
+// over ooze's own keep-alive HTTP/1.1 transport (http.ts: a fraction of fetch's cost per call).
 import { EngineProtocolError, OozeError, TimeoutError } from "../errors.ts";
 import type { FinishReason } from "./backend.ts";
-import { requestText, type HttpTextResponse } from "./http.ts";
+import { requestStream, requestText, type HttpStreamResponse, type HttpTextResponse } from "./http.ts";
 import { finishStatus, parseGenerateResponse, type GenerateOutput, type WireSamplingParams } from "./protocol.ts";
 
 /** An engine answered an HTTP error status (5xx and 429: ENGINE_UNAVAILABLE, retryable; other 4xx: ENGINE_REJECTED). */
@@ -94,7 +94,7 @@ export interface EngineLoad {
   raw: unknown;
 }
 
-type Method = "GET" | "POST" | "PUT";
+type Method = "GET" | "POST";
 
 interface CallSpec {
   method: Method;
@@ -231,9 +231,9 @@ export class EngineClient {
     let chunks = 0;
     let last: GenerateOutput | null = null;
     try {
-      let res: Response;
+      let res: HttpStreamResponse;
       try {
-        res = await fetch(endpoint, {
+        res = await requestStream(endpoint, {
           method: "POST",
           headers: { "content-type": "application/json", accept: "text/event-stream", ...this.routingHeaders(req) },
           body: JSON.stringify(this.generateBody(req, true)),
@@ -246,14 +246,13 @@ export class EngineClient {
         const text = await res.text().catch(() => "");
         throw this.statusError(endpoint, res.status, text);
       }
-      if (!res.body) throw new EngineProtocolError(endpoint, "body", "streamed response has no body");
-      const reader = res.body.getReader();
+      const reader = res.body[Symbol.asyncIterator]();
       const decoder = new TextDecoder();
       let buf = "";
       for (;;) {
-        let r: Awaited<ReturnType<typeof reader.read>>;
+        let r: IteratorResult<Buffer>;
         try {
-          r = await reader.read();
+          r = await reader.next();
         } catch (e) {
           if (timedOut) throw new TimeoutError(`${endpoint}: no streamed chunk within ${idle} ms (after ${chunks} chunks)`, { cause: e });
           if (req.signal?.aborted) throw req.signal.reason;

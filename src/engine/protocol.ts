@@ -286,32 +286,6 @@ export function parseGenerateRequest(body: unknown, newRid: () => string, vocabS
 // ---------------------------------------------------------------------------------------------
 // Client side: response validation
 
-const finishSchema = z.union([
-  z.looseObject({ type: z.literal("stop"), matched: z.union([int, z.string(), z.null()]).optional() }),
-  z.looseObject({ type: z.literal("length"), length: int.min(0) }),
-  z.looseObject({ type: z.literal("abort"), message: z.union([z.string(), z.null()]).optional() }),
-]);
-
-const tripleSchema = z.tuple([z.number(), int, z.union([z.string(), z.null()])]).rest(z.unknown());
-
-const metaSchema = z.looseObject({
-  id: z.string(),
-  prompt_tokens: int.min(0),
-  completion_tokens: int.min(0),
-  cached_tokens: int.min(0).optional(),
-  e2e_latency: z.number().optional(),
-  weight_version: z.union([z.string(), z.null()]).optional(),
-  finish_reason: z.union([finishSchema, z.null()]),
-  output_token_logprobs: z.array(tripleSchema).optional(),
-});
-
-const responseSchema = z.looseObject({
-  text: z.string().optional(),
-  output_ids: z.array(int).optional(),
-  meta_info: metaSchema,
-  index: int.min(0).optional(),
-});
-
 /** A validated /generate response object, in ooze's shapes. */
 export interface GenerateOutput {
   rid: string;
@@ -343,42 +317,71 @@ function fieldOf(path: readonly PropertyKey[], prefix: string): string {
   return s || "body";
 }
 
-type Triple = [number, number, string | null, ...unknown[]];
-
-/** A list of token ids the schema accepts (checked by hand: it is the long part of a response). */
-function idList(v: unknown): v is number[] {
-  if (!Array.isArray(v)) return false;
-  for (const x of v) if (!Number.isSafeInteger(x)) return false;
-  return true;
-}
-
-/** A list of [logprob, id, text|null] triples the schema accepts. */
-function tripleList(v: unknown): v is Triple[] {
-  if (!Array.isArray(v)) return false;
-  for (const t of v) {
-    if (!Array.isArray(t) || t.length < 3 || typeof t[0] !== "number" || !Number.isFinite(t[0]) || !Number.isSafeInteger(t[1]) || (t[2] !== null && typeof t[2] !== "string")) return false;
+/** A response that breaks the contract: where (a path below the response) and what. */
+class Malformed extends Error {
+  constructor(
+    readonly path: readonly PropertyKey[],
+    message: string,
+  ) {
+    super(message);
   }
-  return true;
 }
 
-/**
- * The response with its long lists (output_ids, output_token_logprobs) set aside when they are
- * well-formed — checked by hand, a subset of what the schema accepts — so that the schema only walks
- * the rest: a streamed answer sends every list again in every chunk. A list that fails the hand check
- * stays in, and the schema reports it as it would.
- */
-function setAsideLists(json: unknown): { subject: unknown; ids: number[] | null; triples: Triple[] | null } {
-  if (!json || typeof json !== "object" || Array.isArray(json)) return { subject: json, ids: null, triples: null };
-  const o = json as Record<string, unknown>;
-  const m = o.meta_info;
-  const ids = idList(o.output_ids) ? o.output_ids : null;
-  const meta = m && typeof m === "object" && !Array.isArray(m) ? (m as Record<string, unknown>) : null;
-  const triples = meta && tripleList(meta.output_token_logprobs) ? meta.output_token_logprobs : null;
-  if (ids === null && triples === null) return { subject: json, ids, triples };
-  const subject: Record<string, unknown> = { ...o };
-  if (ids !== null) subject.output_ids = [];
-  if (triples !== null) subject.meta_info = { ...meta, output_token_logprobs: [] };
-  return { subject, ids, triples };
+const kind = (v: unknown): string => (v === null ? "null" : Array.isArray(v) ? "array" : typeof v);
+const bad = (path: readonly PropertyKey[], want: string, v: unknown): Malformed =>
+  new Malformed(path, v === undefined ? `missing (expected ${want})` : `expected ${want}, got ${kind(v)}${typeof v === "number" ? ` ${v}` : ""}`);
+
+function object(v: unknown, path: readonly PropertyKey[]): Record<string, unknown> {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) throw bad(path, "an object", v);
+  return v as Record<string, unknown>;
+}
+function count(v: unknown, path: readonly PropertyKey[]): number {
+  if (!Number.isSafeInteger(v) || (v as number) < 0) throw bad(path, "an integer ≥ 0", v);
+  return v as number;
+}
+function optional<T>(v: unknown, path: readonly PropertyKey[], check: (v: unknown, path: readonly PropertyKey[]) => T): T | undefined {
+  return v === undefined ? undefined : check(v, path);
+}
+function text(v: unknown, path: readonly PropertyKey[]): string {
+  if (typeof v !== "string") throw bad(path, "a string", v);
+  return v;
+}
+function textOrNull(v: unknown, path: readonly PropertyKey[]): string | null {
+  if (v !== null && typeof v !== "string") throw bad(path, "a string or null", v);
+  return v;
+}
+function finite(v: unknown, path: readonly PropertyKey[]): number {
+  if (typeof v !== "number" || !Number.isFinite(v)) throw bad(path, "a finite number", v);
+  return v;
+}
+function idList(v: unknown, path: readonly PropertyKey[]): number[] {
+  if (!Array.isArray(v)) throw bad(path, "a list of token ids", v);
+  for (let i = 0; i < v.length; i++) if (!Number.isSafeInteger(v[i])) throw bad([...path, i], "an integer token id", v[i]);
+  return v as number[];
+}
+/** output_token_logprobs: [logprob, id, text|null, ...] per token. */
+function tripleList(v: unknown, path: readonly PropertyKey[]): unknown[][] {
+  if (!Array.isArray(v)) throw bad(path, "a list of [logprob, id, text] triples", v);
+  for (let i = 0; i < v.length; i++) {
+    const t: unknown = v[i];
+    if (!Array.isArray(t)) throw bad([...path, i], "a [logprob, id, text] triple", t);
+    if (typeof t[0] !== "number" || !Number.isFinite(t[0])) throw bad([...path, i, 0], "a finite logprob", t[0]);
+    if (!Number.isSafeInteger(t[1])) throw bad([...path, i, 1], "an integer token id", t[1]);
+    if (t[2] !== null && typeof t[2] !== "string") throw bad([...path, i, 2], "a string or null", t[2]);
+  }
+  return v as unknown[][];
+}
+function finishReason(v: unknown, path: readonly PropertyKey[]): FinishReason | null {
+  if (v === null) return null;
+  const o = object(v, path);
+  if (o.type === "stop") {
+    const m = o.matched;
+    if (m !== undefined && m !== null && typeof m !== "string" && !Number.isSafeInteger(m)) throw bad([...path, "matched"], "a token id, a string or null", m);
+    return { type: "stop", matched: (m as number | string | null | undefined) ?? -1 };
+  }
+  if (o.type === "length") return { type: "length", length: count(o.length, [...path, "length"]) };
+  if (o.type === "abort") return { type: "abort", message: optional(o.message, [...path, "message"], textOrNull) ?? "" };
+  throw new Malformed(path, `expected a finish reason of type stop, length or abort, got ${JSON.stringify(o.type) ?? "none"}`);
 }
 
 /**
@@ -391,56 +394,50 @@ export function parseGenerateResponse(
   opts: { wantLogprobs: boolean; final: boolean; prefix?: string },
 ): GenerateOutput {
   const prefix = opts.prefix ?? "";
-  const aside = setAsideLists(json);
-  const parsed = responseSchema.safeParse(aside.subject);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    throw new EngineProtocolError(url, fieldOf(issue.path, prefix), issue.message);
+  try {
+    const r = object(json, []);
+    const m = object(r.meta_info, ["meta_info"]);
+    const at = (f: string): PropertyKey[] => ["meta_info", f];
+    const fr = finishReason(m.finish_reason, at("finish_reason"));
+    if (opts.final && fr === null) throw new Malformed(at("finish_reason"), "is null in a final response");
+    // Both lists are checked when present, whichever is used.
+    const ids = optional(r.output_ids, ["output_ids"], idList);
+    const triples = optional(m.output_token_logprobs, at("output_token_logprobs"), tripleList);
+    let outputIds: Int32Array;
+    let logprobs: Float32Array;
+    if (opts.wantLogprobs) {
+      if (triples === undefined) throw new Malformed(at("output_token_logprobs"), "missing although return_logprob was requested");
+      outputIds = new Int32Array(triples.length);
+      logprobs = new Float32Array(triples.length);
+      for (let i = 0; i < triples.length; i++) {
+        outputIds[i] = triples[i]![1] as number;
+        logprobs[i] = triples[i]![0] as number;
+      }
+    } else {
+      if (ids === undefined) throw new Malformed(["output_ids"], "missing");
+      outputIds = Int32Array.from(ids);
+      logprobs = new Float32Array(0);
+    }
+    const id = text(m.id, at("id"));
+    return {
+      rid: id,
+      text: optional(r.text, ["text"], text) ?? "",
+      outputIds,
+      logprobs,
+      finishReason: fr,
+      index: optional(r.index, ["index"], count) ?? null,
+      meta: {
+        id,
+        promptTokens: count(m.prompt_tokens, at("prompt_tokens")),
+        completionTokens: count(m.completion_tokens, at("completion_tokens")),
+        cachedTokens: optional(m.cached_tokens, at("cached_tokens"), count) ?? 0,
+        e2eLatency: optional(m.e2e_latency, at("e2e_latency"), finite) ?? null,
+        weightVersion: optional(m.weight_version, at("weight_version"), textOrNull) ?? null,
+        raw: m,
+      },
+    };
+  } catch (e) {
+    if (e instanceof Malformed) throw new EngineProtocolError(url, fieldOf(e.path, prefix), e.message);
+    throw e;
   }
-  const r = parsed.data;
-  if (aside.ids !== null) r.output_ids = aside.ids;
-  const m = r.meta_info;
-  if (aside.triples !== null) m.output_token_logprobs = aside.triples;
-  const field = (f: string) => fieldOf([], prefix ? `${prefix}.${f}` : f);
-  if (opts.final && m.finish_reason === null) throw new EngineProtocolError(url, field("meta_info.finish_reason"), "is null in a final response");
-  let outputIds: Int32Array;
-  let logprobs: Float32Array;
-  if (opts.wantLogprobs) {
-    const triples = m.output_token_logprobs;
-    if (triples === undefined) throw new EngineProtocolError(url, field("meta_info.output_token_logprobs"), "missing although return_logprob was requested");
-    outputIds = new Int32Array(triples.length);
-    logprobs = new Float32Array(triples.length);
-    triples.forEach((t, i) => {
-      outputIds[i] = t[1];
-      logprobs[i] = t[0];
-    });
-  } else {
-    if (r.output_ids === undefined) throw new EngineProtocolError(url, field("output_ids"), "missing");
-    outputIds = Int32Array.from(r.output_ids);
-    logprobs = new Float32Array(0);
-  }
-  const fr = m.finish_reason;
-  let finishReason: FinishReason | null = null;
-  if (fr) {
-    if (fr.type === "stop") finishReason = { type: "stop", matched: fr.matched ?? -1 };
-    else if (fr.type === "length") finishReason = { type: "length", length: fr.length };
-    else finishReason = { type: "abort", message: fr.message ?? "" };
-  }
-  return {
-    rid: m.id,
-    text: r.text ?? "",
-    outputIds,
-    logprobs,
-    finishReason,
-    index: r.index ?? null,
-    meta: {
-      id: m.id,
-      promptTokens: m.prompt_tokens,
-      completionTokens: m.completion_tokens,
-      cachedTokens: m.cached_tokens ?? 0,
-      e2eLatency: m.e2e_latency ?? null,
-      weightVersion: m.weight_version ?? null,
-      raw: m as Record<string, unknown>,
-    },
-  };
 }

@@ -1,0 +1,191 @@
+// The engine client's HTTP/1.1 transport (src/engine/http.ts) against real servers on loopback:
+// node:http servers for the usual framings and keep-alive, raw TCP servers for what node:http never
+// sends (a body framed by the connection's end, an interim 100, a broken status line, a cut body).
+import { once } from "node:events";
+import { createServer as createHttpServer, type Server } from "node:http";
+import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
+import type { AddressInfo } from "node:net";
+import fc from "fast-check";
+import { afterEach, describe, expect, it } from "vitest";
+import { requestStream, requestText, ResponseParser } from "../../src/engine/http.ts";
+
+const servers: (Server | NetServer)[] = [];
+afterEach(async () => {
+  for (const s of servers.splice(0)) {
+    if ("closeAllConnections" in s) s.closeAllConnections();
+    await new Promise((r) => s.close(r));
+  }
+});
+
+async function listen<T extends Server | NetServer>(s: T): Promise<string> {
+  servers.push(s);
+  s.listen(0, "127.0.0.1");
+  await once(s, "listening");
+  return `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
+}
+
+/** A raw TCP server answering each connection's first request with `reply(socket)`. */
+function raw(reply: (s: Socket) => void): NetServer {
+  return createNetServer((s) => {
+    s.once("data", () => reply(s));
+    s.on("error", () => {});
+  });
+}
+
+const get = (signal = new AbortController().signal) => ({ method: "GET" as const, headers: {}, signal });
+const post = (body: string, signal = new AbortController().signal) => ({ method: "POST" as const, headers: { "content-type": "application/json" }, body, signal });
+
+async function rejection(p: Promise<unknown>): Promise<Error & { code?: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as Error & { code?: string };
+  }
+  throw new Error("expected a rejection");
+}
+
+describe("engine HTTP transport", () => {
+  it("sends the body and headers as given and reuses one connection for sequential requests", async () => {
+    let connections = 0;
+    const seen: string[] = [];
+    const s = createHttpServer((req, res) => {
+      let b = "";
+      req.on("data", (c) => (b += c));
+      req.on("end", () => {
+        seen.push(`${req.method} ${req.url} ${req.headers["content-type"] ?? "-"} ${req.headers["content-length"] ?? "-"} ${b}`);
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ echo: b, n: seen.length }));
+      });
+    });
+    s.on("connection", () => connections++);
+    const url = await listen(s);
+    const body = JSON.stringify({ input_ids: [1, 2, 3], text: "é → ✓" });
+    for (let i = 1; i <= 5; i++) {
+      const r = await requestText(`${url}/generate?x=${i}`, post(body));
+      expect(r.status).toBe(200);
+      expect(JSON.parse(r.text)).toEqual({ echo: body, n: i });
+    }
+    expect((await requestText(`${url}/health`, get())).status).toBe(200);
+    expect(connections).toBe(1);
+    expect(seen[0]).toBe(`POST /generate?x=1 application/json ${Buffer.byteLength(body)} ${body}`);
+    expect(seen[5]).toBe("GET /health - - ");
+  });
+
+  it("reads chunked bodies, and opens a new connection after `Connection: close` or once the server closed an idle one", async () => {
+    let connections = 0;
+    const s = createHttpServer((req, res) => {
+      if (req.url === "/close") return void res.writeHead(200, { connection: "close", "content-length": "2" }).end("ok");
+      // No Content-Length: node:http sends it chunked, one chunk per write.
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.write("α".repeat(3000));
+      setTimeout(() => res.end("-end"), 5);
+    });
+    // Announced as `Keep-Alive: timeout=3`: the client keeps sockets 2 s.
+    s.keepAliveTimeout = 3000;
+    s.on("connection", () => connections++);
+    const url = await listen(s);
+    expect((await requestText(`${url}/chunked`, get())).text).toBe(`${"α".repeat(3000)}-end`);
+    expect((await requestText(`${url}/chunked`, get())).text).toBe(`${"α".repeat(3000)}-end`);
+    expect(connections).toBe(1);
+    expect((await requestText(`${url}/close`, get())).text).toBe("ok");
+    expect((await requestText(`${url}/chunked`, get())).status).toBe(200);
+    expect(connections).toBe(2);
+    s.closeIdleConnections();
+    await new Promise((r) => setTimeout(r, 100)); // for the client to see the connection end
+    expect((await requestText(`${url}/chunked`, get())).status).toBe(200);
+    expect(connections).toBe(3);
+  });
+
+  it("reads a body framed by the connection's end, skips an interim 100, and refuses a reply that is not HTTP", async () => {
+    const closeFramed = await listen(raw((s) => s.end("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end")));
+    expect(await requestText(closeFramed, get())).toEqual({ status: 200, text: "until the end" });
+    const interim = await listen(raw((s) => s.end("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 3\r\n\r\nabc")));
+    expect(await requestText(interim, get())).toEqual({ status: 201, text: "abc" });
+    const notHttp = await listen(raw((s) => s.end("SSH-2.0-OpenSSH_9.2\r\n\r\n")));
+    const e = await rejection(requestText(notHttp, get()));
+    expect(e.code).toBe("HPE_INVALID");
+    expect(e.message).toMatch(/status line 'SSH-2.0/);
+  });
+
+  it("rejects with ECONNRESET when the body is cut short, and with the socket's code when nothing listens", async () => {
+    const cut = await listen(raw((s) => s.end("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf")));
+    const e = await rejection(requestText(cut, get()));
+    expect(e.code).toBe("ECONNRESET");
+    expect(e.message).toMatch(/closed before the whole reply/);
+    const s = await listen(createNetServer());
+    await new Promise((r) => servers.pop()!.close(r));
+    expect((await rejection(requestText(s, get()))).code).toBe("ECONNREFUSED");
+  });
+
+  it("streams: a chunk is handed over before the rest is sent; an abort ends it with the signal's reason and the next request still works", async () => {
+    let release: () => void = () => {};
+    const s = createHttpServer((req, res) => {
+      if (req.url === "/plain") return void res.end("fine");
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write("data: 1\n\n");
+      // The rest only once the client has read the first chunk: buffering would hang here.
+      release = () => {
+        res.write("data: 2\n\n");
+        res.end("data: [DONE]\n\n");
+      };
+    });
+    const url = await listen(s);
+    const r = await requestStream(`${url}/stream`, post("{}"));
+    expect(r.status).toBe(200);
+    const it = r.body[Symbol.asyncIterator]();
+    expect((await it.next()).value!.toString()).toBe("data: 1\n\n");
+    release();
+    let rest = "";
+    for (let c = await it.next(); !c.done; c = await it.next()) rest += c.value.toString();
+    expect(rest).toBe("data: 2\n\ndata: [DONE]\n\n");
+
+    const ctl = new AbortController();
+    const r2 = await requestStream(`${url}/stream`, post("{}", ctl.signal));
+    const it2 = r2.body[Symbol.asyncIterator]();
+    await it2.next();
+    const reason = new Error("caller gave up");
+    ctl.abort(reason);
+    expect(await rejection(it2.next())).toBe(reason);
+    expect((await requestText(`${url}/plain`, get())).text).toBe("fine");
+    // Already aborted: nothing is sent.
+    expect(await rejection(requestText(`${url}/plain`, get(ctl.signal)))).toBe(reason);
+  });
+
+  it("refuses a header value with a line break (no request smuggling through a routing key)", async () => {
+    const url = await listen(createHttpServer((_req, res) => res.end("x")));
+    const e = await rejection(requestText(url, { method: "GET", headers: { "x-key": "a\r\nx-evil: 1" }, signal: new AbortController().signal }));
+    expect(e.message).toMatch(/header 'x-key' holds a line break/);
+  });
+
+  it("parses a response the same however the bytes are split (Content-Length and chunked)", () => {
+    const body = Buffer.from(`{"text":"héllo ✓","output_ids":[1,2,3]}`);
+    const framings = [
+      Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`), body]),
+      Buffer.concat([
+        Buffer.from("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        Buffer.from(`7;ext=1\r\n`),
+        body.subarray(0, 7),
+        Buffer.from(`\r\n${(body.length - 7).toString(16)}\r\n`),
+        body.subarray(7),
+        Buffer.from("\r\n0\r\nX-Trailer: t\r\n\r\n"),
+      ]),
+    ];
+    fc.assert(
+      fc.property(fc.constantFrom(...framings), fc.uniqueArray(fc.integer({ min: 1, max: 200 }), { maxLength: 12 }), (bytes, cutsRaw) => {
+        const cuts = cutsRaw.filter((c) => c < bytes.length).sort((a, b) => a - b);
+        const p = new ResponseParser();
+        const got: Buffer[] = [];
+        let status = 0;
+        let at = 0;
+        for (const c of [...cuts, bytes.length]) {
+          p.push(bytes.subarray(at, c), { head: (s) => (status = s), data: (d) => void got.push(Buffer.from(d)) });
+          at = c;
+        }
+        expect(status).toBe(200);
+        expect(p.complete).toBe(true);
+        expect(p.keepAlive).toBe(true);
+        expect(Buffer.concat(got).toString()).toBe(body.toString());
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

@@ -5,7 +5,7 @@
 // over ooze's own keep-alive HTTP/1.1 transport (http.ts: a fraction of fetch's cost per call).
 import { EngineProtocolError, OozeError, TimeoutError } from "../errors.ts";
 import type { FinishReason } from "./backend.ts";
-import { requestStream, requestText, type HttpStreamResponse, type HttpTextResponse } from "./http.ts";
+import { HttpTimeoutError, requestStream, requestText, type HttpStreamResponse, type HttpTextResponse } from "./http.ts";
 import { finishStatus, parseGenerateResponse, type GenerateOutput, type WireSamplingParams } from "./protocol.ts";
 
 /** An engine answered an HTTP error status (5xx and 429: ENGINE_UNAVAILABLE, retryable; other 4xx: ENGINE_REJECTED). */
@@ -240,7 +240,7 @@ export class EngineClient {
           signal: ctl.signal,
         });
       } catch (e) {
-        throw this.fetchError(endpoint, e, timedOut, idle, req.signal);
+        throw this.transportError(endpoint, e, timedOut, idle, req.signal);
       }
       if (res.status < 200 || res.status >= 300) {
         const text = await res.text().catch(() => "");
@@ -458,7 +458,7 @@ export class EngineClient {
     return new EngineHttpError(endpoint, status, `${endpoint}: the engine rejected the request with ${status}: ${msg}`);
   }
 
-  private fetchError(endpoint: string, e: unknown, timedOut: boolean, ms: number, signal?: AbortSignal): unknown {
+  private transportError(endpoint: string, e: unknown, timedOut: boolean, ms: number, signal?: AbortSignal): unknown {
     if (timedOut) return new TimeoutError(`${endpoint}: no response within ${ms} ms`, { cause: e });
     if (signal?.aborted) return signal.reason;
     return new OozeError("ENGINE_UNAVAILABLE", `${endpoint}: cannot reach the engine (${causeText(e)}); check that it runs and the URL is right`, {
@@ -470,30 +470,21 @@ export class EngineClient {
   private async once(spec: CallSpec): Promise<RawResponse> {
     const endpoint = `${this.url}${spec.path}`;
     const ms = spec.timeoutMs ?? this.timeoutMs;
-    const ctl = new AbortController();
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      ctl.abort();
-    }, ms);
-    const onAbort = () => ctl.abort(spec.signal?.reason);
-    spec.signal?.addEventListener("abort", onAbort, { once: true });
+    let res: HttpTextResponse;
     try {
-      let res: HttpTextResponse;
-      try {
-        const headers = { ...(spec.headers ?? {}) };
-        if (spec.body !== undefined) headers["content-type"] = "application/json";
-        res = await requestText(endpoint, { method: spec.method, headers, signal: ctl.signal, ...(spec.body !== undefined ? { body: JSON.stringify(spec.body) } : {}) });
-      } catch (e) {
-        throw this.fetchError(endpoint, e, timedOut, ms, spec.signal);
-      }
-      const text = res.text;
-      if ((res.status >= 200 && res.status < 300) || spec.accept?.includes(res.status)) return { status: res.status, text, url: endpoint };
-      throw this.statusError(endpoint, res.status, text);
-    } finally {
-      clearTimeout(timer);
-      spec.signal?.removeEventListener("abort", onAbort);
+      const headers = spec.body === undefined ? (spec.headers ?? {}) : { ...spec.headers, "content-type": "application/json" };
+      res = await requestText(endpoint, {
+        method: spec.method,
+        headers,
+        timeoutMs: ms,
+        ...(spec.signal ? { signal: spec.signal } : {}),
+        ...(spec.body !== undefined ? { body: JSON.stringify(spec.body) } : {}),
+      });
+    } catch (e) {
+      throw this.transportError(endpoint, e, e instanceof HttpTimeoutError, ms, spec.signal);
     }
+    if ((res.status >= 200 && res.status < 300) || spec.accept?.includes(res.status)) return { status: res.status, text: res.text, url: endpoint };
+    throw this.statusError(endpoint, res.status, res.text);
   }
 
   private async call(spec: CallSpec): Promise<RawResponse> {

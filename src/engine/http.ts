@@ -31,7 +31,18 @@ export interface HttpRequest {
   method: "GET" | "POST";
   headers: Record<string, string>;
   body?: string;
-  signal: AbortSignal;
+  /** The caller's: aborting it ends the exchange with its reason. */
+  signal?: AbortSignal;
+  /** The whole exchange's limit, ms: past it the exchange fails with an HttpTimeoutError. */
+  timeoutMs?: number;
+}
+
+/** An exchange ran past its `timeoutMs`. */
+export class HttpTimeoutError extends Error {
+  constructor(readonly ms: number) {
+    super(`no whole reply within ${ms} ms`);
+    this.name = "HttpTimeoutError";
+  }
 }
 
 /** A response whose body is read as it arrives. */
@@ -46,8 +57,8 @@ export interface HttpStreamResponse {
 /**
  * Sends one request to `url` and reads the whole body. Rejects with the socket's error (its `code`
  * kept, e.g. ECONNREFUSED), an error with code ECONNRESET when the connection ends before the whole
- * reply, one with code HPE_INVALID for a reply that is not HTTP/1.x, or the signal's reason when
- * `signal` aborts.
+ * reply, one with code HPE_INVALID for a reply that is not HTTP/1.x, an HttpTimeoutError past
+ * `timeoutMs`, or the signal's reason when `signal` aborts.
  */
 export function requestText(url: string, req: HttpRequest): Promise<HttpTextResponse> {
   return new Promise((resolve, reject) => {
@@ -201,28 +212,41 @@ function release(o: Origin, socket: Socket, idleMs: number): void {
   list.push(it);
 }
 
-const HEADER_VALUE_OK = /^[^\r\n]*$/;
+/** Where a URL goes: parsed once per URL (an engine client sends to a handful). */
+const targets = new Map<string, { origin: Origin; path: string }>();
+
+function targetOf(url: string): { origin: Origin; path: string } {
+  let t = targets.get(url);
+  if (t === undefined) {
+    const u = new URL(url);
+    t = { origin: originOf(u), path: `${u.pathname}${u.search}` };
+    if (targets.size >= 1024) targets.clear();
+    targets.set(url, t);
+  }
+  return t;
+}
 
 /** Sends `req` and parses the response into `sink`. */
 function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
   const noop: Exchange = { pause() {}, resume() {} };
-  if (req.signal.aborted) {
-    sink.fail(req.signal.reason);
+  const signal = req.signal;
+  if (signal?.aborted) {
+    sink.fail(signal.reason);
     return noop;
   }
   let o: Origin;
-  let u: URL;
+  let head: string;
   try {
-    u = new URL(url);
-    o = originOf(u);
+    const t = targetOf(url);
+    o = t.origin;
+    head = `${req.method} ${t.path} HTTP/1.1\r\nhost: ${o.hostHeader}\r\n`;
   } catch (e) {
     sink.fail(e);
     return noop;
   }
-  let head = `${req.method} ${u.pathname}${u.search} HTTP/1.1\r\nhost: ${o.hostHeader}\r\n`;
   for (const k in req.headers) {
     const v = req.headers[k]!;
-    if (!HEADER_VALUE_OK.test(v)) {
+    if (v.includes("\n") || v.includes("\r")) {
       sink.fail(new Error(`header '${k}' holds a line break`));
       return noop;
     }
@@ -235,10 +259,12 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
   const s = acquire(o);
   const p = new ResponseParser();
   let done = false;
+  let timer: NodeJS.Timeout | undefined;
   const finish = (e: unknown | null) => {
     if (done) return;
     done = true;
-    req.signal.removeEventListener("abort", onAbort);
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", onAbort);
     s.off("data", onData).off("error", finish).off("close", onClose);
     if (e !== null) {
       s.destroy();
@@ -249,8 +275,9 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
     else s.destroy();
     sink.end();
   };
-  const onAbort = () => finish(req.signal.reason);
-  req.signal.addEventListener("abort", onAbort, { once: true });
+  const onAbort = () => finish(signal!.reason);
+  signal?.addEventListener("abort", onAbort, { once: true });
+  if (req.timeoutMs !== undefined) timer = setTimeout(() => finish(new HttpTimeoutError(req.timeoutMs!)), req.timeoutMs);
   const onData = (c: Buffer) => {
     try {
       p.push(c, sink);

@@ -7,7 +7,7 @@ import { createServer as createNetServer, type Server as NetServer, type Socket 
 import type { AddressInfo } from "node:net";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { requestStream, requestText, ResponseParser } from "../../src/engine/http.ts";
+import { HttpTimeoutError, requestStream, requestText, ResponseParser } from "../../src/engine/http.ts";
 
 const servers: (Server | NetServer)[] = [];
 afterEach(async () => {
@@ -106,7 +106,7 @@ describe("engine HTTP transport", () => {
     expect(e.message).toMatch(/status line 'SSH-2.0/);
   });
 
-  it("rejects with ECONNRESET when the body is cut short, and with the socket's code when nothing listens", async () => {
+  it("rejects with ECONNRESET when the body is cut short, with the socket's code when nothing listens, and with HttpTimeoutError past the limit", async () => {
     const cut = await listen(raw((s) => s.end("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf")));
     const e = await rejection(requestText(cut, get()));
     expect(e.code).toBe("ECONNRESET");
@@ -114,6 +114,10 @@ describe("engine HTTP transport", () => {
     const s = await listen(createNetServer());
     await new Promise((r) => servers.pop()!.close(r));
     expect((await rejection(requestText(s, get()))).code).toBe("ECONNREFUSED");
+    const silent = await listen(raw(() => {}));
+    const t = await rejection(requestText(silent, { ...get(), timeoutMs: 50 }));
+    expect(t).toBeInstanceOf(HttpTimeoutError);
+    expect(t.message).toBe("no whole reply within 50 ms");
   });
 
   it("streams: a chunk is handed over before the rest is sent; an abort ends it with the signal's reason and the next request still works", async () => {

@@ -3,5 +3,6 @@
 // test setup: useNats, which ties a nats-server to a vitest file's hooks, and the network namespaces
 // of the multi-host tests.
 export * from "../../src/testing/index.ts";
+export { makeTestCerts } from "./certs.ts";
 export { type TestNats, useNats } from "./nats.ts";
 export { createTestNetwork, netnsUnavailable, type TestNetwork } from "./netns.ts";

@@ -1,13 +1,21 @@
 // The engine client's HTTP/1.1 transport (src/engine/http.ts) against real servers on loopback:
 // node:http servers for the usual framings and keep-alive, raw TCP servers for what node:http never
 // sends (a body framed by the connection's end, an interim 100, a broken status line, a cut body).
+import { execFile } from "node:child_process";
 import { once } from "node:events";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { HttpTimeoutError, requestStream, requestText, ResponseParser } from "../../src/engine/http.ts";
+import { makeTestCerts } from "../harness/index.ts";
 
 const servers: (Server | NetServer)[] = [];
 afterEach(async () => {
@@ -152,6 +160,24 @@ describe("engine HTTP transport", () => {
     expect((await requestText(`${url}/plain`, get())).text).toBe("fine");
     // Already aborted: nothing is sent.
     expect(await rejection(requestText(`${url}/plain`, get(ctl.signal)))).toBe(reason);
+  });
+
+  it("speaks HTTPS and checks the certificate: refused while its CA is unknown, answered with the CA trusted (NODE_EXTRA_CA_CERTS, a child process)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "ooze-http-tls-"));
+    try {
+      makeTestCerts(dir);
+      const s = createHttpsServer({ key: readFileSync(join(dir, "server.key")), cert: readFileSync(join(dir, "server.pem")) }, (req, res) => res.end(`secure ${req.url}`));
+      const url = (await listen(s)).replace("http:", "https:");
+      expect((await rejection(requestText(`${url}/x`, get()))).code).toMatch(/CERT|ISSUER|SIGNATURE/);
+      const transport = fileURLToPath(new URL("../../src/engine/http.ts", import.meta.url));
+      const script = `import { requestText } from ${JSON.stringify(transport)}; const r = await requestText(process.argv[1], { method: "GET", headers: {} }); console.log(r.status, r.text);`;
+      const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script, `${url}/hello`], {
+        env: { ...process.env, NODE_EXTRA_CA_CERTS: join(dir, "ca.pem") },
+      });
+      expect(stdout.trim()).toBe("200 secure /hello");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("refuses a header value with a line break (no request smuggling through a routing key)", async () => {

@@ -2,33 +2,20 @@
 // the test makes (openssl, for 127.0.0.1 and localhost: the client was seen checking the name localhost for a 127.0.0.1 server) and client verification on; the bus connects with the CA,
 // certificate and key given as options or as OOZE_NATS_TLS_* environment variables, and without them
 // it is refused with an error naming the servers. A missing credentials file is a clear error too.
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectBus, natsSecurityFromEnv } from "../../src/transport/bus.ts";
 import type { NatsServerHandle } from "../../src/transport/nats-server.ts";
-import { startTestNats } from "../harness/index.ts";
+import { makeTestCerts, startTestNats } from "../harness/index.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "ooze-nats-tls-"));
 const f = (name: string) => join(dir, name);
 let server: NatsServerHandle;
 
-/** A CA, and a server and a client certificate it signs (server: IP 127.0.0.1 and localhost). */
-function makeCerts(): void {
-  const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
-  ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ooze-test-ca", "-keyout", "ca.key", "-out", "ca.pem");
-  writeFileSync(f("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
-  writeFileSync(f("client.ext"), "extendedKeyUsage=clientAuth\n");
-  for (const who of ["server", "client"]) {
-    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", `/CN=ooze-test-${who}`, "-keyout", `${who}.key`, "-out", `${who}.csr`);
-    ssl("x509", "-req", "-in", `${who}.csr`, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1", "-extfile", `${who}.ext`, "-out", `${who}.pem`);
-  }
-}
-
 beforeAll(async () => {
-  makeCerts();
+  makeTestCerts(dir);
   server = await startTestNats({ tls: { certFile: f("server.pem"), keyFile: f("server.key"), caFile: f("ca.pem"), verify: true } });
 }, 60_000);
 afterAll(async () => {

@@ -89,15 +89,20 @@ export function requestStream(url: string, req: HttpRequest): Promise<HttpStream
       w?.();
     };
     async function* body(): AsyncGenerator<Buffer, void, void> {
-      for (;;) {
-        const c = queue.shift();
-        if (c !== undefined) {
-          queued -= c.length;
-          if (queued < STREAM_HIGH_WATER) x?.resume();
-          yield c;
-        } else if (failure !== null) throw failure;
-        else if (ended) return;
-        else await new Promise<void>((r) => (wake = r));
+      try {
+        for (;;) {
+          const c = queue.shift();
+          if (c !== undefined) {
+            queued -= c.length;
+            if (queued < STREAM_HIGH_WATER) x?.resume();
+            yield c;
+          } else if (failure !== null) throw failure;
+          else if (ended) return;
+          else await new Promise<void>((r) => (wake = r));
+        }
+      } finally {
+        // A reader that stops before the end lets go of the connection.
+        if (!ended && failure === null) x?.cancel();
       }
     }
     const iterable = body();
@@ -144,6 +149,8 @@ interface Sink {
 interface Exchange {
   pause(): void;
   resume(): void;
+  /** Ends the exchange early (its socket closed, never reused). */
+  cancel(): void;
 }
 
 interface Origin {
@@ -229,7 +236,7 @@ function targetOf(url: string): { origin: Origin; path: string } {
 
 /** Sends `req` and parses the response into `sink`. */
 function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
-  const noop: Exchange = { pause() {}, resume() {} };
+  const noop: Exchange = { pause() {}, resume() {}, cancel() {} };
   const signal = req.signal;
   if (signal?.aborted) {
     sink.fail(signal.reason);
@@ -296,6 +303,7 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
   return {
     pause: () => void (done || s.pause()),
     resume: () => void (done || s.resume()),
+    cancel: () => finish(new Error("the reader left the body before its end")),
   };
 }
 

@@ -128,10 +128,12 @@ describe("engine HTTP transport", () => {
     expect(t.message).toBe("no whole reply within 50 ms");
   });
 
-  it("streams: a chunk is handed over before the rest is sent; an abort ends it with the signal's reason and the next request still works", async () => {
+  it("streams: a chunk is handed over before the rest is sent; an abort ends it with the signal's reason and the next request still works; leaving early closes it", async () => {
     let release: () => void = () => {};
+    let closed: Promise<unknown> = Promise.resolve();
     const s = createHttpServer((req, res) => {
       if (req.url === "/plain") return void res.end("fine");
+      closed = once(res, "close");
       res.writeHead(200, { "content-type": "text/event-stream" });
       res.write("data: 1\n\n");
       // The rest only once the client has read the first chunk: buffering would hang here.
@@ -160,6 +162,13 @@ describe("engine HTTP transport", () => {
     expect((await requestText(`${url}/plain`, get())).text).toBe("fine");
     // Already aborted: nothing is sent.
     expect(await rejection(requestText(`${url}/plain`, get(ctl.signal)))).toBe(reason);
+    // A reader that leaves before the end closes the connection (the server sees it go).
+    const r3 = await requestStream(`${url}/stream`, post("{}"));
+    for await (const c of r3.body) {
+      expect(c.toString()).toBe("data: 1\n\n");
+      break;
+    }
+    await closed;
   });
 
   it("speaks HTTPS and checks the certificate: refused while its CA is unknown, answered with the CA trusted (NODE_EXTRA_CA_CERTS, a child process)", async () => {

@@ -7,7 +7,9 @@
 // fetch; this process hosts the gateway and its fleet; the engine is a third process. The
 // conversation carries K earlier turns as text, so each request renders a realistic history.
 // A third arm sends the direct request through a bare pass-through proxy process (the cost of the
-// extra hop alone, the floor of any gateway). Besides p50/p90/p99 and the ratios it reports where
+// extra hop alone, the floor of any gateway built on node:http's server), a fourth through a proxy
+// process that speaks minimal HTTP/1.1 over raw sockets and reaches the engine with the engine
+// client's own transport (what the hop costs without node:http on either side). Besides p50/p90/p99 and the ratios it reports where
 // the difference goes: the gateway's own call to the engine (timed around Fleet.generate), the rest
 // of each gateway request (its own work and the extra HTTP hop), this process's CPU per request,
 // and the machine's load.
@@ -19,10 +21,11 @@
 import { fork, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { Agent, createServer, request } from "node:http";
-import type { AddressInfo } from "node:net";
+import { createServer as createTcpServer, type AddressInfo } from "node:net";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { Fleet } from "../src/engine/fleet.ts";
+import { requestStream, requestText } from "../src/engine/http.ts";
 import type { FleetGenerateRequest } from "../src/engine/fleet-types.ts";
 import { Gateway } from "../src/gateway/index.ts";
 
@@ -47,6 +50,8 @@ interface ClientJob {
   direct: { url: string; body: string };
   /** The same /generate through the bare proxy. */
   proxy: string;
+  /** …and through the raw-socket proxy. */
+  raw: string;
   warmup: number;
 }
 
@@ -55,6 +60,7 @@ interface ClientTimes {
   gateway: number[];
   direct: number[];
   proxy: number[];
+  raw: number[];
   firstText: number[];
   firstDirect: number[];
 }
@@ -76,10 +82,10 @@ async function timed(url: string, body: string, headers: Record<string, string>)
   return { ms, firstText };
 }
 
-/** The client process: times the three arms, interleaved (the order rotates), and sends the latencies back. */
+/** The client process: times the four arms, interleaved (the order rotates), and sends the latencies back. */
 async function client(job: ClientJob): Promise<ClientTimes> {
   const g = job.gateway;
-  const out: ClientTimes = { gateway: [], direct: [], proxy: [], firstText: [], firstDirect: [] };
+  const out: ClientTimes = { gateway: [], direct: [], proxy: [], raw: [], firstText: [], firstDirect: [] };
   const one = async (i: number) => {
     const t = await timed(g[i]!.url, g[i]!.body, { authorization: `Bearer ${g[i]!.key}` });
     if (i >= job.warmup) {
@@ -98,12 +104,13 @@ async function client(job: ClientJob): Promise<ClientTimes> {
     const t = await timed(job.proxy, job.direct.body, {});
     if (i >= job.warmup) out.proxy.push(t.ms);
   };
-  const orders = [
-    [one, dir, hop],
-    [dir, hop, one],
-    [hop, one, dir],
-  ];
-  for (let i = 0; i < g.length; i++) for (const arm of orders[i % 3]!) await arm(i);
+  const rawHop = async (i: number) => {
+    const t = await timed(job.raw, job.direct.body, {});
+    if (i >= job.warmup) out.raw.push(t.ms);
+  };
+  const arms = [one, dir, hop, rawHop];
+  // The arms rotate: each takes each place in a round equally often.
+  for (let i = 0; i < g.length; i++) for (let k = 0; k < arms.length; k++) await arms[(i + k) % arms.length]!(i);
   return out;
 }
 
@@ -130,8 +137,55 @@ function proxy(engineUrl: string): void {
   process.on("disconnect", () => process.exit(0));
 }
 
+/**
+ * The raw-socket proxy process: parses each request just enough (head, Content-Length body), sends
+ * it to the engine with the engine client's transport and writes the answer back — Content-Length
+ * framed, or chunked as it arrives for a stream. Only for this benchmark's own well-formed requests.
+ */
+function rawProxy(engineUrl: string): void {
+  const server = createTcpServer((sock) => {
+    sock.setNoDelay(true);
+    let buf: Buffer = Buffer.alloc(0);
+    sock.on("error", () => sock.destroy());
+    sock.on("data", (c: Buffer) => {
+      buf = buf.length > 0 ? Buffer.concat([buf, c]) : c;
+      for (;;) {
+        const end = buf.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const head = buf.toString("latin1", 0, end);
+        const n = Number(/\r\ncontent-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
+        if (buf.length < end + 4 + n) return;
+        const body = buf.toString("utf8", end + 4, end + 4 + n);
+        const path = head.split(" ")[1]!;
+        buf = buf.subarray(end + 4 + n);
+        void forward(sock, `${engineUrl}${path}`, body);
+      }
+    });
+  });
+  const forward = async (sock: import("node:net").Socket, url: string, body: string) => {
+    const req = { method: "POST" as const, headers: { "content-type": "application/json" }, body };
+    try {
+      if (!body.includes('"stream":true')) {
+        const r = await requestText(url, req);
+        sock.write(`HTTP/1.1 ${r.status} OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(r.text)}\r\n\r\n${r.text}`);
+        return;
+      }
+      const r = await requestStream(url, req);
+      sock.write(`HTTP/1.1 ${r.status} OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n`);
+      for await (const c of r.body) sock.write(`${c.length.toString(16)}\r\n${c.toString("latin1")}\r\n`, "latin1");
+      sock.write("0\r\n\r\n");
+    } catch {
+      sock.destroy();
+    }
+  };
+  server.listen(0, "127.0.0.1", () => process.send!(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
+  process.on("disconnect", () => process.exit(0));
+}
+
 if (process.argv.includes("--proxy")) {
   proxy(process.argv[process.argv.indexOf("--proxy") + 1]!);
+} else if (process.argv.includes("--raw-proxy")) {
+  rawProxy(process.argv[process.argv.indexOf("--raw-proxy") + 1]!);
 } else if (process.argv.includes("--client")) {
   process.once("message", (job: ClientJob) => {
     client(job).then(
@@ -196,12 +250,18 @@ if (process.argv.includes("--proxy")) {
     ...(templateFile ? { chatTemplate: readFileSync(templateFile, "utf8") } : {}),
   });
   const kid = fork(fileURLToPath(import.meta.url), ["--client"], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
-  const hopper = fork(fileURLToPath(import.meta.url), ["--proxy", engineUrl], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const forkProxy = (flag: string) => fork(fileURLToPath(import.meta.url), [flag, engineUrl], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const proxies = [forkProxy("--proxy"), forkProxy("--raw-proxy")];
   try {
-    const proxyUrl = await new Promise<string>((resolve, reject) => {
-      hopper.once("message", (m) => resolve(String(m)));
-      hopper.once("exit", (c) => reject(new Error(`the proxy process exited (${c})`)));
-    });
+    const [proxyUrl, rawUrl] = await Promise.all(
+      proxies.map(
+        (p) =>
+          new Promise<string>((resolve, reject) => {
+            p.once("message", (m) => resolve(String(m)));
+            p.once("exit", (c) => reject(new Error(`a proxy process exited (${c})`)));
+          }),
+      ),
+    );
     const messages: { role: string; content: string }[] = [{ role: "system", content: "You add numbers." }];
     for (let t = 0; t < turns; t++) messages.push({ role: "user", content: `${t}+${t + 1}=?` }, { role: "assistant", content: `${2 * t + 1}` });
     messages.push({ role: "user", content: "7+8=?" });
@@ -217,6 +277,7 @@ if (process.argv.includes("--proxy")) {
       gateway: sessions.map((s) => ({ url: `${s.openaiBaseUrl}/chat/completions`, key: s.apiKey, body })),
       direct: { url: `${engineUrl}/generate`, body: JSON.stringify({ input_ids: Array.from(req.inputIds), sampling_params: req.sampling, return_logprob: true, ...(stream ? { stream: true } : {}) }) },
       proxy: `${proxyUrl}/generate`,
+      raw: `${rawUrl}/generate`,
       warmup,
     };
     fleetMs.length = 0;
@@ -248,6 +309,9 @@ if (process.argv.includes("--proxy")) {
       // The same /generate through a bare pass-through proxy process: the cost of the extra hop alone.
       proxy_p50_ms: ms(quantile(result.proxy, 0.5)),
       proxy_p50_ratio: +(quantile(result.proxy, 0.5) / quantile(b, 0.5)).toFixed(3),
+      // …and through the raw-socket proxy: the hop without node:http's server and client.
+      raw_proxy_p50_ms: ms(quantile(result.raw, 0.5)),
+      raw_proxy_p50_ratio: +(quantile(result.raw, 0.5) / quantile(b, 0.5)).toFixed(3),
       gateway_p50_ms: ms(quantile(a, 0.5)),
       gateway_p90_ms: ms(quantile(a, 0.9)),
       gateway_p99_ms: ms(quantile(a, 0.99)),
@@ -271,13 +335,13 @@ if (process.argv.includes("--proxy")) {
       load_avg_1m: [+loadBefore.toFixed(2), +loadavg()[0]!.toFixed(2)],
     };
     log(
-      `gateway p50 ${figures.gateway_p50_ms} ms vs direct ${figures.direct_p50_ms} ms, bare proxy ${figures.proxy_p50_ms} ms (${figures.completion_tokens_p50} tokens per answer); ` +
+      `gateway p50 ${figures.gateway_p50_ms} ms vs direct ${figures.direct_p50_ms} ms, bare proxy ${figures.proxy_p50_ms} ms, raw-socket proxy ${figures.raw_proxy_p50_ms} ms (${figures.completion_tokens_p50} tokens per answer); ` +
         `its fleet call ${figures.fleet_call_p50_ms} ms, the rest ${figures.outside_fleet_p50_ms} ms; load ${figures.load_avg_1m.join(" → ")} on ${figures.cores} cores`,
     );
     console.log(JSON.stringify(figures));
   } finally {
     if (kid.exitCode === null) kid.kill("SIGTERM");
-    if (hopper.exitCode === null) hopper.kill("SIGTERM");
+    for (const p of proxies) if (p.exitCode === null) p.kill("SIGTERM");
     await gw.close();
     await fleet.close();
     engine.kill("SIGTERM");

@@ -180,6 +180,8 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
       o.onStart?.({ job, natsUrl: nats.url, hosts: topology.hosts.map((h) => h.name), step: latestCheckpoint(out)?.state.step ?? 0, crashActor });
       const stop = () => void Promise.all(nodes.map((n) => n.stop()));
       o.signal?.addEventListener("abort", stop, { once: true });
+      // A stop asked for while the nodes were starting (before the listener) is not lost.
+      if (o.signal?.aborted) stop();
       const ends = await Promise.all(nodes.map((n) => n.stopped));
       o.signal?.removeEventListener("abort", stop);
       const failed = ends.find((e) => e.error !== null);

@@ -240,6 +240,11 @@ describe("ooze train", () => {
     expect(latest.pending).toEqual([]);
   }, 90_000);
 
+  it("a stop asked for while the job is still starting is kept: the run ends before its last step", async () => {
+    const s = await train(join(tmp(), "run"), { steps: 20 }, { signal: AbortSignal.abort() });
+    expect(s.steps).toBeLessThan(20);
+  }, 90_000);
+
   it("fully_async: a run stopped after a checkpoint resumes there, generating the groups then in flight again", async () => {
     const out = join(tmp(), "run");
     const stop = new AbortController();

@@ -7,7 +7,7 @@
 // once, the job finishes, and no process of a killed incarnation outlives it (engine, worker,
 // nats-server). sync and fully_async. Runs: propertyRuns(3).
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -71,6 +71,26 @@ function descendants(pid: number): number[] {
   walk(pid);
   return out;
 }
+/**
+ * What keeps a process that should have ended alive: it writes a Node diagnostic report on SIGUSR2
+ * (`--report-on-signal`), and the report's libuv handles that are active and referenced are listed.
+ */
+async function liveHandles(pid: number, dir: string): Promise<string> {
+  const before = new Set(readdirSync(dir));
+  try {
+    process.kill(pid, "SIGUSR2");
+    await waitUntil(() => readdirSync(dir).some((f) => !before.has(f) && f.endsWith(".json")), { what: "a diagnostic report", timeoutMs: 5_000 });
+    await new Promise((r) => setTimeout(r, 200)); // the report is written in one go; let it finish
+    const file = readdirSync(dir).find((f) => !before.has(f) && f.endsWith(".json"))!;
+    const report = JSON.parse(readFileSync(join(dir, file), "utf8")) as { libuv?: Record<string, unknown>[]; javascriptStack?: { stack?: string[] } };
+    const handles = (report.libuv ?? []).filter((h) => h.is_active === true && h.is_referenced === true);
+    const show = (h: Record<string, unknown>) => [h.type, h.localEndpoint, h.remoteEndpoint, h.firesInMsFromNow, h.filename, h.pid].filter((x) => x !== undefined).map((x) => JSON.stringify(x)).join(" ");
+    return `active referenced handles of ${pid}:\n${handles.map(show).join("\n")}\nJS stack: ${(report.javascriptStack?.stack ?? []).slice(0, 8).join(" | ")}`;
+  } catch (e) {
+    return `no diagnostic report from ${pid}: ${(e as Error).message}`;
+  }
+}
+
 const alive = (pid: number) => {
   try {
     process.kill(pid, 0);
@@ -88,6 +108,8 @@ describe("the job's own process killed and resumed (ooze/testing)", () => {
       async (schedule, mode) => {
         const t0 = Date.now();
         const out = join(root, `run-${n++}`);
+        const reports = join(root, `reports-${n}`);
+        mkdirSync(reports, { recursive: true });
         const file = topology(mode);
         let log = "";
         let current: ChildProcess | null = null;
@@ -97,7 +119,7 @@ describe("the job's own process killed and resumed (ooze/testing)", () => {
         const start = () => {
           // Resumed once the run directory is one (job.json written at the trainer's start); killed before, started again.
           const resume = incarnations++ > 0 && existsSync(join(out, "job.json"));
-          const args = ["bin/ooze.mjs", "train", file, ...(resume ? ["--resume", out] : ["--out", out]), "--quiet"];
+          const args = ["--report-on-signal", "--report-signal=SIGUSR2", `--report-directory=${reports}`, "bin/ooze.mjs", "train", file, ...(resume ? ["--resume", out] : ["--out", out]), "--quiet"];
           const c = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
           live.add(c);
           spawned.push(c.pid!);
@@ -119,7 +141,12 @@ describe("the job's own process killed and resumed (ooze/testing)", () => {
           for (;;) {
             const kills = () => player.applied().filter((a) => a.ok && /^SIG(KILL|TERM|INT) job/.test(a.action)).length;
             const before = kills();
-            const end = await withDeadline(start(), 150_000, `ooze train (incarnation ${incarnations}) to end; output:\n${log.slice(-4000)}`);
+            const ended = start();
+            const end = await withDeadline(ended, 150_000, `ooze train (incarnation ${incarnations}) to end`).catch(async (e: Error) => {
+              // A hung incarnation: say what keeps it alive (Nov 27 CI: one never ended after SIGINT, SIGTERM, SIGSTOP).
+              const why = current?.pid !== undefined ? await liveHandles(current.pid, reports) : "";
+              throw new Error(`${e.message}; output:\n${log.slice(-4000)}\n${why}`);
+            });
             const steps = readJsonLines<MetricsLine>(join(out, "metrics.jsonl")).length;
             if (end.code === 0 && steps === STEPS) break;
             // Ended early by a signal of the schedule (killed, or stopped gracefully): the supervisor resumes it.

@@ -126,5 +126,12 @@ export function register(program: Command) {
           `  checkpoint ${summary.checkpoint ?? "-"}  (continue with: ooze train ${file} --resume ${out})`,
         ].join("\n"),
       );
+      // The job is over and its processes stopped: a clean run's event loop is empty by now and it
+      // exits at once; one a library left armed (nats.js consumer timers, reliability finding 10)
+      // leaves after 2 s, saying what was left, instead of never.
+      setTimeout(() => {
+        process.stderr.write(`[ooze] train: exiting with ${process.getActiveResourcesInfo().join(", ")} still open\n`);
+        process.exit(0);
+      }, 2_000).unref();
     });
 }

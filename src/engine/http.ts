@@ -112,9 +112,9 @@ export function requestStream(url: string, req: HttpRequest): Promise<HttpStream
           status,
           body: iterable,
           text: async () => {
-            let t = "";
-            for await (const c of iterable) t += c.toString("utf8");
-            return t;
+            const parts: Buffer[] = [];
+            for await (const c of iterable) parts.push(c);
+            return Buffer.concat(parts).toString("utf8");
           },
         }),
       data: (c) => {

@@ -21,7 +21,7 @@
 import { fork, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { Agent, createServer, request } from "node:http";
-import { createServer as createTcpServer, type AddressInfo } from "node:net";
+import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { Fleet } from "../src/engine/fleet.ts";
@@ -162,7 +162,7 @@ function rawProxy(engineUrl: string): void {
       }
     });
   });
-  const forward = async (sock: import("node:net").Socket, url: string, body: string) => {
+  const forward = async (sock: Socket, url: string, body: string) => {
     const req = { method: "POST" as const, headers: { "content-type": "application/json" }, body };
     try {
       if (!body.includes('"stream":true')) {

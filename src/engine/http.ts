@@ -234,13 +234,15 @@ function targetOf(url: string): { origin: Origin; path: string } {
   return t;
 }
 
+/** An exchange that ended before it began (refused at once). */
+const NOOP: Exchange = { pause() {}, resume() {}, cancel() {} };
+
 /** Sends `req` and parses the response into `sink`. */
 function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
-  const noop: Exchange = { pause() {}, resume() {}, cancel() {} };
   const signal = req.signal;
   if (signal?.aborted) {
     sink.fail(signal.reason);
-    return noop;
+    return NOOP;
   }
   let o: Origin;
   let head: string;
@@ -250,13 +252,13 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
     head = `${req.method} ${t.path} HTTP/1.1\r\nhost: ${o.hostHeader}\r\n`;
   } catch (e) {
     sink.fail(e);
-    return noop;
+    return NOOP;
   }
   for (const k in req.headers) {
     const v = req.headers[k]!;
     if (v.includes("\n") || v.includes("\r")) {
       sink.fail(new Error(`header '${k}' holds a line break`));
-      return noop;
+      return NOOP;
     }
     head += `${k}: ${v}\r\n`;
   }
@@ -351,14 +353,6 @@ export class ResponseParser {
           if (this.bodyless()) this.complete = true;
           break;
         }
-        case "length": {
-          const n = Math.min(this.left, buf.length - at);
-          sink.data(buf.subarray(at, at + n));
-          at += n;
-          this.left -= n;
-          if (this.left === 0) this.complete = true;
-          break;
-        }
         case "close":
           sink.data(at === 0 ? buf : buf.subarray(at));
           return;
@@ -382,12 +376,16 @@ export class ResponseParser {
           this.phase = this.left === 0 ? "trailers" : "chunk-data";
           break;
         }
+        case "length":
         case "chunk-data": {
+          // `left` bytes of the body (or of the chunk) still to come.
           const n = Math.min(this.left, buf.length - at);
           sink.data(buf.subarray(at, at + n));
           at += n;
           this.left -= n;
-          if (this.left === 0) this.phase = "chunk-end";
+          if (this.left > 0) break;
+          if (this.phase === "length") this.complete = true;
+          else this.phase = "chunk-end";
           break;
         }
         case "chunk-end": {

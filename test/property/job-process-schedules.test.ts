@@ -79,13 +79,25 @@ async function liveHandles(pid: number, dir: string): Promise<string> {
   const before = new Set(readdirSync(dir));
   try {
     process.kill(pid, "SIGUSR2");
-    await waitUntil(() => readdirSync(dir).some((f) => !before.has(f) && f.endsWith(".json")), { what: "a diagnostic report", timeoutMs: 5_000 });
-    await new Promise((r) => setTimeout(r, 200)); // the report is written in one go; let it finish
-    const file = readdirSync(dir).find((f) => !before.has(f) && f.endsWith(".json"))!;
-    const report = JSON.parse(readFileSync(join(dir, file), "utf8")) as { libuv?: Record<string, unknown>[]; javascriptStack?: { stack?: string[] } };
-    const handles = (report.libuv ?? []).filter((h) => h.is_active === true && h.is_referenced === true);
+    type Report = { libuv?: Record<string, unknown>[]; javascriptStack?: { stack?: string[] } };
+    let report: Report | null = null;
+    // The report is there once its file parses whole.
+    await waitUntil(
+      () => {
+        const file = readdirSync(dir).find((f) => !before.has(f) && f.endsWith(".json"));
+        try {
+          report = file === undefined ? null : (JSON.parse(readFileSync(join(dir, file), "utf8")) as Report);
+        } catch {
+          report = null;
+        }
+        return report !== null;
+      },
+      { what: "a diagnostic report", timeoutMs: 5_000 },
+    );
+    const { libuv, javascriptStack } = report as unknown as Report;
+    const handles = (libuv ?? []).filter((h) => h.is_active === true && h.is_referenced === true);
     const show = (h: Record<string, unknown>) => [h.type, h.localEndpoint, h.remoteEndpoint, h.firesInMsFromNow, h.filename, h.pid].filter((x) => x !== undefined).map((x) => JSON.stringify(x)).join(" ");
-    return `active referenced handles of ${pid}:\n${handles.map(show).join("\n")}\nJS stack: ${(report.javascriptStack?.stack ?? []).slice(0, 8).join(" | ")}`;
+    return `active referenced handles of ${pid}:\n${handles.map(show).join("\n")}\nJS stack: ${(javascriptStack?.stack ?? []).slice(0, 8).join(" | ")}`;
   } catch (e) {
     return `no diagnostic report from ${pid}: ${(e as Error).message}`;
   }

@@ -13,8 +13,8 @@ import { join } from "node:path";
 import { createNativeBackend } from "../native/engine.ts";
 import { initModelDir } from "../native/model-dir.ts";
 import type { InferenceBackend } from "../src/engine/backend.ts";
-import { Fleet } from "../src/engine/fleet.ts";
-import type { RoutingPolicy } from "../src/engine/router.ts";
+import { Fleet } from "../src/engine/fleet/fleet.ts";
+import type { RoutingPolicy } from "../src/engine/fleet/router.ts";
 import { startEngineServer, type EngineServer } from "../src/engine/server.ts";
 
 function arg(name: string, fallback: number): number {

@@ -24,9 +24,9 @@ import { Agent, createServer, request } from "node:http";
 import { createServer as createTcpServer, type AddressInfo, type Socket } from "node:net";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
-import { Fleet } from "../src/engine/fleet.ts";
+import { Fleet } from "../src/engine/fleet/fleet.ts";
 import { requestStream, requestText } from "../src/engine/http.ts";
-import type { FleetGenerateRequest } from "../src/engine/fleet-types.ts";
+import type { FleetGenerateRequest } from "../src/engine/fleet/types.ts";
 import { Gateway } from "../src/gateway/index.ts";
 
 function arg(name: string, fallback: number): number {

@@ -2,4 +2,4 @@
 // The `ooze` command: registers the TypeScript loader, then runs the CLI.
 import { register } from "tsx/esm/api";
 register();
-await import("../src/cli/main.ts");
+await import("../app/cli/main.ts");

@@ -286,7 +286,7 @@ export function splitTrainBatch(b: NativeTrainBatch, maxTokens: number): NativeT
 }
 
 /** What packSamples needs of a sample (a subset of src/sample.ts's Sample). */
-export interface TrainSample {
+export interface SampleToPack {
   /** Prompt ids followed by response ids. */
   tokens: Int32Array;
   responseLength: number;
@@ -307,7 +307,7 @@ export interface TrainSample {
  * positions are masked out. oldValues and returns are packed when every sample has them (PPO). oldLogprobs starts as the rollout logprobs (or zeros): fill it with
  * Trainer.logprobs for a recomputed old policy. rolloutLogprobs is null when any sample lacks them.
  */
-export function packSamples(samples: readonly TrainSample[]): NativeTrainBatch {
+export function packSamples(samples: readonly SampleToPack[]): NativeTrainBatch {
   const total = samples.reduce((n, s) => n + s.tokens.length, 0);
   const tokens = new Int32Array(total), cuSeqlens = new Int32Array(samples.length + 1);
   const lossMask = new Uint8Array(total), advantages = new Float32Array(total);

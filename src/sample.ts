@@ -158,3 +158,13 @@ export function sampleProblem(s: Sample): string | null {
   }
   return null;
 }
+
+/** Oldest weight version that produced any of a sample's tokens (as a number), or null. */
+export function oldestVersion(s: Sample): number | null {
+  let v: number | null = null;
+  for (const span of s.weightVersions) {
+    const n = Number(span.version);
+    if (Number.isFinite(n) && (v === null || n < v)) v = n;
+  }
+  return v;
+}

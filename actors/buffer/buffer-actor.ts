@@ -5,7 +5,7 @@
 // one batch with advantages computed over it to BATCHES.
 // Groups the dynamic filter drops are refilled (at most 3 rounds, as `ooze train` does). Sample
 // indices are a function of the group (groupIndex · slots + k; slots = samplesPerPrompt, × maxSegments
-// with train.agent: actors/environment/agent/config.ts slotsPerPrompt), so a regenerated group
+// with train.agent: actors/protocol/agent-config.ts slotsPerPrompt), so a regenerated group
 // reproduces the same indices. Group messages are acked only once their batch is published, so a
 // restarted buffer gets back every message of the round in progress; it recovers its position from
 // the last batch on BATCHES (in a new job, e.g. `ooze train --resume`, from the position the trainer
@@ -14,15 +14,15 @@ import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../loop-actors/context.ts";
+import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../protocol/context.ts";
 import {
   batchMsg, batchRegistry, groupRegistry, promptGroup, promptMsgId, promptRegistry, weightsRegistry,
   type BatchBody, type GroupBody, type PendingGroup, type VersionRecord,
-} from "../loop-actors/messages.ts";
-import { consumeStream, ensureTrainStreams, lastMessage, publish, scanStream, VersionsKv, type StreamConsumer } from "../loop-actors/streams.ts";
+} from "../protocol/messages.ts";
+import { consumeStream, ensureTrainStreams, lastMessage, publish, scanStream, VersionsKv, type StreamConsumer } from "../protocol/streams.ts";
 import { ContinuousFeeder, statsOf, type FeederStart } from "./continuous.ts";
 import { GroupBuffer } from "./groups.ts";
-import { slotsPerPrompt } from "../environment/agent/config.ts";
+import { slotsPerPrompt } from "../protocol/agent-config.ts";
 import { z } from "zod";
 
 /** The buffer actor's `config`. */

@@ -28,13 +28,13 @@
 // group are acked only with that batch, so a restarted buffer finds every undecided group again in
 // the streams (start()); groups found again have no known launch version and are cut in the order
 // they are found.
-import type { Sample } from "../../src/sample.ts";
-import { fullyAsyncLimits } from "../loop/config.ts";
-import { slotsPerPrompt } from "../environment/agent/config.ts";
-import { rewardStats as rewardStatsOf } from "../loop/metrics.ts";
-import type { LoopEnv } from "../loop-actors/context.ts";
-import type { BatchBody, GroupBody, PendingGroup, VersionRecord } from "../loop-actors/messages.ts";
-import { GroupBuffer, oldestVersion, type Batch } from "./groups.ts";
+import { oldestVersion, type Sample } from "../../src/sample.ts";
+import { fullyAsyncLimits } from "../protocol/config.ts";
+import { slotsPerPrompt } from "../protocol/agent-config.ts";
+import { rewardStats as rewardStatsOf } from "../protocol/metrics.ts";
+import type { LoopEnv } from "../protocol/context.ts";
+import type { BatchBody, GroupBody, PendingGroup, VersionRecord } from "../protocol/messages.ts";
+import { GroupBuffer, type Batch } from "./groups.ts";
 
 /** Times a prompt may be requeued as stale before it is dropped. */
 export const MAX_REQUEUES = 3;

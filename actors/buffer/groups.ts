@@ -4,7 +4,8 @@
 // hands out batches counted in groups (rollouts). Every sample ends in exactly one of: a batch, a
 // dropped group (filter), or a requeued prompt (stale) — never silently lost.
 import { computeAdvantages, isZeroVariance, type AdvantageEstimator } from "../../src/algorithms/advantages.ts";
-import type { Sample } from "../../src/sample.ts";
+import { oldestVersion, type Sample } from "../../src/sample.ts";
+import type { TrainSample } from "../protocol/messages.ts";
 
 export interface BufferConfig {
   /** Groups (prompts) per training batch. */
@@ -14,11 +15,6 @@ export interface BufferConfig {
   dropZeroVariance: boolean;
   /** Max weight versions between a sample's oldest tokens and the trainer's version; null = off. */
   maxStaleness: number | null;
-}
-
-/** A sample with the advantage the trainer should use for its model tokens. */
-export interface TrainSample extends Sample {
-  advantage: number;
 }
 
 export interface Batch {
@@ -31,16 +27,6 @@ export interface Batch {
 interface Group {
   samples: Sample[];
   expected: number | null;
-}
-
-/** Oldest weight version that produced any of a sample's tokens (as a number), or null. */
-export function oldestVersion(s: Sample): number | null {
-  let v: number | null = null;
-  for (const span of s.weightVersions) {
-    const n = Number(span.version);
-    if (Number.isFinite(n) && (v === null || n < v)) v = n;
-  }
-  return v;
 }
 
 export class GroupBuffer {

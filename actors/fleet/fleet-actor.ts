@@ -14,17 +14,17 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { remoteLayer, defineActor, type ActorSystem } from "../../src/actor/index.ts";
-import { Fleet, type FleetOptions } from "../../src/engine/fleet.ts";
+import { Fleet, type FleetOptions } from "../../src/engine/fleet/fleet.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import type { Bus } from "../../src/transport/bus.ts";
 import { jobNames } from "../../src/transport/names.ts";
-import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
+import { FleetRegistry } from "../../src/engine/fleet/registry.ts";
 import { withDeltaObject } from "../weight-sync/delta-store.ts";
 import { DELTA_LOAD_FORMAT } from "../weight-sync/engine-loader.ts";
 import { fullObjectName } from "../weight-sync/full-store.ts";
 import { EmbeddedEngine, killOrphan } from "./embedded.ts";
 import { LocalWeights } from "./local-weights.ts";
-import { fleetMsg, type FleetMsg, type FleetReply } from "./messages.ts";
+import { fleetMsg, type FleetMsg, type FleetReply } from "../protocol/fleet-messages.ts";
 
 /** The fleet actor's `config` in a topology. */
 export const fleetConfig = z.looseObject({

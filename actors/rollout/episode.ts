@@ -4,7 +4,7 @@
 // engine aborts (weight update, engine lost) keeps what was sampled and resumes with the remaining
 // budget, each span recorded under the weight version that produced it. Without partial rollout, a
 // turn that a weight update interrupted is generated again from its start on the new weights.
-import type { Generator } from "../loop/engines.ts";
+import type { Generator } from "./generator.ts";
 import { OozeError } from "../../src/errors.ts";
 import { EOS_ID } from "../../src/engine/tokenizer.ts";
 import { SampleBuilder, type Sample } from "../../src/sample.ts";

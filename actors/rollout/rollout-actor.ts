@@ -7,18 +7,18 @@
 // duplicate window keeps a group published twice from being stored twice.
 import { z } from "zod";
 import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
-import type { Fleet } from "../../src/engine/fleet.ts";
-import { normalizeEngineUrl } from "../../src/engine/fleet-types.ts";
-import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
+import type { Fleet } from "../../src/engine/fleet/fleet.ts";
+import { normalizeEngineUrl } from "../../src/engine/fleet/types.ts";
+import { FleetRegistry } from "../../src/engine/fleet/registry.ts";
 import { OozeError } from "../../src/errors.ts";
 import { settleWithin } from "../../src/transport/bus.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../loop-actors/context.ts";
-import { groupMsg, groupMsgId, promptRegistry } from "../loop-actors/messages.ts";
-import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../loop-actors/streams.ts";
-import { fullyAsyncLimits } from "../loop/config.ts";
-import { FleetGenerator } from "../loop/engines.ts";
-import { loadTask } from "../loop/task-loader.ts";
+import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../protocol/context.ts";
+import { groupMsg, groupMsgId, promptRegistry } from "../protocol/messages.ts";
+import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../protocol/streams.ts";
+import { fullyAsyncLimits } from "../protocol/config.ts";
+import { FleetGenerator } from "./generator.ts";
+import { loadTask } from "../environment/task-loader.ts";
 import { rolloutRange } from "./rollout.ts";
 import { startAgentRollout, type AgentRollout } from "../environment/agent/rollout-hook.ts";
 

@@ -2,7 +2,7 @@
 // on the engines, each group closed with the number of samples it produced. An episode that fails on
 // an engine error is retried; one that still fails becomes a `failed` sample (the buffer drops it),
 // so every sample index is accounted for.
-import type { Generator } from "../loop/engines.ts";
+import type { Generator } from "./generator.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Task } from "../environment/task.ts";
 import { OozeError } from "../../src/errors.ts";

@@ -13,9 +13,9 @@ import { CRITIC_DIR, TrainerWorker } from "../../native/worker/client.ts";
 import { packSamples, type TrainerSource, type TrainStepMetrics } from "../../native/trainer.ts";
 import { computeGae, explainedVariance, type AdvantageWhitening, type GaeSample } from "../../src/algorithms/gae.ts";
 import { OozeError } from "../../src/errors.ts";
-import type { TrainSample } from "../buffer/groups.ts";
-import type { TrainConfig } from "../loop/config.ts";
-import type { StepMetrics } from "../loop/metrics.ts";
+import type { TrainSample } from "../protocol/messages.ts";
+import type { TrainConfig } from "../protocol/config.ts";
+import type { StepMetrics } from "../protocol/metrics.ts";
 
 /** The learning rate of the step that produces weight version `version` (1-based) under `c`'s schedule. */
 export function learningRate(c: Pick<PolicyTrainerConfig, "lr" | "lrWarmupSteps" | "lrDecay" | "lrDecaySteps" | "lrMinRatio">, version: number): number {
@@ -29,7 +29,7 @@ export function learningRate(c: Pick<PolicyTrainerConfig, "lr" | "lrWarmupSteps"
   return c.lr * (min + (1 - min) * f);
 }
 
-/** PPO with a critic: GAE and value-loss settings (see `ppo:` in actors/loop/config.ts). */
+/** PPO with a critic: GAE and value-loss settings (see `ppo:` in actors/protocol/config.ts). */
 export interface PpoConfig {
   gamma: number;
   lambda: number;

@@ -3,8 +3,8 @@
 // flight (as fully_async keeps them), no trainer and no weight updates. The rate counts the samples of
 // the groups completed after the first `skip` and up to the `upto`th (start-up and the last groups'
 // tail excluded).
-import { FleetGenerator } from "../../actors/loop/engines.ts";
-import { loadTask } from "../../actors/loop/task-loader.ts";
+import { FleetGenerator } from "../../actors/rollout/generator.ts";
+import { loadTask } from "../../actors/environment/task-loader.ts";
 import { rolloutRange } from "../../actors/rollout/rollout.ts";
 import type { Sample } from "../../src/sample.ts";
 

@@ -16,7 +16,7 @@ import { DELTA_LOAD_FORMAT, engineWeightLoader } from "../../actors/weight-sync/
 import { EngineClient } from "../../src/engine/client.ts";
 import { startEngineServer } from "../../src/engine/server.ts";
 import { applyDelta, decodeDelta, encodeDelta, roundToBf16, type DeltaWire, type TensorSlot } from "../../actors/weight-sync/delta.ts";
-import { latestCheckpoint } from "../../actors/loop/state.ts";
+import { latestCheckpoint } from "../../actors/protocol/state.ts";
 import { mulberry32 } from "../../src/random.ts";
 
 /** One delta measured on one wire. */

@@ -5,10 +5,10 @@
 //   node --import tsx examples/agents/evaluate.ts topologies/agent-calculator-openai.yaml [MODEL_DIR] [EPISODES] [FIRST]
 import { dirname, resolve } from "node:path";
 import { startAgentRollout } from "../../actors/environment/agent/rollout-hook.ts";
-import { trainConfigOf } from "../../actors/loop/config.ts";
+import { trainConfigOf } from "../../actors/protocol/config.ts";
 import { createNativeBackend } from "../../native/engine.ts";
 import { initModelDir } from "../../native/model-dir.ts";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { startEngineServer } from "../../src/engine/server.ts";
 import { loadTopology } from "../../src/topology/load.ts";
 

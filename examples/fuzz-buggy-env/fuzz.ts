@@ -6,7 +6,8 @@
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
-import { checkSchedules, formatReport, readJsonLines, runJobSchedule, type FaultReport, type Invariant, type JobUnderTestOptions, type MetricsLine } from "ooze/testing";
+import { checkSchedules, formatReport, readJsonLines, type FaultReport, type Invariant, type MetricsLine } from "ooze/testing";
+import { runJobSchedule, type JobUnderTestOptions } from "ooze/testing/job";
 
 const { values } = parseArgs({
   options: { runs: { type: "string", default: "5" }, seed: { type: "string", default: "3" }, "shrink-runs": { type: "string", default: "4" }, out: { type: "string", default: "runs/fuzz-api" } },

@@ -5,7 +5,7 @@
 // one that does not (the agent dropped, summarised or compacted turns, or a sub-agent started)
 // opens a new segment of the same episode. Sampled ids are never re-encoded.
 import { SampleBuilder, type Sample, type SampleStatus } from "../sample.ts";
-import type { FleetGenerateRequest, FleetGenerateResult } from "../engine/fleet-types.ts";
+import type { FleetGenerateRequest, FleetGenerateResult } from "../engine/fleet/types.ts";
 import type { WireSamplingParams } from "../engine/protocol.ts";
 import { GatewayError } from "./errors.ts";
 import { assistantKey, type ChatMessage, type ChatRequest } from "./messages.ts";

@@ -2,7 +2,8 @@
 // proxy, a fault-injecting HTTP proxy in front of engines, commands that crash or hang on demand, a
 // disk that fills up, faults as validated data played against real processes, fast-check arbitraries
 // for fault schedules, ready invariants over a job's recorded output (token-exactness included), a
-// topology's training job started under test, a report, and waits with deadlines. See
+// report, and waits with deadlines. A topology's training job under test is ooze/testing/job
+// (app/job/testing.ts), which composes the actors. See
 // src/testing/README.md.
 export { startTestNats, type NatsServerHandle, type NatsServerOptions } from "./nats.ts";
 export { freePort, startTestNatsCluster, type TestNatsCluster, type TestNatsClusterOptions } from "./nats-cluster.ts";
@@ -62,4 +63,3 @@ export {
   type SampleTokensLine,
   type TokensAsSampledOptions,
 } from "./sampled-tokens.ts";
-export { runJobSchedule, startJobUnderTest, type JobInvariants, type JobUnderTest, type JobUnderTestOptions } from "./job.ts";

@@ -59,7 +59,7 @@ export const natsSchema = z
   })
   .strict();
 
-/** `dash:` — start the dashboard (src/dash) with `ooze up` / `ooze train`: true, or where to listen. */
+/** `dash:` — start the dashboard (app/dash) with `ooze up` / `ooze train`: true, or where to listen. */
 const dashSchema = z.union([
   z.boolean(),
   z.object({ port: z.number().int().min(0).max(65535).optional(), host: z.string().min(1).optional() }).strict(),

@@ -27,7 +27,7 @@ export function jobNames(job: string) {
     controlAll: `${p}.control.*`,
     /** Chunked payload parts of a large message. */
     chunk: (id: string) => `${p}.chunk.${id}`,
-    /** Data subjects of the training loop's actors (actors/loop-actors): prompt groups to generate,
+    /** Data subjects of the training loop's actors (actors/protocol): prompt groups to generate,
      *  samples and group closes, training batches, new weight versions. */
     trainPrompts: `${p}.train.prompts`,
     trainSamples: `${p}.train.samples`,

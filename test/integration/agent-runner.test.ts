@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { agentSchema } from "../../actors/environment/agent/config.ts";
+import { agentSchema } from "../../actors/protocol/agent-config.ts";
 import { runAgentEpisode, type SessionHost } from "../../actors/environment/agent/episode.ts";
 import { runAgentGroup } from "../../actors/environment/agent/group.ts";
 import { loadAgentTask } from "../../actors/environment/agent/task.ts";

@@ -10,13 +10,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { attachBus, createSystem, defineActor, serveControl, startActors, type ActorSystem } from "../../src/actor/index.ts";
-import { startDash, type Dash } from "../../src/dash/index.ts";
-import type { DashSnapshot } from "../../src/dash/hub.ts";
-import { FleetRegistry } from "../../src/engine/fleet-registry.ts";
+import { startDash, type Dash } from "../../app/dash/index.ts";
+import type { DashSnapshot } from "../../app/dash/hub.ts";
+import { FleetRegistry } from "../../src/engine/fleet/registry.ts";
 import type { Bus } from "../../src/transport/bus.ts";
 import { jobNames } from "../../src/transport/names.ts";
-import { stepMetricsMsg } from "../../actors/loop-actors/messages.ts";
-import { ensureTrainStreams, publish, VersionsKv } from "../../actors/loop-actors/streams.ts";
+import { stepMetricsMsg } from "../../actors/protocol/messages.ts";
+import { ensureTrainStreams, publish, VersionsKv } from "../../actors/protocol/streams.ts";
 import { useNats, waitUntil } from "../harness/index.ts";
 
 const nats = useNats();

@@ -8,9 +8,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { enginesSchema, trainSchema } from "../../actors/loop/config.ts";
-import { readJsonl, type BatchRecord, type StepMetrics } from "../../actors/loop/metrics.ts";
-import { runTrainJob } from "../../src/cli/train-job.ts";
+import { enginesSchema, trainSchema } from "../../actors/protocol/config.ts";
+import { readJsonl, type BatchRecord, type StepMetrics } from "../../actors/protocol/metrics.ts";
+import { runTrainJob } from "../../app/job/train-job.ts";
 import { parseTopology } from "../../src/topology/load.ts";
 import { assertInvariants, everySampleOnce, noFailedSamples, startEngineFaultProxy, useNats, versionsIncrease, waitUntil } from "../harness/index.ts";
 

@@ -9,7 +9,7 @@ import { createNativeBackend } from "../../native/engine.ts";
 import { initModelDir } from "../../native/model-dir.ts";
 import type { InferenceBackend } from "../../src/engine/backend.ts";
 import { EngineClient } from "../../src/engine/client.ts";
-import { Router } from "../../src/engine/router.ts";
+import { Router } from "../../src/engine/fleet/router.ts";
 import { startEngineServer, type EngineServer } from "../../src/engine/server.ts";
 
 let dir: string;

@@ -13,7 +13,7 @@ import { createNativeBackend } from "../../native/engine.ts";
 import { initModelDir } from "../../native/model-dir.ts";
 import type { InferenceBackend } from "../../src/engine/backend.ts";
 import { EngineClient } from "../../src/engine/client.ts";
-import type { EngineEntry } from "../../src/engine/fleet.ts";
+import type { EngineEntry } from "../../src/engine/fleet/fleet.ts";
 import { startEngineServer, type EngineServer } from "../../src/engine/server.ts";
 import { waitUntil } from "../harness/index.ts";
 

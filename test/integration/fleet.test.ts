@@ -16,7 +16,7 @@ import type { LlamaHfConfig } from "../../native/index.d.ts";
 import { initModelDir } from "../../native/model-dir.ts";
 import type { InferenceBackend } from "../../src/engine/backend.ts";
 import { EngineClient } from "../../src/engine/client.ts";
-import { Fleet, type FleetGenerateResult } from "../../src/engine/fleet.ts";
+import { Fleet, type FleetGenerateResult } from "../../src/engine/fleet/fleet.ts";
 import { startEngineServer, type EngineServer } from "../../src/engine/server.ts";
 import { OozeError } from "../../src/errors.ts";
 import { jobNames } from "../../src/transport/names.ts";

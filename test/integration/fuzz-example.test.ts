@@ -64,7 +64,7 @@ describe("ooze fuzz on examples/fuzz-buggy-env", () => {
 
   it("the same check written with ooze/testing's API (fuzz.ts: runJobSchedule + checkSchedules, an invariant of the user's own) finds the bug", async () => {
     const env = { ...process.env, OOZE_EXAMPLE_BUG: "1" };
-    const args = ["--import", "tsx", "examples/fuzz-buggy-env/fuzz.ts", "--runs", "1", "--seed", "3", "--shrink-runs", "0", "--out", join(dir, "api")];
+    const args = ["--conditions=ooze-source", "--import", "tsx", "examples/fuzz-buggy-env/fuzz.ts", "--runs", "1", "--seed", "3", "--shrink-runs", "0", "--out", join(dir, "api")];
     const r = await run(process.execPath, args, { env, timeout: 240_000 }).then(
       (x) => ({ code: 0, out: x.stdout + x.stderr }),
       (e: { code?: number; stdout?: string; stderr?: string }) => ({ code: e.code ?? -1, out: `${e.stdout ?? ""}${e.stderr ?? ""}` }),

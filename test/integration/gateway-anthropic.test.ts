@@ -6,7 +6,7 @@
 // the engine is held mid-answer, then the tool_use block), recorded as a non-streamed request.
 import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { EOS_ID, encodeBytes } from "../../src/engine/tokenizer.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { sampleProblem } from "../../src/sample.ts";

@@ -13,7 +13,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { initModelDir } from "../../native/model-dir.ts";
 import { EngineClient } from "../../src/engine/client.ts";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { sampleProblem, type Sample } from "../../src/sample.ts";
 import { spawnEngine, type EngineProcess } from "../fixtures/engine-process.ts";

@@ -7,7 +7,7 @@
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { EOS_ID, encodeBytes } from "../../src/engine/tokenizer.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { startHostileSglang, type HostileSglang } from "../fixtures/hostile-sglang.ts";

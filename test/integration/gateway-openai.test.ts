@@ -7,7 +7,7 @@
 // inside a UTF-8 character, concatenating to the non-streamed text, with the same recorded sample.
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { EOS_ID, encodeBytes } from "../../src/engine/tokenizer.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { sampleProblem } from "../../src/sample.ts";

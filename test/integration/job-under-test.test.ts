@@ -9,7 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { parseTopology } from "../../src/topology/load.ts";
-import { checkInvariants, readJsonLines, waitUntil, runJobSchedule, startJobUnderTest, tokensAsSampled, type MetricsLine, type SampleTokensLine } from "../../src/testing/index.ts";
+import { checkInvariants, readJsonLines, waitUntil, tokensAsSampled, type MetricsLine, type SampleTokensLine } from "../../src/testing/index.ts";
+import { runJobSchedule, startJobUnderTest } from "../../app/job/testing.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "ooze-job-under-test-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

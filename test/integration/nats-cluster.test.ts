@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readJsonl, type StepMetrics } from "../../actors/loop/metrics.ts";
+import { readJsonl, type StepMetrics } from "../../actors/protocol/metrics.ts";
 import { connectBus, resolveReplicas, type Bus } from "../../src/transport/bus.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { assertInvariants, everySampleOnce, stalenessWithin, startTestNatsCluster, type TestNatsCluster, versionsIncrease, waitUntil } from "../harness/index.ts";

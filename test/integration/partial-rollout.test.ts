@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Task } from "../../actors/environment/task.ts";
-import { FleetGenerator, startEngineProcess, type EngineProcess } from "../../actors/loop/engines.ts";
+import { FleetGenerator, startEngineProcess, type EngineProcess } from "../../actors/rollout/generator.ts";
 import { runEpisode, type EpisodeSpec } from "../../actors/rollout/episode.ts";
 import { initModelDir } from "../../native/model-dir.ts";
 import { encodeBytes } from "../../src/engine/tokenizer.ts";

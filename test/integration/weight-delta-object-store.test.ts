@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { crc32 } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fleetActor } from "../../actors/fleet/fleet-actor.ts";
-import { askFleet, type FleetMsg } from "../../actors/fleet/messages.ts";
+import { askFleet, type FleetMsg } from "../../actors/protocol/fleet-messages.ts";
 import { DeltaWeightSync } from "../../actors/weight-sync/delta-sync.ts";
 import { ObjectDeltaStore, parseObjectLocation, withDeltaObject, type DeltaStore } from "../../actors/weight-sync/delta-store.ts";
 import { DELTA_LOAD_FORMAT, engineWeightLoader } from "../../actors/weight-sync/engine-loader.ts";

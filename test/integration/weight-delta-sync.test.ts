@@ -7,14 +7,14 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startEngineProcess, type EngineProcess } from "../../actors/loop/engines.ts";
+import { startEngineProcess, type EngineProcess } from "../../actors/rollout/generator.ts";
 import { decodeDelta, encodeDelta, roundToBf16 } from "../../actors/weight-sync/delta.ts";
 import { DeltaWeightSync } from "../../actors/weight-sync/delta-sync.ts";
 import { DELTA_LOAD_FORMAT } from "../../actors/weight-sync/engine-loader.ts";
 import { createNativeBackend } from "../../native/engine.ts";
 import { loadNative } from "../../native/load.ts";
 import { EngineClient } from "../../src/engine/client.ts";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { startEngineServer } from "../../src/engine/server.ts";
 import { Packr } from "msgpackr";
 import { writeWeightVersions } from "../fixtures/weight-versions.ts";

@@ -5,8 +5,8 @@
 // Cases: OOZE_PROPERTY_RUNS (default 100; these are pure and fast).
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { compareVersions, modelSignature, signatureDiff } from "../../src/engine/fleet-model.ts";
-import { PartialRollout } from "../../src/engine/partial.ts";
+import { compareVersions, modelSignature, signatureDiff } from "../../src/engine/fleet/model.ts";
+import { PartialRollout } from "../../src/engine/fleet/partial.ts";
 
 const RUNS = Number(process.env.OOZE_PROPERTY_RUNS ?? 100);
 

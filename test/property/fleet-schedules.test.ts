@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createNativeBackend } from "../../native/engine.ts";
 import { initModelDir } from "../../native/model-dir.ts";
 import { EngineClient } from "../../src/engine/client.ts";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { startEngineServer, type EngineServer } from "../../src/engine/server.ts";
 import {
   checkSchedules,

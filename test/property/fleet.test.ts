@@ -13,7 +13,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { initModelDir } from "../../native/model-dir.ts";
 import { EngineClient } from "../../src/engine/client.ts";
-import { Fleet, type FleetGenerateResult } from "../../src/engine/fleet.ts";
+import { Fleet, type FleetGenerateResult } from "../../src/engine/fleet/fleet.ts";
 import { spawnEngine, type EngineProcess } from "../fixtures/engine-process.ts";
 import { propertyRuns, recordSchedules, waitUntil } from "../harness/index.ts";
 

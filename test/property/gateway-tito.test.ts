@@ -11,7 +11,7 @@
 import fc from "fast-check";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Fleet } from "../../src/engine/fleet.ts";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { Gateway, hfChatTokenizer } from "../../src/gateway/index.ts";
 import { BPE_EOS as EOS, bpeTokenizerJson, CHATML } from "../fixtures/bpe-tokenizer.ts";
 import { sampleProblem } from "../../src/sample.ts";

@@ -1,4 +1,4 @@
-// Property (ooze/testing on whole training jobs): `ooze fuzz`'s runner (src/cli/fuzz-job.ts) runs a
+// Property (ooze/testing on whole training jobs): `ooze fuzz`'s runner (app/job/fuzz-job.ts) runs a
 // quickstart-actors-sized job — the loop's actors on a fresh nats-server behind a cut proxy, a real
 // `ooze serve` engine behind a fault proxy, the trainer's worker process — under schedules of
 // SIGKILL / SIGSTOP of the trainer worker, nats-server restarts, cuts of the job's NATS link,
@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { fuzzSummary, runFuzz } from "../../src/cli/fuzz-job.ts";
+import { fuzzSummary, runFuzz } from "../../app/job/fuzz-job.ts";
 import { propertyRuns } from "../harness/index.ts";
 
 const RUNS = propertyRuns(2);

@@ -7,8 +7,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ContinuousFeeder } from "../../actors/buffer/continuous.ts";
-import { trainSchema } from "../../actors/loop/config.ts";
-import type { BatchBody, GroupBody, PendingGroup, VersionRecord } from "../../actors/loop-actors/messages.ts";
+import { trainSchema } from "../../actors/protocol/config.ts";
+import type { BatchBody, GroupBody, PendingGroup, VersionRecord } from "../../actors/protocol/messages.ts";
 import { SampleBuilder } from "../../src/sample.ts";
 
 interface Script {

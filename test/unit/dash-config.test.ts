@@ -1,7 +1,7 @@
 // The dashboard's inputs checked without a server: a topology's `dash:` section (true, or where to
 // listen; a bad value names file, line and field) and metrics.jsonl lines (a record, or why not).
 import { describe, expect, it } from "vitest";
-import { parseMetricsLine } from "../../src/dash/run-feed.ts";
+import { parseMetricsLine } from "../../app/dash/run-feed.ts";
 import { TopologyError } from "../../src/errors.ts";
 import { parseTopology } from "../../src/topology/load.ts";
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { entropyTargetAt, nextEntropyCoef } from "../../actors/trainer/policy-trainer.ts";
-import { trainConfigOf } from "../../actors/loop/config.ts";
+import { trainConfigOf } from "../../actors/protocol/config.ts";
 
 describe("adaptive entropy control", () => {
   it("has no target without entropyTarget, a constant one without entropyTargetFinal", () => {

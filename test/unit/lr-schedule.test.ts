@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { trainConfigOf } from "../../actors/loop/config.ts";
+import { trainConfigOf } from "../../actors/protocol/config.ts";
 import { learningRate, policyTrainerConfig } from "../../actors/trainer/policy-trainer.ts";
 
 describe("learning-rate schedule", () => {

@@ -4,8 +4,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { trainConfigOf } from "../../actors/loop/config.ts";
-import { appendJsonl, firstReaching, readJsonl, rewardStats, rewardSvg, type StepMetrics } from "../../actors/loop/metrics.ts";
+import { trainConfigOf } from "../../actors/protocol/config.ts";
+import { appendJsonl, firstReaching, readJsonl, rewardStats, rewardSvg, type StepMetrics } from "../../actors/protocol/metrics.ts";
 
 const m = (step: number, reward: number): StepMetrics =>
   ({ step, reward_mean: reward, reward_max_frac: reward / 2, success_rate: reward / 2, seconds: step * 2 }) as StepMetrics;

@@ -3,7 +3,7 @@
 // FAST_CHECK_RUNS raises the number of cases; a failure prints fast-check's seed and shrunk sequence.
 import fc from "fast-check";
 import { describe, it } from "vitest";
-import { Router, type RoutingPolicy } from "../../src/engine/router.ts";
+import { Router, type RoutingPolicy } from "../../src/engine/fleet/router.ts";
 
 type Op =
   | { op: "add"; id: number }

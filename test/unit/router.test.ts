@@ -2,7 +2,7 @@
 // approximate token-id radix tree), session affinity, add/remove at any time, and tree eviction.
 import { describe, expect, it } from "vitest";
 import { OozeError } from "../../src/errors.ts";
-import { ApproxPrefixTree, Router } from "../../src/engine/router.ts";
+import { ApproxPrefixTree, Router } from "../../src/engine/fleet/router.ts";
 
 const seq = (start: number, n: number) => Array.from({ length: n }, (_, i) => start + i);
 

@@ -8,7 +8,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import type { Sample } from "../../../src/sample.ts";
-import type { AgentConfig, RewardCommandConfig } from "./config.ts";
+import type { AgentConfig, RewardCommandConfig } from "../../protocol/agent-config.ts";
 import { runProcess, type ProcessResult } from "./process.ts";
 import type { AgentPrompt, AgentTask, RewardResult, Transcript } from "./task.ts";
 

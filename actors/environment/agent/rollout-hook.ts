@@ -9,9 +9,9 @@ import { decodeBytes } from "../../../src/engine/tokenizer.ts";
 import type { Sample } from "../../../src/sample.ts";
 import { readModelConfig } from "../../../native/model-dir.ts";
 import { PRESETS, isPresetName } from "../../../native/presets.ts";
-import type { TrainConfig } from "../../loop/config.ts";
+import type { TrainConfig } from "../../protocol/config.ts";
 import { OozeError } from "../../../src/errors.ts";
-import type { AgentConfig } from "./config.ts";
+import type { AgentConfig } from "../../protocol/agent-config.ts";
 import { runAgentGroup } from "./group.ts";
 import { loadAgentTask } from "./task.ts";
 

@@ -3,7 +3,7 @@
 // episode's working directory) and, unless the topology names a reward command, the reward, seeing
 // the workdir the agent left and the episode's transcript.
 import { OozeError } from "../../../src/errors.ts";
-import { importTaskFactory } from "../../loop/task-loader.ts";
+import { importTaskFactory } from "../task-loader.ts";
 import type { Sample } from "../../../src/sample.ts";
 
 /** One prompt of an agent task. */

@@ -1,0 +1,59 @@
+// The `train.agent` section of a topology: a black-box agent run as a command once per episode
+// (zod-validated; actors/protocol/config.ts embeds it in the train schema so errors name the field).
+import { z } from "zod";
+
+/** A command with arguments and extra environment (the reward command shares the shape). */
+const command = {
+  /** Program to run (PATH lookup as in a shell; relative paths resolve against the topology's directory). */
+  command: z.string().min(1),
+  /** Arguments; `{task}`, `{workdir}` and `{episode}` are replaced per episode. */
+  args: z.array(z.string()).default([]),
+  /** Extra environment variables (the endpoint variables ooze sets win over these). */
+  env: z.record(z.string(), z.string()).default({}),
+};
+
+/** Schema of `train.agent.reward`: a command run in the episode's workdir after the agent exits. */
+export const rewardCommandSchema = z
+  .object({
+    ...command,
+    /** The reward command is killed (reward 0, recorded) after this many seconds. */
+    timeoutS: z.number().positive().default(60),
+  })
+  .strict();
+
+/** Schema of `train.agent`. */
+export const agentSchema = z
+  .object({
+    ...command,
+    /** Wall-clock limit of one episode; the agent's whole process group is killed after it (failed episode). */
+    timeoutS: z.number().positive().default(120),
+    /** Seconds between SIGTERM and SIGKILL of the process group on timeout. */
+    killGraceS: z.number().min(0).default(2),
+    /** Most chat requests one episode may make (the gateway refuses more). */
+    maxTurns: z.number().int().min(1).default(8),
+    /** Most tokens the model may sample over the episode (the gateway refuses requests after). */
+    maxTokens: z.number().int().min(1).default(512),
+    /**
+     * Most samples (trajectory segments) one episode may yield: each episode owns this many sample
+     * indices, so indices stay deterministic on redelivery. Segments past it are dropped, recorded.
+     */
+    maxSegments: z.number().int().min(1).max(64).default(4),
+    /** Reward from a command run in the workdir (exit 0 = 1, else 0; or the number on its last stdout line); else the task module's reward(). */
+    reward: rewardCommandSchema.optional(),
+    /** Keep each episode's temporary directory (workdir, transcript, agent output) for debugging; its path goes in the sample's metadata. */
+    keepWorkdirs: z.boolean().default(false),
+  })
+  .strict();
+
+/** The `train.agent` section, defaults filled in. */
+export type AgentConfig = z.infer<typeof agentSchema>;
+/** The `train.agent.reward` section. */
+export type RewardCommandConfig = z.infer<typeof rewardCommandSchema>;
+
+/**
+ * Sample indices a prompt owns: samplesPerPrompt episodes × maxSegments each with an agent, else
+ * samplesPerPrompt. The buffer hands out index ranges of this size per prompt group.
+ */
+export function slotsPerPrompt(train: { samplesPerPrompt: number; agent?: AgentConfig | undefined }): number {
+  return train.samplesPerPrompt * (train.agent?.maxSegments ?? 1);
+}

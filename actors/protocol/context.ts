@@ -1,0 +1,83 @@
+// What every training-loop actor needs at init: the job's bus and names, the topology's `train:`
+// section (actors/protocol/config.ts trainSchema, so `ooze train` and `ooze up` read the same file), the
+// directory relative paths resolve against, its own validated config, and the control message that
+// turns a background failure into a crash its supervisor handles.
+import { dirname } from "node:path";
+import { z } from "zod";
+import { remoteLayer, type ActorContext, type ActorSystem } from "../../src/actor/index.ts";
+import { newMessageId } from "../../src/codec/index.ts";
+import { OozeError, toOozeError } from "../../src/errors.ts";
+import type { Topology } from "../../src/topology/schema.ts";
+import type { Bus } from "../../src/transport/bus.ts";
+import type { JobNames } from "../../src/transport/names.ts";
+import { trainSchema, type TrainConfig } from "./config.ts";
+
+/** The job-level context of a loop actor. */
+export interface LoopEnv {
+  bus: Bus;
+  names: JobNames;
+  job: string;
+  train: TrainConfig;
+  /** Directory of the topology file (relative paths in it resolve here). */
+  baseDir: string;
+  /** Hosts of the topology (the trainer stops them all when the run is done). */
+  hosts: string[];
+  host: string;
+}
+
+/** Messages every loop actor accepts: a background task of `incarnation` failed (→ crash, restart by its supervisor). */
+export const loopControl = z.object({ op: z.literal("failed"), error: z.string(), incarnation: z.string() });
+/** A loop actor's control message. */
+export type LoopControl = z.infer<typeof loopControl>;
+
+/** Builds the LoopEnv of an actor from its system, the topology and ctx.config (host, job). */
+export function loopEnv(system: ActorSystem, topology: Topology, ctx: ActorContext<unknown>): LoopEnv {
+  const { bus, names } = remoteLayer(system);
+  return {
+    bus,
+    names,
+    job: typeof ctx.config.job === "string" ? ctx.config.job : system.name,
+    train: trainOf(topology),
+    baseDir: topology.file ? dirname(topology.file) : process.cwd(),
+    hosts: topology.hosts.map((h) => h.name),
+    host: typeof ctx.config.host === "string" ? ctx.config.host : topology.hosts[0]!.name,
+  };
+}
+
+/** The topology's `train:` section, validated (TOPOLOGY_INVALID naming the field). */
+export function trainOf(topology: Topology): TrainConfig {
+  const t = trainSchema.safeParse(topology.train ?? {});
+  if (!t.success)
+    throw new OozeError("TOPOLOGY_INVALID", `${topology.file ?? "topology"}: train: ${t.error.issues.map((i) => `${i.path.join(".") || "(section)"}: ${i.message}`).join("; ")}`);
+  return t.data;
+}
+
+/** Validates an actor's own `config` (host and job, added by the node, are allowed). */
+export function actorConfig<S extends z.ZodObject>(schema: S, ctx: ActorContext<unknown>): z.output<S> {
+  const { host: _h, job: _j, ...own } = ctx.config;
+  const r = schema.strict().safeParse(own);
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new OozeError("TOPOLOGY_INVALID", `actor '${ctx.path}': config field '${i?.path.join(".") || "(root)"}': ${i?.message ?? "invalid"}`);
+  }
+  return r.data as z.output<S>;
+}
+
+/**
+ * A reporter for background failures of one incarnation of an actor: logs and sends the actor one
+ * `failed` message (a crash). The handler ignores a message of an earlier incarnation.
+ */
+export function failer(ctx: ActorContext<LoopControl>): { incarnation: string; fail(e: unknown): void } {
+  const incarnation = newMessageId();
+  let sent = false;
+  return {
+    incarnation,
+    fail(e) {
+      if (sent) return;
+      sent = true;
+      const msg = toOozeError(e).message;
+      ctx.log.error(msg);
+      ctx.self.tell({ op: "failed", error: msg, incarnation });
+    },
+  };
+}

@@ -1,0 +1,751 @@
+// The fleet: an elastic set of SGLang-compatible engines (embedded or external) behind one router.
+// Engines are attached and detached at any time, health-checked, dropped from routing when they fail
+// and taken back when they recover. generate() is token-in/token-out with partial rollout: when an
+// engine aborts a request (weight update, /abort_request), dies, or leaves the fleet mid-request, the
+// tokens and logprobs sampled so far are kept and the rest is generated elsewhere with the remaining
+// budget, one weight-version span per run of tokens. A dispatch that fails (error status, lost or
+// malformed reply) or misses its progress deadline is retried, elsewhere where there is another
+// engine (dispatch.ts, retry.ts). updateWeights() walks every engine through
+// pause → update_weights_from_disk → continue; versions only increase. With a bus, the set of engines
+// lives in the job's KV bucket so a new fleet recovers it.
+import { randomUUID } from "node:crypto";
+import { OozeError, TimeoutError } from "../../errors.ts";
+import type { FinishReason } from "../backend.ts";
+import { EngineClient } from "../client.ts";
+import { updateEngine, type WeightUpdateOptions, type WeightUpdateReport } from "./weights.ts";
+import { dispatch, GRACEFUL_ABORT_MS, sweepDeadlines, type DispatchContext, type DispatchOutcome } from "./dispatch.ts";
+import { ExternalRouter } from "./external.ts";
+import { compareVersions, expectedSignature, modelSignature, signatureDiff, versionAtLeast, type ModelSignature } from "./model.ts";
+import { FleetRegistry, type EngineSource } from "./registry.ts";
+import { backoffMs, FaultCounter, faultSummary, ProgressDeadlines, type FaultStats, type RetrySettings } from "./retry.ts";
+import { PartialRollout } from "./partial.ts";
+import type { WireSamplingParams } from "../protocol.ts";
+import { Router } from "./router.ts";
+
+export type { EngineSource } from "./registry.ts";
+export type { FaultStats } from "./retry.ts";
+export type { WeightUpdateOptions, WeightUpdateReport } from "./weights.ts";
+export { faultSummary } from "./retry.ts";
+export type { WeightVersionSpan } from "./partial.ts";
+export type { EngineEntry, FleetGenerateRequest, FleetGenerateResult, FleetOptions } from "./types.ts";
+export { normalizeEngineUrl } from "./types.ts";
+import {
+  normalizeEngineUrl,
+  type Attempt,
+  type Engine,
+  type EngineEntry,
+  type FleetGenerateRequest,
+  type FleetGenerateResult,
+  type FleetOptions,
+  type ReqState,
+} from "./types.ts";
+
+const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
+/** Interval of the progress-deadline sweep over in-flight non-streamed dispatches, ms. */
+const SWEEP_MS = 200;
+
+/** Occurrences of each string. */
+const countOf = (xs: readonly string[]): Record<string, number> => {
+  const out: Record<string, number> = {};
+  for (const x of xs) out[x] = (out[x] ?? 0) + 1;
+  return out;
+};
+
+/** An elastic set of engines with health checks, partial-rollout re-dispatch and weight updates. */
+export class Fleet {
+  private readonly router: Router;
+  private readonly engines = new Map<string, Engine>();
+  private readonly requests = new Map<string, ReqState>();
+  private readonly waiters = new Set<() => void>();
+  private readonly healthIntervalMs: number;
+  private readonly healthTimeoutMs: number;
+  private readonly unhealthyAfter: number;
+  private readonly requestTimeoutMs: number;
+  private readonly streamIdleTimeoutMs: number;
+  private readonly generateTimeoutMs: number;
+  private readonly stream: boolean;
+  private readonly maxRedispatches: number;
+  private readonly maxRetries: number;
+  private readonly leaveAfterFailures: number;
+  private readonly settings: RetrySettings;
+  private readonly deadlines: ProgressDeadlines;
+  private readonly faultCounter = new FaultCounter();
+  private readonly log: (line: string) => void;
+  private readonly registry: Promise<FleetRegistry> | null;
+  private readonly external: ExternalRouter | null;
+  private reference: ModelSignature | null;
+  private current: { version: string; modelDir: string } | null = null;
+  /** The version another fleet brings the engines to (followVersion): engines join routing only at it or later. */
+  private followed: string | null = null;
+  private updating: Promise<void> | null = null;
+  private lockChain: Promise<unknown> = Promise.resolve();
+  private timer: NodeJS.Timeout | null = null;
+  private readonly sweepTimer: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(opts: FleetOptions = {}) {
+    this.router = new Router({ policy: opts.routing ?? "cache_aware" });
+    this.healthIntervalMs = opts.healthIntervalMs ?? 5000;
+    this.healthTimeoutMs = opts.healthTimeoutMs ?? 30_000;
+    this.unhealthyAfter = Math.max(1, opts.unhealthyAfter ?? 3);
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? 300_000;
+    this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs ?? 120_000;
+    this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000;
+    this.stream = opts.stream ?? false;
+    this.maxRedispatches = opts.maxRedispatches ?? 32;
+    this.maxRetries = opts.maxRetries ?? 10;
+    this.leaveAfterFailures = Math.max(1, opts.leaveAfterFailures ?? 5);
+    const progressTimeoutMs = opts.progressTimeoutMs ?? 10_000;
+    this.settings = {
+      progressTimeoutMs,
+      progressTimeoutPerTokenMs: opts.progressTimeoutPerTokenMs ?? 50,
+      minProgressTimeoutMs: Math.min(progressTimeoutMs, opts.minProgressTimeoutMs ?? 1_000),
+      maxDispatchMs: this.generateTimeoutMs,
+      maxStreamIdleMs: this.streamIdleTimeoutMs,
+      retryBaseMs: opts.retryBaseMs ?? 200,
+      retryMaxMs: opts.retryMaxMs ?? 5_000,
+      random: opts.random ?? Math.random,
+    };
+    this.deadlines = new ProgressDeadlines(this.settings);
+    this.log = opts.log ?? (() => {});
+    this.reference = opts.expectModel ? expectedSignature(opts.expectModel) : null;
+    this.external = opts.externalRouter ? new ExternalRouter(opts.externalRouter) : null;
+    if (opts.bus && opts.job === undefined) throw new OozeError("CONFIG_INVALID", "Fleet: a bus needs a job id (opts.job) to name its KV bucket");
+    this.registry = opts.bus && opts.job !== undefined ? FleetRegistry.open(opts.bus, opts.job) : null;
+    this.registry?.catch(() => {}); // reported where it is awaited
+    this.sweepTimer = setInterval(() => sweepDeadlines(this.engines.values(), this.deadlines, this.log), SWEEP_MS);
+    this.sweepTimer.unref();
+    if (this.healthIntervalMs > 0) {
+      this.timer = setInterval(() => this.healthTick(), this.healthIntervalMs);
+      this.timer.unref();
+    }
+  }
+
+  /** Creates a fleet and, with a bus, recovers its engines and weight version from the job's KV bucket. */
+  static async open(opts: FleetOptions = {}): Promise<Fleet> {
+    const f = new Fleet(opts);
+    try {
+      await f.recover();
+    } catch (e) {
+      await f.close();
+      throw e;
+    }
+    return f;
+  }
+
+  /**
+   * Re-attaches every engine in the KV registry (no-op without a bus). Engines that cannot be
+   * reached now stay registered, out of routing, and join when a health check passes.
+   */
+  async recover(): Promise<EngineEntry[]> {
+    if (!this.registry) return this.list();
+    const reg = await this.registry;
+    const v = await reg.version();
+    if (v && (!this.current || compareVersions(v.version, this.current.version) > 0)) this.current = v;
+    for (const r of await reg.entries()) {
+      const url = normalizeEngineUrl(r.url);
+      if (this.engines.has(url)) continue;
+      const e = this.newEngine(url, r.source, r.attachedAt);
+      this.engines.set(url, e);
+      try {
+        await this.join(e, true);
+      } catch (err) {
+        e.lastError = errText(err);
+        this.log(`fleet: recovered ${url} but it is not in routing yet: ${e.lastError}`);
+      }
+    }
+    return this.list();
+  }
+
+  /**
+   * For a fleet that only routes while another (the job's fleet actor) updates the engines: from now
+   * on an engine joins this fleet's routing only once it serves `version` or a later one. An engine
+   * that restarted on its initial weights is kept out until the updating fleet brought it up to date
+   * (health checks retry the join), so no token of weights older than the job's is sampled here.
+   * Engines already in routing are not affected (their updates pause and resume them).
+   */
+  followVersion(version: string): void {
+    if (this.followed === null || !versionAtLeast(this.followed, version)) this.followed = version;
+  }
+
+  /** The weight version last applied by updateWeights (or recovered), or null. */
+  get weightVersion(): string | null {
+    return this.current?.version ?? null;
+  }
+
+  /**
+   * Attaches an engine: discovers it via /model_info and /server_info, refuses one serving a
+   * different model (ENGINE_MISMATCH naming what differs; `expectModel: null` skips the check),
+   * brings it to the fleet's weight version, adds it to routing and the registry. Attaching an
+   * attached URL returns its entry. With `allowUnreachable`, an engine that cannot be reached yet is
+   * registered anyway (out of routing) and joins when a health check passes.
+   */
+  async attach(
+    url: string,
+    opts: { source?: EngineSource; expectModel?: Record<string, unknown> | null; allowUnreachable?: boolean } = {},
+  ): Promise<EngineEntry> {
+    this.assertOpen();
+    const id = normalizeEngineUrl(url);
+    const have = this.engines.get(id);
+    if (have) {
+      if (!have.healthy) await this.join(have, true).catch(() => {});
+      return this.entryOf(have);
+    }
+    const e = this.newEngine(id, opts.source ?? "runtime", Date.now());
+    e.expect = opts.expectModel;
+    this.engines.set(id, e);
+    try {
+      await this.join(e, true);
+    } catch (err) {
+      const unreachable = err instanceof OozeError && (err.code === "ENGINE_UNAVAILABLE" || err.code === "TIMEOUT");
+      if (!(opts.allowUnreachable && unreachable)) {
+        e.detached = true;
+        this.engines.delete(id);
+        throw err;
+      }
+    }
+    if (this.registry) await (await this.registry).put({ url: id, source: e.source, attachedAt: e.attachedAt });
+    this.log(`fleet: attached ${id} (${e.source}, weight version ${e.weightVersion ?? "unknown"})`);
+    return this.entryOf(e);
+  }
+
+  /** Detaches an engine: it leaves routing and the registry; its in-flight requests are re-dispatched. */
+  async detach(url: string): Promise<void> {
+    const id = normalizeEngineUrl(url);
+    const e = this.engines.get(id);
+    if (!e) {
+      throw new OozeError("ACTOR_NOT_FOUND", `fleet: engine ${id} is not attached (attached: ${[...this.engines.keys()].join(", ") || "none"})`);
+    }
+    e.detached = true;
+    this.engines.delete(id);
+    this.leave(e, "detached from the fleet", true);
+    if (this.registry) await (await this.registry).remove(id);
+    if (this.external) await this.external.remove(id).catch((err) => this.log(`fleet: ${errText(err)}`));
+    this.log(`fleet: detached ${id}`);
+  }
+
+  /** Every attached engine. */
+  list(): EngineEntry[] {
+    return [...this.engines.values()].map((e) => this.entryOf(e));
+  }
+
+  /** Aborts a request by rid: it ends as aborted with the tokens sampled so far, never re-dispatched. */
+  abort(rid: string): boolean {
+    const st = this.requests.get(rid);
+    if (!st) return false;
+    st.userAborted = true;
+    const a = st.attempt;
+    if (a) {
+      const e = this.engineOf(a);
+      // Asked to abort, the engine ends the request itself (a stream with its last chunk); the
+      // connection is cut only if it does not within GRACEFUL_ABORT_MS.
+      if (e) this.cutGracefully(e, a);
+      else a.ctl.abort();
+    }
+    this.notify();
+    return true;
+  }
+
+  /** Forgets a session's engine affinity (call when an episode ends). */
+  endSession(sessionId: string): void {
+    this.router.endSession(sessionId);
+  }
+
+  /** Tokens a running request has sampled so far (over all its dispatches), or null when it is not running. */
+  progress(rid: string): number | null {
+    return this.requests.get(rid)?.acc.length ?? null;
+  }
+
+  /**
+   * Generates with partial rollout: an engine that aborts the request (weight update, /abort_request),
+   * dies, or leaves the fleet keeps nothing from it — the fleet keeps the sampled ids and logprobs and
+   * sends prompt + sampled ids to a healthy engine with the remaining budget, waiting for one up to
+   * requestTimeoutMs. A dispatch that fails (an error status, a lost or malformed reply) or misses its
+   * progress deadline is retried with the same sampling params (seed included) from the tokens
+   * already held, on another engine where there is one and after a jittered backoff otherwise; a
+   * lost non-streamed reply held no tokens the fleet knows of, so none is recorded twice. Fails with
+   * ENGINE_UNAVAILABLE naming the faults when retries or re-dispatches run out or no engine comes,
+   * and with ENGINE_REJECTED when an engine refuses the request itself.
+   */
+  async generate(req: FleetGenerateRequest): Promise<FleetGenerateResult> {
+    this.assertOpen();
+    const maxNew = req.sampling.max_new_tokens;
+    if (typeof maxNew !== "number" || !Number.isInteger(maxNew) || maxNew < 0) {
+      throw new OozeError("CONFIG_INVALID", `fleet.generate: sampling.max_new_tokens must be a non-negative integer (got ${String(maxNew)}); the fleet needs a budget to share across re-dispatches`);
+    }
+    if (req.sampling.n !== undefined && req.sampling.n !== null && req.sampling.n !== 1) {
+      throw new OozeError("CONFIG_INVALID", `fleet.generate: sampling.n must be 1 (got ${String(req.sampling.n)}); send one request per sample`);
+    }
+    if (req.inputIds.length === 0) throw new OozeError("CONFIG_INVALID", "fleet.generate: inputIds is empty");
+    const rid = req.rid ?? randomUUID().replace(/-/g, "");
+    if (this.requests.has(rid)) throw new OozeError("CONFIG_INVALID", `fleet.generate: request id '${rid}' is already in flight`);
+    const acc = new PartialRollout();
+    const st: ReqState = { userAborted: false, attempt: null, acc };
+    this.requests.set(rid, st);
+    const onSignal = () => this.abort(rid);
+    if (req.signal?.aborted) st.userAborted = true;
+    req.signal?.addEventListener("abort", onSignal, { once: true });
+    const deadline = Date.now() + this.requestTimeoutMs;
+    const minNew = typeof req.sampling.min_new_tokens === "number" ? req.sampling.min_new_tokens : 0;
+    let redispatches = 0;
+    let cachedTokens = 0;
+    let engineId = "";
+    let dispatched = false;
+    /** Failed dispatches of this request (the retry budget), and deadlines a live engine missed. */
+    const faults: string[] = [];
+    let missed = 0;
+    let avoid: string | null = null;
+    const finish = (finishReason: FinishReason): FleetGenerateResult => ({
+      outputIds: acc.outputIds(),
+      logprobs: acc.logprobs(),
+      finishReason,
+      status: finishReason.type === "stop" ? "completed" : finishReason.type === "length" ? "truncated" : "aborted",
+      weightVersions: acc.weightVersions(),
+      engine: engineId,
+      cachedTokens,
+      redispatches,
+      faults,
+    });
+    try {
+      for (;;) {
+        if (st.userAborted) return finish({ type: "abort", message: "Aborted by the caller (fleet.abort)" });
+        if (dispatched && acc.length >= maxNew) return finish({ type: "length", length: acc.length });
+        const input = acc.continuation(req.inputIds);
+        const e = await this.acquire(input, req.sessionId, st, deadline, rid, avoid);
+        if (!e) continue;
+        const attempt: Attempt = {
+          rid: redispatches === 0 ? rid : `${rid}.${redispatches}`,
+          engine: e.id,
+          ctl: new AbortController(),
+          redispatch: null,
+          epoch: e.epoch,
+          version: e.weightVersion,
+          crossed: false,
+          cutTimer: null,
+          expired: null,
+          watch: null,
+          stream: req.stream ?? this.stream,
+        };
+        e.attempts.add(attempt);
+        st.attempt = attempt;
+        acc.beginAttempt();
+        dispatched = true;
+        engineId = e.id;
+        let outcome: DispatchOutcome;
+        try {
+          const budget = maxNew - acc.length;
+          const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: budget };
+          if (minNew > 0) sampling.min_new_tokens = Math.max(0, minNew - acc.length);
+          const call = {
+            inputIds: input,
+            sampling,
+            returnLogprob: true,
+            rid: attempt.rid,
+            ...(req.sessionId !== undefined ? { routingKey: req.sessionId } : {}),
+            signal: attempt.ctl.signal,
+          };
+          const ctx: DispatchContext = {
+            stream: attempt.stream,
+            onTokens: req.onTokens,
+            deadlines: this.deadlines,
+            callTimeoutMs: this.generateTimeoutMs + GRACEFUL_ABORT_MS,
+            missed,
+            closed: () => this.closed,
+            userAborted: () => st.userAborted,
+            stale: (why) => this.restartedStale(e, why),
+            wantedVersion: this.wantedVersion,
+          };
+          const d = await dispatch(e, attempt, call, budget, acc, ctx);
+          outcome = d.outcome;
+          cachedTokens += d.cachedTokens;
+        } finally {
+          if (attempt.cutTimer) clearTimeout(attempt.cutTimer);
+          e.attempts.delete(attempt);
+          st.attempt = null;
+          if (attempt.epoch === e.epoch && e.healthy) this.router.release(e.id);
+        }
+        if ("done" in outcome) {
+          const f = outcome.done;
+          if (f.type !== "abort" || st.userAborted || this.closed) {
+            e.dispatchFailures = 0;
+            if (f.type === "length") return finish({ type: "length", length: acc.length });
+            return finish(f);
+          }
+          if (attempt.expired !== null) {
+            // The engine answered the abort sent at the deadline: it is alive but slow (its tokens are
+            // kept), so this request's next deadline is doubled. A reply that never came doubles nothing.
+            missed++;
+            outcome = acc.attemptLength > 0 ? { retry: attempt.expired } : { fault: "timeout", error: new TimeoutError(attempt.expired) };
+          } else outcome = { retry: `${e.id} aborted the request: ${f.message}` };
+        }
+        if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was running`);
+        let why: string;
+        let wait = 0;
+        if ("fault" in outcome) {
+          faults.push(outcome.fault);
+          this.noteFailure(e, outcome.fault, outcome.error);
+          if (faults.length > this.maxRetries) {
+            this.faultCounter.record(outcome.fault, false);
+            throw new OozeError(
+              "ENGINE_UNAVAILABLE",
+              `fleet: request ${rid} failed ${faults.length} dispatches (${faultSummary(countOf(faults))}), retries exhausted (maxRetries ${this.maxRetries}); last: ${outcome.error.message}`,
+              { retryable: true, cause: outcome.error },
+            );
+          }
+          this.faultCounter.record(outcome.fault, true);
+          why = `${outcome.fault}: ${outcome.error.message}`;
+          avoid = e.id;
+          // The first failures move on to the other engines at once; once this request has failed
+          // as many times as there are other engines (every one tried: all faulty or unreachable,
+          // e.g. a partition), each retry waits a backoff — without it a brief outage of every
+          // engine spent the whole retry budget in milliseconds (found by test/property/fleet-schedules).
+          const others = this.router.engines().filter((id) => id !== e.id).length;
+          wait = faults.length > others ? backoffMs(this.settings, faults.length - others) : 0;
+        } else {
+          why = outcome.retry;
+          avoid = null;
+        }
+        redispatches++;
+        if (redispatches > this.maxRedispatches) {
+          throw new OozeError("ENGINE_UNAVAILABLE", `fleet: request ${rid} was re-dispatched ${this.maxRedispatches} times (${acc.length} tokens sampled); last reason: ${why}`, {
+            retryable: true,
+          });
+        }
+        this.log(`fleet: re-dispatching ${rid} after ${acc.length} tokens (${why})${wait > 0 ? ` after a backoff of ${Math.round(wait)} ms` : ""}`);
+        if (wait > 0) await this.backoff(wait, st);
+      }
+    } finally {
+      req.signal?.removeEventListener("abort", onSignal);
+      this.requests.delete(rid);
+    }
+  }
+
+  /** Engine faults met since the last call, by kind, with the count retried and exhausted. */
+  takeFaultStats(): FaultStats {
+    return this.faultCounter.take();
+  }
+
+  /**
+   * Loads new weights on every engine in routing: pause_generation(mode) → update_weights_from_disk
+   * (model_path, weight_version) → continue_generation, then checks /get_weight_version. New requests
+   * and re-dispatches wait until it is done. A version not above the current one is refused
+   * (CONFIG_INVALID). Engines that fail leave routing and are updated when they rejoin; when no
+   * engine took the update, it throws and the version is not recorded. With opts.loadFormat (e.g. a
+   * delta file), an engine that refuses it loads opts.fullModelDir instead (reported in fullFallbacks).
+   */
+  async updateWeights(modelDir: string, version: string, opts: WeightUpdateOptions = {}): Promise<WeightUpdateReport> {
+    this.assertOpen();
+    const mode = opts.mode ?? "abort";
+    const plain = opts.loadFormat === undefined || opts.loadFormat === "auto" || opts.loadFormat === "safetensors";
+    if (!plain && opts.fullModelDir === undefined)
+      throw new OozeError("CONFIG_INVALID", `fleet: a '${opts.loadFormat}' weight update needs fullModelDir (the same version as a model directory) for engines that refuse it or join later`);
+    const load = opts.loadFormat === undefined ? null : { format: opts.loadFormat, fullModelDir: opts.fullModelDir ?? modelDir };
+    const report: WeightUpdateReport = { version, fullFallbacks: [] };
+    await this.locked(async () => {
+      if (this.current && compareVersions(version, this.current.version) <= 0) {
+        throw new OozeError("CONFIG_INVALID", `fleet: weight version '${version}' is not above the current '${this.current.version}'; versions only increase`);
+      }
+      let open!: () => void;
+      this.updating = new Promise<void>((r) => (open = r));
+      try {
+        const targets = [...this.engines.values()].filter((e) => e.healthy);
+        const results = await Promise.allSettled(targets.map((e) => updateEngine(e, modelDir, version, mode, this.log, load, report.fullFallbacks)));
+        const failed = targets.map((e, i) => ({ e, r: results[i]! })).filter((x) => x.r.status === "rejected");
+        const why = failed.map((x) => `${x.e.id}: ${errText((x.r as PromiseRejectedResult).reason)}`);
+        if (targets.length > 0 && failed.length === targets.length) {
+          // An engine that refused the update keeps serving its old weights; one that failed otherwise leaves.
+          for (const x of failed) {
+            const reason = (x.r as PromiseRejectedResult).reason as unknown;
+            if (!(reason instanceof OozeError && reason.code === "ENGINE_REJECTED")) this.leave(x.e, "weight update failed", true);
+          }
+          throw new OozeError("ENGINE_REJECTED", `fleet: no engine took weight version '${version}' from ${modelDir}: ${why.join("; ")}`);
+        }
+        for (const x of failed) {
+          x.e.lastError = `weight update to '${version}' failed: ${errText((x.r as PromiseRejectedResult).reason)}`;
+          this.leave(x.e, "weight update failed; it rejoins with the new weights when healthy", true);
+        }
+        this.current = { version, modelDir: load ? load.fullModelDir : modelDir };
+        if (this.registry) await (await this.registry).putVersion(this.current);
+        this.log(`fleet: weight version ${version} on ${targets.length - failed.length}/${targets.length} engines${why.length ? ` (failed: ${why.join("; ")})` : ""}`);
+      } finally {
+        this.updating = null;
+        open();
+        this.notify();
+      }
+    });
+    return report;
+  }
+
+  /** Stops health checks; running requests fail with ACTOR_STOPPED. The registry is kept for recovery. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    clearInterval(this.sweepTimer);
+    for (const e of this.engines.values()) for (const a of e.attempts) a.ctl.abort();
+    this.notify();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  private assertOpen(): void {
+    if (this.closed) throw new OozeError("ACTOR_STOPPED", "fleet: closed");
+  }
+
+  private newEngine(id: string, source: EngineSource, attachedAt: number): Engine {
+    return {
+      id,
+      url: id,
+      source,
+      attachedAt,
+      gen: new EngineClient(id, { retries: 0, streamIdleTimeoutMs: this.streamIdleTimeoutMs }),
+      ctl: new EngineClient(id, { retries: 2, timeoutMs: 30_000 }),
+      probe: new EngineClient(id, { retries: 0, timeoutMs: this.healthTimeoutMs }),
+      healthy: false,
+      detached: false,
+      model: null,
+      weightVersion: null,
+      lastError: null,
+      failures: 0,
+      dispatchFailures: 0,
+      checking: false,
+      joining: null,
+      attempts: new Set(),
+      epoch: 0,
+      expect: undefined,
+    };
+  }
+
+  private entryOf(e: Engine): EngineEntry {
+    return {
+      id: e.id,
+      url: e.url,
+      healthy: e.healthy,
+      inFlight: e.attempts.size,
+      weightVersion: e.weightVersion,
+      source: e.source,
+      lastError: e.lastError,
+      attachedAt: e.attachedAt,
+      model: e.model,
+    };
+  }
+
+  private notify(): void {
+    for (const w of [...this.waiters]) w();
+  }
+
+  /** Waits for a change (a join, the end of an update, an abort, close) or `ms`. */
+  private changed(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const t = setTimeout(done, Math.max(1, ms));
+      this.waiters.add(done);
+    });
+  }
+
+  /** Routes a dispatch: waits out a weight update and for a healthy engine; null when aborted meanwhile. */
+  private async acquire(input: Int32Array, sessionId: string | undefined, st: ReqState, deadline: number, rid: string, avoid: string | null): Promise<Engine | null> {
+    for (;;) {
+      if (st.userAborted) return null;
+      if (this.closed) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${rid} was waiting for an engine`);
+      if (this.updating) {
+        await Promise.race([this.updating, this.changed(1000)]);
+        continue;
+      }
+      if (this.router.engines().length > 0) {
+        const id = this.router.route({ inputIds: input, ...(sessionId === undefined ? {} : { routingKey: sessionId }), ...(avoid === null ? {} : { avoid }) });
+        const e = this.engines.get(id);
+        if (e && e.healthy) return e;
+        this.router.removeEngine(id); // stale: cannot happen while the two maps agree
+        continue;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        const known = this.list().map((x) => `${x.id}${x.lastError ? ` (${x.lastError})` : ""}`);
+        throw new OozeError("ENGINE_UNAVAILABLE", `fleet: no healthy engine for request ${rid} within ${this.requestTimeoutMs} ms; engines: ${known.join(", ") || "none attached"}`, {
+          retryable: true,
+        });
+      }
+      await this.changed(Math.min(left, 1000));
+    }
+  }
+
+  /** Serialises joins and weight updates, so no engine joins with weights older than the fleet's. */
+  private locked<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.lockChain.then(fn, fn);
+    this.lockChain = p.catch(() => undefined);
+    return p;
+  }
+
+  /** Discovers an engine, checks its model, brings it to the fleet's version and adds it to routing. */
+  private join(e: Engine, rethrow: boolean): Promise<void> {
+    const expect = e.expect;
+    e.joining ??= (async () => {
+      try {
+        const [mi, si] = await Promise.all([e.ctl.modelInfo(), e.ctl.serverInfo()]);
+        const sig = modelSignature(mi, si);
+        const want = expect === null ? null : expect !== undefined ? expectedSignature(expect) : this.reference;
+        if (want) {
+          const diff = signatureDiff(sig, want);
+          if (diff.length > 0) {
+            throw new OozeError("ENGINE_MISMATCH", `fleet: ${e.id} serves a different model (${String(mi.model_path)}): ${diff.join("; ")}; attach an engine serving the fleet's model`);
+          }
+        }
+        e.model = sig;
+        if (this.reference === null && expect === undefined) this.reference = sig;
+        e.weightVersion = typeof mi.weight_version === "string" ? mi.weight_version : await e.ctl.weightVersion();
+        const followed = this.followed;
+        if (followed !== null && (e.weightVersion === null || !versionAtLeast(e.weightVersion, followed))) {
+          throw new OozeError("ENGINE_UNAVAILABLE", `fleet: ${e.id} serves weight version ${e.weightVersion ?? "unknown"} and the job is at ${followed}; it joins routing once it is brought to that version`, { retryable: true });
+        }
+        await this.locked(async () => {
+          if (e.detached || this.closed || e.healthy) return;
+          const cur = this.current;
+          if (cur && e.weightVersion !== cur.version) await updateEngine(e, cur.modelDir, cur.version, "abort", this.log);
+          e.healthy = true;
+          e.failures = 0;
+          e.lastError = null;
+          e.epoch++;
+          this.router.addEngine(e.id);
+        });
+        if (this.external && !e.detached) await this.external.add(e.id).catch((err) => this.log(`fleet: ${errText(err)}`));
+        this.notify();
+      } catch (err) {
+        e.lastError = errText(err);
+        throw err;
+      } finally {
+        e.joining = null;
+      }
+    })();
+    return rethrow ? e.joining : e.joining.catch(() => {});
+  }
+
+  /** Takes an engine out of routing; its in-flight requests are cut and re-dispatched. */
+  private leave(e: Engine, reason: string, graceful = false): void {
+    if (e.healthy) {
+      e.healthy = false;
+      this.router.removeEngine(e.id);
+      this.log(`fleet: ${e.id} left routing: ${reason}`);
+    }
+    for (const a of e.attempts) {
+      a.redispatch ??= `${e.id} ${reason}`;
+      if (graceful && !a.stream) this.cutGracefully(e, a);
+      else a.ctl.abort();
+    }
+  }
+
+  private engineOf(a: Attempt): Engine | null {
+    const e = this.engines.get(a.engine);
+    return e && e.attempts.has(a) ? e : null;
+  }
+
+  /**
+   * Asks the engine to abort a dispatch (its response then carries the tokens sampled so far),
+   * cutting the connection if the answer does not come within GRACEFUL_ABORT_MS.
+   */
+  private cutGracefully(e: Engine, a: Attempt): void {
+    if (a.cutTimer !== null || a.ctl.signal.aborted) return;
+    a.cutTimer = setTimeout(() => a.ctl.abort(), GRACEFUL_ABORT_MS);
+    e.ctl.abort({ rid: a.rid }).catch(() => a.ctl.abort());
+  }
+
+  /**
+   * A dispatch failed on `e`: a refused connection (nothing listens) takes it out of routing at once;
+   * other faults only after leaveAfterFailures in a row and while another engine is in routing, so
+   * one lost reply does not cut the requests running beside it. A health check that passes brings it back.
+   */
+  private noteFailure(e: Engine, kind: string, err: OozeError): void {
+    e.lastError = err.message;
+    if (kind === "unreachable") {
+      e.failures = Math.max(e.failures, this.unhealthyAfter);
+      this.leave(e, `refused a connection: ${err.message}`);
+      return;
+    }
+    if (++e.dispatchFailures < this.leaveAfterFailures) return;
+    // The only engine in routing stays: its requests back off instead, and health checks watch it.
+    if (!this.router.engines().some((id) => id !== e.id)) return;
+    e.dispatchFailures = 0;
+    e.lastError = `failed ${this.leaveAfterFailures} dispatches in a row (last: ${kind}: ${err.message})`;
+    this.leave(e, e.lastError, true);
+  }
+
+  /** Waits `ms` before a retry on the same engine; ends early when the request is aborted or the fleet closes. */
+  private async backoff(ms: number, st: ReqState): Promise<void> {
+    const until = Date.now() + ms;
+    while (!st.userAborted && !this.closed && Date.now() < until) await this.changed(until - Date.now());
+  }
+
+  private healthTick(): void {
+    if (this.closed) return;
+    for (const e of this.engines.values()) {
+      if (e.checking || e.joining) continue;
+      e.checking = true;
+      void this.check(e).finally(() => (e.checking = false));
+    }
+  }
+
+  /**
+   * An engine in routing that restarted between two health checks answers them and serves its
+   * initial weights: one that serves a version older than the fleet's (or the one it follows), or one
+   * not comparable with it, leaves routing and joins again, which brings it up to date (or, when
+   * following, waits for the updating fleet to). Skipped while an update runs.
+   */
+  /** The version an engine in routing must serve: the fleet's own, or the one it follows. */
+  private get wantedVersion(): string | null {
+    return this.current?.version ?? this.followed;
+  }
+
+  /**
+   * A reply showed an engine in routing back on older weights than the fleet brought it to (a
+   * restart between health checks): unless an update is running (its versions are in flux), it
+   * leaves routing and joins again, which brings it up to date. Returns whether it was taken so.
+   */
+  private restartedStale(e: Engine, why: string): boolean {
+    if (this.updating !== null || e.detached || this.closed) return false;
+    this.leave(e, why);
+    void this.join(e, false);
+    return true;
+  }
+
+  private async checkVersion(e: Engine): Promise<void> {
+    const want = this.wantedVersion;
+    if (want === null || this.updating !== null || (this.current !== null && e.weightVersion !== want)) return;
+    let v: string | null;
+    try {
+      v = await e.probe.weightVersion();
+    } catch {
+      return; // the health checks deal with an engine that does not answer
+    }
+    if (e.detached || this.closed || !e.healthy || this.updating !== null || want !== this.wantedVersion) return;
+    // A later version is another updater's doing (not a restart): left as it is.
+    if (v !== null && versionAtLeast(v, want)) return;
+    this.leave(e, `it serves weight version ${v ?? "unknown"}, not ${want} (restarted on its initial weights?); it joins again once at that version`);
+    await this.join(e, false);
+  }
+
+  private async check(e: Engine): Promise<void> {
+    let ok: boolean;
+    try {
+      ok = await e.probe.health({ timeoutMs: this.healthTimeoutMs });
+    } catch {
+      ok = false;
+    }
+    if (e.detached || this.closed) return;
+    if (ok) {
+      e.failures = 0;
+      if (!e.healthy) await this.join(e, false);
+      else await this.checkVersion(e);
+      return;
+    }
+    e.failures++;
+    if (e.healthy && e.failures >= this.unhealthyAfter) {
+      e.lastError = `failed ${e.failures} health checks in a row`;
+      this.leave(e, e.lastError);
+    }
+  }
+}

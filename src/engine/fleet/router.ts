@@ -1,0 +1,330 @@
+// Routing of generation requests over a changing set of engines: round-robin, least-load (power of
+// two choices over in-flight counts) and cache-aware (SGLang's router: one approximate radix tree over
+// token ids shared by all engines, built from routing decisions, with load-balance thresholds and
+// per-engine LRU eviction), plus session affinity by routing key.
+import { OozeError } from "../../errors.ts";
+
+/** Routing policy. */
+export type RoutingPolicy = "round_robin" | "least_load" | "cache_aware";
+
+/** Options of a Router; defaults are SGLang's launcher defaults. */
+export interface RouterOptions {
+  policy: RoutingPolicy;
+  /** Matched-prefix fraction above which cache_aware routes to the best-matching engine (0.3). */
+  cacheThreshold?: number;
+  /** Imbalance when max − min > abs (64) and max > rel (1.5) × min. */
+  balanceAbsThreshold?: number;
+  balanceRelThreshold?: number;
+  /** Tokens each engine may hold in the approximate tree before LRU eviction (1 << 20). */
+  maxTreeTokens?: number;
+  /** Sessions remembered for affinity; the least recently used is forgotten beyond this (100 000). */
+  maxSessions?: number;
+  /** Random source of least_load's two choices (tests). */
+  random?: () => number;
+}
+
+/** One routing question. */
+export interface RouteRequest {
+  inputIds: ArrayLike<number>;
+  /** Session id (X-SMG-Routing-Key): the session stays on its engine while that engine is in the set. */
+  routingKey?: string;
+  /** An engine not to pick while another is in the set (a retry after a failure there). */
+  avoid?: string;
+}
+
+interface TreeNode {
+  /** Token ids on the edge from the parent to this node. */
+  edge: Int32Array;
+  parent: TreeNode | null;
+  children: Map<number, TreeNode>;
+  /** Engines that hold this node's prefix → last use (a logical clock). */
+  engines: Map<string, number>;
+}
+
+const newNode = (edge: Int32Array, parent: TreeNode | null): TreeNode => ({ edge, parent, children: new Map(), engines: new Map() });
+
+/**
+ * The approximate prefix tree of the cache-aware policy: one tree over token ids shared by all
+ * engines; each node remembers which engines hold it and when they last used it. Invariant: an
+ * engine that holds a node holds all its ancestors.
+ */
+export class ApproxPrefixTree {
+  private root = newNode(new Int32Array(0), null);
+  private sizes = new Map<string, number>();
+  private clock = 0;
+
+  /** Tokens attributed to an engine. */
+  size(engine: string): number {
+    return this.sizes.get(engine) ?? 0;
+  }
+
+  /** For each engine, how many leading tokens of `ids` it holds. */
+  match(ids: ArrayLike<number>): Map<string, number> {
+    const out = new Map<string, number>();
+    let node = this.root;
+    let depth = 0;
+    while (depth < ids.length) {
+      const child = node.children.get(ids[depth]!);
+      if (!child) break;
+      let k = 0;
+      while (k < child.edge.length && depth + k < ids.length && child.edge[k] === ids[depth + k]) k++;
+      depth += k;
+      for (const e of child.engines.keys()) out.set(e, depth);
+      if (k < child.edge.length) break;
+      node = child;
+    }
+    return out;
+  }
+
+  /** Records that `engine` now holds the prefix `ids`. */
+  insert(ids: ArrayLike<number>, engine: string): void {
+    const now = ++this.clock;
+    let node = this.root;
+    let depth = 0;
+    while (depth < ids.length) {
+      let child = node.children.get(ids[depth]!);
+      if (!child) {
+        child = newNode(Int32Array.from(Array.prototype.slice.call(ids, depth) as number[]), node);
+        node.children.set(ids[depth]!, child);
+      } else {
+        let k = 0;
+        while (k < child.edge.length && depth + k < ids.length && child.edge[k] === ids[depth + k]) k++;
+        if (k < child.edge.length) child = this.split(child, k);
+      }
+      if (!child.engines.has(engine)) this.sizes.set(engine, this.size(engine) + child.edge.length);
+      child.engines.set(engine, now);
+      depth += child.edge.length;
+      node = child;
+    }
+  }
+
+  /** Splits `node`'s edge after k tokens; returns the new upper node. */
+  private split(node: TreeNode, k: number): TreeNode {
+    const parent = node.parent!;
+    const upper = newNode(node.edge.slice(0, k), parent);
+    upper.engines = new Map(node.engines);
+    parent.children.set(upper.edge[0]!, upper);
+    node.edge = node.edge.slice(k);
+    node.parent = upper;
+    upper.children.set(node.edge[0]!, node);
+    return upper;
+  }
+
+  /** Evicts `engine`'s least recently used leaves until it holds at most `target` tokens. */
+  evict(engine: string, target: number): void {
+    if (this.size(engine) <= target) return;
+    // Leaves of this engine: nodes it holds where no child is held by it.
+    const leaves: TreeNode[] = [];
+    const walk = (n: TreeNode) => {
+      let childHeld = false;
+      for (const c of n.children.values()) {
+        if (c.engines.has(engine)) {
+          childHeld = true;
+          walk(c);
+        }
+      }
+      if (!childHeld && n !== this.root && n.engines.has(engine)) leaves.push(n);
+    };
+    walk(this.root);
+    const heap = new MinHeap<TreeNode>((a, b) => a.engines.get(engine)! - b.engines.get(engine)!);
+    for (const l of leaves) heap.push(l);
+    while (this.size(engine) > target && heap.size > 0) {
+      const n = heap.pop()!;
+      this.drop(n, engine);
+      const p = n.parent;
+      if (p && p !== this.root && p.engines.has(engine) && ![...p.children.values()].some((c) => c.engines.has(engine))) heap.push(p);
+    }
+  }
+
+  /** Forgets everything `engine` holds. */
+  removeEngine(engine: string): void {
+    const walk = (n: TreeNode) => {
+      for (const c of [...n.children.values()]) if (c.engines.has(engine)) walk(c);
+      if (n !== this.root && n.engines.has(engine)) this.drop(n, engine);
+    };
+    walk(this.root);
+    this.sizes.delete(engine);
+  }
+
+  private drop(n: TreeNode, engine: string): void {
+    n.engines.delete(engine);
+    this.sizes.set(engine, this.size(engine) - n.edge.length);
+    if (n.engines.size === 0 && n.children.size === 0 && n.parent) n.parent.children.delete(n.edge[0]!);
+  }
+}
+
+class MinHeap<T> {
+  private a: T[] = [];
+  constructor(private less: (x: T, y: T) => number) {}
+  get size(): number {
+    return this.a.length;
+  }
+  push(x: T): void {
+    const a = this.a;
+    a.push(x);
+    let i = a.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (this.less(a[i]!, a[p]!) >= 0) break;
+      [a[i], a[p]] = [a[p]!, a[i]!];
+      i = p;
+    }
+  }
+  pop(): T | undefined {
+    const a = this.a;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length > 0 && last !== undefined) {
+      a[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < a.length && this.less(a[l]!, a[m]!) < 0) m = l;
+        if (r < a.length && this.less(a[r]!, a[m]!) < 0) m = r;
+        if (m === i) break;
+        [a[i], a[m]] = [a[m]!, a[i]!];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+/** Routes requests over a set of engine ids that may change at any time. */
+export class Router {
+  readonly policy: RoutingPolicy;
+  private readonly cacheThreshold: number;
+  private readonly absThreshold: number;
+  private readonly relThreshold: number;
+  private readonly maxTreeTokens: number;
+  private readonly maxSessions: number;
+  private readonly random: () => number;
+  private readonly ids: string[] = [];
+  private readonly inflight = new Map<string, number>();
+  /** Insertion order = recency (re-set on use). */
+  private readonly sessions = new Map<string, string>();
+  private readonly tree = new ApproxPrefixTree();
+  private rr = 0;
+
+  constructor(opts: RouterOptions) {
+    this.policy = opts.policy;
+    this.cacheThreshold = opts.cacheThreshold ?? 0.3;
+    this.absThreshold = opts.balanceAbsThreshold ?? 64;
+    this.relThreshold = opts.balanceRelThreshold ?? 1.5;
+    this.maxTreeTokens = opts.maxTreeTokens ?? 1 << 20;
+    this.maxSessions = opts.maxSessions ?? 100_000;
+    this.random = opts.random ?? Math.random;
+  }
+
+  /** Engines in the set, in the order they were added. */
+  engines(): string[] {
+    return [...this.ids];
+  }
+
+  /** Adds an engine (no-op if present). */
+  addEngine(id: string): void {
+    if (this.inflight.has(id)) return;
+    this.ids.push(id);
+    this.inflight.set(id, 0);
+  }
+
+  /** Removes an engine: its tree entries and the sessions pinned to it are dropped. */
+  removeEngine(id: string): void {
+    if (!this.inflight.has(id)) return;
+    this.ids.splice(this.ids.indexOf(id), 1);
+    this.inflight.delete(id);
+    this.tree.removeEngine(id);
+    for (const [k, v] of this.sessions) if (v === id) this.sessions.delete(k);
+  }
+
+  /** In-flight requests the router counts on an engine (0 for unknown engines). */
+  load(id: string): number {
+    return this.inflight.get(id) ?? 0;
+  }
+
+  /** Tokens the approximate tree attributes to an engine. */
+  treeSize(id: string): number {
+    return this.tree.size(id);
+  }
+
+  /**
+   * Picks an engine and counts one request in flight on it; call `release(id)` when the request
+   * ends. Throws ENGINE_UNAVAILABLE when the set is empty.
+   */
+  route(req: RouteRequest): string {
+    if (this.ids.length === 0) {
+      throw new OozeError("ENGINE_UNAVAILABLE", "router: no engines in the set; attach an engine or wait for one to recover", { retryable: true });
+    }
+    let id: string | undefined;
+    const set = req.avoid !== undefined && this.ids.length > 1 ? this.ids.filter((e) => e !== req.avoid) : this.ids;
+    if (req.routingKey !== undefined) {
+      const pinned = this.sessions.get(req.routingKey);
+      if (pinned !== undefined && this.inflight.has(pinned) && set.includes(pinned)) id = pinned;
+    }
+    id ??= this.pick(req.inputIds, set);
+    if (this.policy === "cache_aware") {
+      this.tree.insert(req.inputIds, id);
+      if (this.tree.size(id) > this.maxTreeTokens) this.tree.evict(id, Math.floor(this.maxTreeTokens * 0.9));
+    }
+    if (req.routingKey !== undefined) {
+      this.sessions.delete(req.routingKey);
+      this.sessions.set(req.routingKey, id);
+      if (this.sessions.size > this.maxSessions) this.sessions.delete(this.sessions.keys().next().value!);
+    }
+    this.inflight.set(id, this.load(id) + 1);
+    return id;
+  }
+
+  /** Ends one in-flight request on an engine. */
+  release(id: string): void {
+    const n = this.inflight.get(id);
+    if (n !== undefined && n > 0) this.inflight.set(id, n - 1);
+  }
+
+  /** Forgets a session's affinity. */
+  endSession(routingKey: string): void {
+    this.sessions.delete(routingKey);
+  }
+
+  private leastLoaded(candidates: readonly string[]): string {
+    let best = candidates[0]!;
+    for (const c of candidates) if (this.load(c) < this.load(best)) best = c;
+    return best;
+  }
+
+  private pick(ids: ArrayLike<number>, set: readonly string[]): string {
+    switch (this.policy) {
+      case "round_robin":
+        return set[this.rr++ % set.length]!;
+      case "least_load": {
+        if (set.length === 1) return set[0]!;
+        const a = Math.floor(this.random() * set.length);
+        let b = Math.floor(this.random() * (set.length - 1));
+        if (b >= a) b++;
+        return this.load(set[b]!) < this.load(set[a]!) ? set[b]! : set[a]!;
+      }
+      case "cache_aware": {
+        const loads = set.map((e) => this.load(e));
+        const max = Math.max(...loads);
+        const min = Math.min(...loads);
+        if (max - min > this.absThreshold && max > this.relThreshold * min) return this.leastLoaded(set);
+        const matched = this.tree.match(ids);
+        let best: string | null = null;
+        let bestLen = 0;
+        for (const e of set) {
+          const m = matched.get(e) ?? 0;
+          if (m > bestLen || (m === bestLen && best !== null && m > 0 && this.load(e) < this.load(best))) {
+            best = e;
+            bestLen = m;
+          }
+        }
+        if (best !== null && ids.length > 0 && bestLen / ids.length > this.cacheThreshold) return best;
+        let smallest = set[0]!;
+        for (const e of set) if (this.tree.size(e) < this.tree.size(smallest)) smallest = e;
+        return smallest;
+      }
+    }
+  }
+}

@@ -10,11 +10,11 @@
 // restarted buffer gets back every message of the round in progress; it recovers its position from
 // the last batch on BATCHES (in a new job, e.g. `ooze train --resume`, from the position the trainer
 // announces with its weights), and re-fed prompts are deduplicated by their msgID.
-import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
+import type { ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { actorConfig, trainOf, failer, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../protocol/context.ts";
+import { defineLoopActor, type LoopEnv } from "../protocol/context.ts";
 import {
   batchMsg, batchRegistry, groupRegistry, promptGroup, promptMsgId, promptRegistry, weightsRegistry,
   type BatchBody, type GroupBody, type PendingGroup, type VersionRecord,
@@ -46,7 +46,6 @@ interface Round {
 interface BufferState {
   consumer: StreamConsumer;
   stopWatch: () => Promise<void>;
-  incarnation: string;
 }
 
 /** What both feeders do with the streams' messages. */
@@ -253,13 +252,10 @@ async function startingPosition(env: LoopEnv, log: (l: string) => void): Promise
 
 /** The buffer actor definition for a node's system and topology. */
 export function bufferActor(system: ActorSystem, topology: Topology) {
-  trainOf(topology); // a bad train: section fails the node at start, not at every restart
-  return defineActor<BufferState, LoopControl>({
-    name: "train-buffer",
-    messages: loopControl,
-    async init(ctx) {
-      const env = loopEnv(system, topology, ctx as never);
-      const cfg = actorConfig(bufferActorConfig, ctx as never);
+  return defineLoopActor(system, topology, {
+    role: "buffer",
+    config: bufferActorConfig,
+    async init(env, cfg, ctx, fail): Promise<BufferState> {
       await ensureTrainStreams(env.bus, env.names, env.train);
       const log = (l: string) => ctx.log.info(l);
       const feeder =
@@ -270,7 +266,6 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
               log,
             }))
           : new Serial(new Feeder(env, ctx.path, log));
-      const { fail, incarnation } = failer(ctx);
       // The start position may wait for the trainer: found in the background, first in the chain.
       void feeder.run((f) => startingPosition(env, log).then((from) => f.start(from))).catch((e: unknown) => fail(e));
       const versions = await VersionsKv.open(env.bus, env.names);
@@ -288,11 +283,7 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
               throw e;
             }),
       });
-      return { consumer, stopWatch, incarnation };
-    },
-    handle(state, msg) {
-      if (msg.incarnation !== state.incarnation) return state; // about an incarnation already restarted
-      throw new OozeError("ACTOR_CRASHED", `buffer: ${msg.error}`, { retryable: true });
+      return { consumer, stopWatch };
     },
     async onStop(state) {
       await state.stopWatch();

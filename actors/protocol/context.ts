@@ -1,10 +1,11 @@
-// What every training-loop actor needs at init: the job's bus and names, the topology's `train:`
-// section (actors/protocol/config.ts trainSchema, so `ooze train` and `ooze up` read the same file), the
-// directory relative paths resolve against, its own validated config, and the control message that
-// turns a background failure into a crash its supervisor handles.
+// What every training-loop actor needs at init, and the one way such an actor is declared
+// (defineLoopActor): the job's bus and names, the topology's `train:` section (trainSchema of
+// ./config.ts, so `ooze train` and `ooze up` read the same file), the directory relative paths
+// resolve against, its own validated config, and the control message that turns a background
+// failure into a crash its supervisor handles.
 import { dirname } from "node:path";
 import { z } from "zod";
-import { remoteLayer, type ActorContext, type ActorSystem } from "../../src/actor/index.ts";
+import { defineActor, remoteLayer, type ActorContext, type ActorDefinition, type ActorSystem } from "../../src/actor/index.ts";
 import { newMessageId } from "../../src/codec/index.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
@@ -31,7 +32,7 @@ export const loopControl = z.object({ op: z.literal("failed"), error: z.string()
 export type LoopControl = z.infer<typeof loopControl>;
 
 /** Builds the LoopEnv of an actor from its system, the topology and ctx.config (host, job). */
-export function loopEnv(system: ActorSystem, topology: Topology, ctx: ActorContext<unknown>): LoopEnv {
+function loopEnv(system: ActorSystem, topology: Topology, ctx: ActorContext<unknown>): LoopEnv {
   const { bus, names } = remoteLayer(system);
   return {
     bus,
@@ -67,7 +68,7 @@ export function actorConfig<S extends z.ZodObject>(schema: S, ctx: ActorContext<
  * A reporter for background failures of one incarnation of an actor: logs and sends the actor one
  * `failed` message (a crash). The handler ignores a message of an earlier incarnation.
  */
-export function failer(ctx: ActorContext<LoopControl>): { incarnation: string; fail(e: unknown): void } {
+function failer(ctx: ActorContext<LoopControl>): { incarnation: string; fail(e: unknown): void } {
   const incarnation = newMessageId();
   let sent = false;
   return {
@@ -80,4 +81,50 @@ export function failer(ctx: ActorContext<LoopControl>): { incarnation: string; f
       ctx.self.tell({ op: "failed", error: msg, incarnation });
     },
   };
+}
+
+/** What a loop actor declares: its role, the schema of its own `config`, how it starts and stops. */
+export interface LoopActorSpec<S, C extends z.ZodObject> {
+  /** The actor's role: it is named `train-ROLE`, and its crash messages start with `ROLE:`. */
+  role: string;
+  /** Schema of the actor's `config` in the topology (validated at every start; host and job are added by the node). */
+  config: C;
+  /**
+   * Starts one incarnation of the actor and returns its state. `fail` reports a failure of a
+   * background task of this incarnation: the actor crashes, and its supervisor restarts it.
+   */
+  init(env: LoopEnv, cfg: z.output<C>, ctx: ActorContext<LoopControl>, fail: (e: unknown) => void): Promise<S>;
+  /** Stops the incarnation (also before a restart). */
+  onStop(state: S, ctx: ActorContext<LoopControl>): Promise<void>;
+}
+
+/** A loop actor's state: its own, and the incarnation whose failures crash it. */
+export interface LoopActorState<S> {
+  own: S;
+  incarnation: string;
+}
+
+/**
+ * Declares a training-loop actor (rollout, buffer, trainer, weight-sync) for a node's system and
+ * topology: the `train:` section is checked now (a bad one fails the node at start, not at every
+ * restart); each start builds its LoopEnv and validated config; a `failed` report of the current
+ * incarnation crashes it (one of an earlier incarnation is ignored).
+ */
+export function defineLoopActor<S, C extends z.ZodObject>(system: ActorSystem, topology: Topology, spec: LoopActorSpec<S, C>): ActorDefinition<LoopActorState<S>, LoopControl> {
+  trainOf(topology);
+  return defineActor<LoopActorState<S>, LoopControl>({
+    name: `train-${spec.role}`,
+    messages: loopControl,
+    async init(ctx) {
+      const env = loopEnv(system, topology, ctx as ActorContext<unknown>);
+      const cfg = actorConfig(spec.config, ctx as ActorContext<unknown>);
+      const { fail, incarnation } = failer(ctx);
+      return { own: await spec.init(env, cfg, ctx, fail), incarnation };
+    },
+    handle(state, msg) {
+      if (msg.incarnation !== state.incarnation) return state; // about an incarnation already restarted
+      throw new OozeError("ACTOR_CRASHED", `${spec.role}: ${msg.error}`, { retryable: true });
+    },
+    onStop: (state, ctx) => spec.onStop(state.own, ctx),
+  });
 }

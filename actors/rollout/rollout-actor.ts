@@ -6,14 +6,14 @@
 // comes back after ackWaitMs and is generated again with the same sample indices, and the stream's
 // duplicate window keeps a group published twice from being stored twice.
 import { z } from "zod";
-import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
+import type { ActorSystem } from "../../src/actor/index.ts";
 import type { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { normalizeEngineUrl } from "../../src/engine/fleet/types.ts";
 import { FleetRegistry } from "../../src/engine/fleet/registry.ts";
 import { OozeError } from "../../src/errors.ts";
 import { settleWithin } from "../../src/transport/bus.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../protocol/context.ts";
+import { defineLoopActor } from "../protocol/context.ts";
 import { groupMsg, groupMsgId, promptRegistry } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../protocol/streams.ts";
 import { fullyAsyncLimits } from "../protocol/config.ts";
@@ -106,13 +106,10 @@ async function engineUrls(registry: FleetRegistry, waitMs: number): Promise<stri
 
 /** The rollout actor definition for a node's system and topology. */
 export function rolloutActor(system: ActorSystem, topology: Topology) {
-  trainOf(topology); // a bad train: section fails the node at start, not at every restart
-  return defineActor<RolloutState, LoopControl>({
-    name: "train-rollout",
-    messages: loopControl,
-    async init(ctx) {
-      const env = loopEnv(system, topology, ctx as never);
-      const cfg = actorConfig(rolloutActorConfig, ctx as never);
+  return defineLoopActor(system, topology, {
+    role: "rollout",
+    config: rolloutActorConfig,
+    async init(env, cfg, ctx): Promise<RolloutState> {
       const { bus, names, train } = env;
       const agent = train.agent;
       const task = agent ? null : await loadTask(train.task, train.taskConfig, env.baseDir);
@@ -157,9 +154,6 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l));
       ctx.log.info(`rollout: consuming ${names.streamPrompts} with ${concurrency} groups in flight on ${gen.fleet.list().length} engine(s)`);
       return { consumer, gen, stopFollowing, agents };
-    },
-    handle(_state, msg) {
-      throw new OozeError("ACTOR_CRASHED", `rollout: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
       await state.stopFollowing();

@@ -10,12 +10,12 @@
 import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { z } from "zod";
-import { defineActor, type ActorSystem } from "../../src/actor/index.ts";
+import type { ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import { oldestVersion } from "../../src/sample.ts";
 import { nodeDown } from "../../src/topology/node.ts";
 import type { Topology } from "../../src/topology/schema.ts";
-import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl, type LoopEnv } from "../protocol/context.ts";
+import { defineLoopActor, type LoopEnv } from "../protocol/context.ts";
 import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../protocol/streams.ts";
 import { appendJsonl, readJsonl, sampleTokensRecord, writeRewardSvg, type BatchRecord, type StepMetrics } from "../protocol/metrics.ts";
@@ -48,13 +48,10 @@ interface TrainerState {
 
 /** The trainer actor definition for a node's system and topology. */
 export function trainerActor(system: ActorSystem, topology: Topology) {
-  trainOf(topology); // a bad train: section fails the node at start, not at every restart
-  return defineActor<TrainerState, LoopControl>({
-    name: "train-trainer",
-    messages: loopControl,
-    async init(ctx) {
-      const env = loopEnv(system, topology, ctx as never);
-      const cfg = actorConfig(trainerActorConfig, ctx as never);
+  return defineLoopActor(system, topology, {
+    role: "trainer",
+    config: trainerActorConfig,
+    async init(env, cfg, ctx): Promise<TrainerState> {
       const t = env.train;
       const out = resolve(env.baseDir, cfg.out.replaceAll("{job}", env.job));
       const paths = { metrics: join(out, "metrics.jsonl"), batches: join(out, "batches.jsonl"), samples: join(out, "samples.jsonl"), svg: join(out, "reward.svg") };
@@ -96,9 +93,6 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
         await trainer.close();
         throw e;
       }
-    },
-    handle(_state, msg) {
-      throw new OozeError("ACTOR_CRASHED", `trainer: ${msg.error}`, { retryable: true });
     },
     async onStop(state, ctx) {
       await state.consumer.stop();

@@ -14,11 +14,11 @@ import { existsSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { z } from "zod";
-import { defineActor, remoteRef, type ActorSystem } from "../../src/actor/index.ts";
+import { remoteRef, type ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { askFleet, type FleetMsg, type FleetReply } from "../protocol/fleet-messages.ts";
-import { actorConfig, trainOf, loopControl, loopEnv, type LoopControl } from "../protocol/context.ts";
+import { defineLoopActor } from "../protocol/context.ts";
 import { weightsRegistry, type VersionRecord } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, VersionsKv, type StreamConsumer } from "../protocol/streams.ts";
 import { DeltaWeightSync, type PushRecord } from "./delta-sync.ts";
@@ -116,13 +116,10 @@ function syncOf(rec: PushRecord | void, modelDir: string): VersionRecord["sync"]
 
 /** The weight-sync actor definition for a node's system and topology. */
 export function weightSyncActor(system: ActorSystem, topology: Topology) {
-  trainOf(topology); // a bad train: section fails the node at start, not at every restart
-  return defineActor<WeightSyncState, LoopControl>({
-    name: "train-weight-sync",
-    messages: loopControl,
-    async init(ctx) {
-      const env = loopEnv(system, topology, ctx as never);
-      const cfg = actorConfig(weightSyncActorConfig, ctx as never);
+  return defineLoopActor(system, topology, {
+    role: "weight-sync",
+    config: weightSyncActorConfig,
+    async init(env, cfg, ctx): Promise<WeightSyncState> {
       await ensureTrainStreams(env.bus, env.names, env.train);
       const versions = await VersionsKv.open(env.bus, env.names);
       const fleet = remoteRef<FleetMsg>(system, cfg.fleet);
@@ -161,9 +158,6 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
         },
       });
       return { consumer };
-    },
-    handle(_state, msg) {
-      throw new OozeError("ACTOR_CRASHED", `weight-sync: ${msg.error}`, { retryable: true });
     },
     async onStop(state) {
       await state.consumer.stop();

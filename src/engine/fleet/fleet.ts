@@ -689,12 +689,6 @@ export class Fleet {
     }
   }
 
-  /**
-   * An engine in routing that restarted between two health checks answers them and serves its
-   * initial weights: one that serves a version older than the fleet's (or the one it follows), or one
-   * not comparable with it, leaves routing and joins again, which brings it up to date (or, when
-   * following, waits for the updating fleet to). Skipped while an update runs.
-   */
   /** The version an engine in routing must serve: the fleet's own, or the one it follows. */
   private get wantedVersion(): string | null {
     return this.current?.version ?? this.followed;
@@ -712,6 +706,12 @@ export class Fleet {
     return true;
   }
 
+  /**
+   * An engine in routing that restarted between two health checks answers them and serves its
+   * initial weights: one that serves a version older than the fleet's (or the one it follows), or one
+   * not comparable with it, leaves routing and joins again, which brings it up to date (or, when
+   * following, waits for the updating fleet to). Skipped while an update runs.
+   */
   private async checkVersion(e: Engine): Promise<void> {
     const want = this.wantedVersion;
     if (want === null || this.updating !== null || (this.current !== null && e.weightVersion !== want)) return;

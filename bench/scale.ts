@@ -69,7 +69,7 @@ const modes = arg("modes", "sync,async,fully_async").split(",") as ("sync" | "as
 /**
  * fully_async's staleness bound. The batches take groups in launch order (lateGroups wait), so the
  * trainer waits whenever an episode outlasts bound + 1 steps: the longest here (16 turns, ~45 s on
- * 32 engines) needs 8 at ~5 s a step. With ooze's default, 2, the trainer waits for it (README).
+ * 32 engines) needs 8 at ~5 s a step. With ooze's default, 2, the trainer waits for it (docs/experiments/scale.md).
  */
 const maxStaleness = Number(arg("max-staleness", "8"));
 const lateGroups = arg("late-groups", "wait") as "wait" | "requeue";

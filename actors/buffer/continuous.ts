@@ -14,7 +14,7 @@
 // synced yet, up to 2 as batches are cut one ahead), and fewer than `maxInflightGroups` generating.
 // A group is trained at most `bound` versions after its launch, so an episode longer than (bound + 1)
 // training steps holds up its batch and the trainer waits: on a heavy-tailed workload the bound
-// must cover the longest episode for the trainer never to wait (`bench scale`, README). So a long episode delays a batch instead of
+// must cover the longest episode for the trainer never to wait (`bench scale`, docs/experiments/scale.md). So a long episode delays a batch instead of
 // going stale, the engines meanwhile generate the groups behind it, and the trained groups are the
 // prompts in order, as in sync mode: no length bias and nothing generated for nothing (`bench loop`,
 // Nov 25: no sample requeued where the earlier policy requeued ~20 % of those it generated, and the

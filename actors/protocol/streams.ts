@@ -93,7 +93,7 @@ export interface StreamConsumer {
  * and its handler sees it was done). Even a confirmed ack can be forgotten by a nats-server that is
  * SIGKILLed before it writes its consumer state: the message then counts against max_ack_pending
  * until ack_wait passes, so consumers that take few messages at a time (rollout, trainer,
- * weight-sync) keep a short ack wait and beat while they work (README, reliability finding 5).
+ * weight-sync) keep a short ack wait and beat while they work (docs/reliability.md, finding 5).
  */
 async function confirmAck(m: JsMsg, stopped: () => boolean, ackWaitMs: number): Promise<void> {
   const until = Date.now() + ackWaitMs;
@@ -158,7 +158,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
 
   // After a reconnect the server may have lost the pull requests in flight (a restarted nats-server
   // has), and nats.js's own re-pull can back off for its whole expiry (30 s) when its first consumer
-  // info fails while JetStream restores: the consumer stalled that long (README, reliability
+  // info fails while JetStream restores: the consumer stalled that long (docs/reliability.md,
   // finding 5). Pulling anew from a fresh iterator on every reconnect bounds that by the loop's pause.
   const offStatus = o.bus.onStatus((s) => {
     if (s.type === "reconnect") iter?.stop();
@@ -269,7 +269,7 @@ export class VersionsKv {
    * resolves once the watch has stopped, a re-watch in flight included (waiting 5 s at most: one
    * stuck behind a reconnecting connection must not hang a shutdown); await it before the bus
    * closes: a watch made while the connection drains leaves nats.js's heartbeat timer armed for
-   * good, and the process never exits (README, reliability finding 10).
+   * good, and the process never exits (docs/reliability.md, finding 10).
    */
   async watch(on: (r: VersionRecord) => void): Promise<() => Promise<void>> {
     let stopped = false;

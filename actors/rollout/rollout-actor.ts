@@ -64,7 +64,7 @@ interface RolloutState {
  * actor brings them to (an engine back from a restart joins routing only once it serves it);
  * returns the stop function, which resolves once a pass in flight has ended. Each pass lists the
  * bucket through a fresh JetStream consumer, and one made while the bus drains leaves nats.js's
- * heartbeat timer armed for good: await the stop before the bus closes (README, reliability finding 10).
+ * heartbeat timer armed for good: await the stop before the bus closes (docs/reliability.md, finding 10).
  */
 export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) => void, everyMs = 2_000): () => Promise<void> {
   let stopped = false;

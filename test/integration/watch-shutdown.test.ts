@@ -1,5 +1,5 @@
 // Owners of JetStream watches stop them before the bus closes, so a process that stopped its actors
-// and closed its bus exits by itself (README, reliability finding 10). Each owner runs in a child
+// and closed its bus exits by itself (docs/reliability.md, finding 10). Each owner runs in a child
 // process on a real nats-server (test/fixtures/watch-owner.ts) and is stopped while one of its
 // consumers is being made; nats.js arms a consumer's heartbeat timer before it subscribes, so a
 // consumer made once the connection drains leaves that timer armed for good and the child never

@@ -31,7 +31,7 @@ export function register(program: Command) {
     .option("--parent-pid <pid>", "exit when this process is gone (set by ooze up)")
     .action(async (opts: NodeOptions) => {
       // Exit once stopped with the bus closed, not when the event loop empties: a timer a library
-      // left armed must not keep a stopped node running (README, reliability finding 10).
+      // left armed must not keep a stopped node running (docs/reliability.md, finding 10).
       process.exit(await runNodeCommand(opts));
     });
 }

@@ -1,5 +1,15 @@
 #!/usr/bin/env node
-// The `ooze` command: registers the TypeScript loader, then runs the CLI.
-import { register } from "tsx/esm/api";
-register();
-await import("../app/cli/main.ts");
+// The `ooze` command. In the checkout (app/cli/main.ts is here) it registers tsx and runs the
+// TypeScript CLI, as `npm run ooze -- …` always has. In an installed package, which ships no app/*.ts,
+// it runs the compiled CLI (dist/app/cli/main.js) with plain node; a topology's own TypeScript modules
+// (actor kinds, tasks) still load: src/user-module.ts registers tsx when the first one is imported.
+import { existsSync } from "node:fs";
+
+const source = new URL("../app/cli/main.ts", import.meta.url);
+if (existsSync(source)) {
+  const { register } = await import("tsx/esm/api");
+  register();
+  await import(source.href);
+} else {
+  await import(new URL("../dist/app/cli/main.js", import.meta.url).href);
+}

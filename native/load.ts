@@ -2,21 +2,25 @@
 // NativeAddonMissingError naming the paths, the loader's messages and the fix.
 import { createRequire } from "node:module";
 import { existsSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { NativeAddonMissingError } from "../src/errors.ts";
+import { packageRoot } from "../src/package-root.ts";
 import type { NativeAddon } from "./index.d.ts";
 
-const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
 
-/** Candidate paths, most specific first. OOZE_NATIVE_PATH overrides. */
+/**
+ * Candidate paths, most specific first. OOZE_NATIVE_PATH overrides. The build lies in the package's
+ * native/build (node-gyp's output, in the checkout and in an installed package alike), not beside
+ * this file, which an installed package runs from dist/native/.
+ */
 export function addonCandidates(): string[] {
   const env = process.env.OOZE_NATIVE_PATH;
+  const build = join(packageRoot(), "native", "build");
   return [
     ...(env ? [env] : []),
-    join(here, "build", "Release", "ooze_native.node"),
-    join(here, "build", "Debug", "ooze_native.node"),
+    join(build, "Release", "ooze_native.node"),
+    join(build, "Debug", "ooze_native.node"),
   ];
 }
 
@@ -44,6 +48,6 @@ export function loadNative(): NativeAddon {
   }
   throw new NativeAddonMissingError(
     `the ooze native addon could not be loaded:\n  ${failures.join("\n  ")}\n` +
-      `Build it with: npm run build:native (needs g++, make and python3)`,
+      `Build it with: npm run build:native in a checkout, or npm rebuild ooze where ooze is installed (needs g++, make and python3)`,
   );
 }

@@ -11,17 +11,9 @@ if [ ! -d node_modules ] || [ package.json -nt node_modules/.package-lock.json ]
   npm install --no-audit --no-fund >&2
 fi
 
-if [ -f native/binding.gyp ]; then
-  addon=native/build/Release/ooze_native.node
-  stale=0
-  if [ ! -f "$addon" ]; then stale=1
-  elif [ -n "$(find native/src native/binding.gyp -newer "$addon" -print -quit 2>/dev/null)" ]; then stale=1
-  fi
-  if [ "$stale" = 1 ]; then
-    log "building the native addon (native/)"
-    npx --no-install node-gyp rebuild --directory native -j max >&2
-  fi
-fi
+# The native addon, when missing or older than its sources (npm install builds it too: it is the
+# package's install script).
+node scripts/build-native.mjs >&2
 
 if ! command -v nats-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -1,10 +1,10 @@
 // Finds the task a topology names: a built-in one (addition, guess-number) or a module path relative
 // to the topology file whose default export is a TaskFactory.
 import { isAbsolute, resolve } from "node:path";
-import { pathToFileURL } from "node:url";
 import type { Task, TaskFactory } from "./task.ts";
 import { BUILTIN_TASKS } from "./tasks/index.ts";
 import { OozeError } from "../../src/errors.ts";
+import { importUserModule } from "../../src/user-module.ts";
 
 /** Builds the task `name` with `config`; module paths resolve against `baseDir`. */
 export async function loadTask(name: string, config: Record<string, unknown>, baseDir: string): Promise<Task> {
@@ -20,7 +20,7 @@ export async function importTaskFactory(name: string, baseDir: string, what: str
   const path = isAbsolute(name) ? name : resolve(baseDir, name);
   let mod: { default?: unknown };
   try {
-    mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
+    mod = (await importUserModule(path)) as { default?: unknown };
   } catch (e) {
     throw new OozeError("CONFIG_INVALID", `train.task: cannot load ${path}: ${(e as Error).message}`, { cause: e });
   }

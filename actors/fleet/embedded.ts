@@ -3,10 +3,8 @@
 // they die unexpectedly (up to a limit), and stopped with SIGTERM (SIGKILL after a grace period).
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { OozeError } from "../../src/errors.ts";
-
-const OOZE_BIN = fileURLToPath(new URL("../../bin/ooze.mjs", import.meta.url));
+import { oozeBin } from "../../src/package-root.ts";
 
 /** What an embedded engine serves. */
 export interface EmbeddedSpec {
@@ -43,7 +41,7 @@ export class EmbeddedEngine {
   /** Starts the process and resolves with its URL once it listens. */
   start(timeoutMs = 60_000): Promise<string> {
     const s = this.spec;
-    const args = [OOZE_BIN, "serve", "--port", String(this.port), "--parent-pid", String(process.pid)];
+    const args = [oozeBin(), "serve", "--port", String(this.port), "--parent-pid", String(process.pid)];
     if (s.preset !== undefined) args.push("--preset", s.preset, "--seed", String(s.seed ?? 0));
     else args.push("--model", s.modelDir!);
     if (s.weightVersion !== undefined) args.push("--weight-version", s.weightVersion);

@@ -4,12 +4,10 @@
 // re-dispatch, retries of failed dispatches and progress deadlines). Weight updates are the
 // weight-sync actor's (through the fleet actor), not the Generator's.
 import { spawn, type ChildProcess } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { Fleet, type FaultStats, type FleetOptions } from "../../src/engine/fleet/fleet.ts";
 import type { WireSamplingParams } from "../../src/engine/protocol.ts";
 import { OozeError } from "../../src/errors.ts";
-
-const OOZE_BIN = fileURLToPath(new URL("../../bin/ooze.mjs", import.meta.url));
+import { oozeBin } from "../../src/package-root.ts";
 
 /** One generation's result: ids and logprobs exactly as sampled, the weight version of each run of ids. */
 export interface GenOutput {
@@ -50,7 +48,7 @@ export interface EngineProcess {
 
 /** Starts `ooze serve` on a free loopback port and waits for its URL line. */
 export async function startEngineProcess(opts: { modelDir: string; maxRunning: number; cacheTokens: number; weightVersion: string }): Promise<EngineProcess> {
-  const args = [OOZE_BIN, "serve", "--model", opts.modelDir, "--port", "0", "--max-running", String(opts.maxRunning),
+  const args = [oozeBin(), "serve", "--model", opts.modelDir, "--port", "0", "--max-running", String(opts.maxRunning),
     "--cache-tokens", String(opts.cacheTokens), "--weight-version", opts.weightVersion, "--parent-pid", String(process.pid)];
   // Its own process group: a Ctrl-C in the terminal reaches `ooze train`, which stops it in order.
   const child: ChildProcess = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });

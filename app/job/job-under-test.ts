@@ -8,9 +8,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { fullyAsyncLimits, trainConfigOf, type EnginesConfig, type TrainConfig } from "../../actors/protocol/config.ts";
 import { OozeError } from "../../src/errors.ts";
+import { oozeBin } from "../../src/package-root.ts";
 import type { ScheduleSpace } from "../../src/testing/arbitraries.ts";
 import { createCutProxy, type CutProxy } from "../../src/testing/cut-proxy.ts";
 import { startEngineFaultProxy, type EngineFaultProxy } from "../../src/testing/engine-fault-proxy.ts";
@@ -38,8 +38,6 @@ import type { Topology } from "../../src/topology/schema.ts";
 import type { NatsServerHandle } from "../../src/transport/nats-server.ts";
 import { runTrainJob } from "./train-job.ts";
 
-const OOZE_BIN = fileURLToPath(new URL("../../bin/ooze.mjs", import.meta.url));
-
 /** The loop's actors that `actor` faults crash. */
 export const JOB_ACTORS = ["rollout", "buffer", "trainer", "weight-sync", "fleet"] as const;
 
@@ -51,7 +49,7 @@ const STOP_GRACE_MS = 30_000;
 /** `ooze serve` for the job's model on a free port; resolves once it serves. */
 async function startServe(train: TrainConfig, baseDir: string): Promise<{ url: string; child: ChildProcess; log: () => string }> {
   const model = train.model !== undefined ? ["--model", resolve(baseDir, train.model)] : ["--preset", train.preset, "--seed", String(train.seed)];
-  const child = spawn(process.execPath, [OOZE_BIN, "serve", ...model, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [oozeBin(), "serve", ...model, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   child.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));
   child.stderr!.on("data", (d) => (log = (log + d).slice(-20_000)));

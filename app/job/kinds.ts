@@ -2,9 +2,9 @@
 // topology file) whose default export is an actor definition or a function (system) → definition.
 // This is the composition root that brings actors/ into the runtime.
 import { isAbsolute, dirname, resolve } from "node:path";
-import { pathToFileURL } from "node:url";
 import type { ActorDefinition, ActorSystem } from "../../src/actor/index.ts";
 import { OozeError } from "../../src/errors.ts";
+import { importUserModule } from "../../src/user-module.ts";
 import type { KindResolver } from "../../src/topology/node.ts";
 import type { ActorSpec, Topology } from "../../src/topology/schema.ts";
 
@@ -63,7 +63,7 @@ export const resolveKind: KindResolver = async (spec: ActorSpec, topology: Topol
   const path = isAbsolute(spec.kind) ? spec.kind : resolve(base, spec.kind);
   let mod: { default?: unknown };
   try {
-    mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
+    mod = (await importUserModule(path)) as { default?: unknown };
   } catch (e) {
     throw new OozeError("TOPOLOGY_INVALID", `actor '${spec.name}': cannot load kind module ${path}: ${(e as Error).message}`, { cause: e });
   }

@@ -8,6 +8,7 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { OozeError, type WireError } from "../../src/errors.ts";
+import { packageRoot } from "../../src/package-root.ts";
 import type { LlamaHfConfig, TensorLayout } from "../index.d.ts";
 import type {
   NativeForward,
@@ -23,7 +24,17 @@ import type {
 import { encodeFrame, FrameDecoder, type WorkerOp, type WorkerReply } from "./protocol.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const repoRoot = resolve(here, "..", "..");
+
+/**
+ * How to start the worker: main.ts under tsx in the checkout, where the sources lie beside this file;
+ * the compiled main.js with plain node in an installed package (dist/native/worker/).
+ */
+function workerCommand(): string[] {
+  const source = join(here, "main.ts");
+  if (!existsSync(source)) return [join(here, "main.js")];
+  const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+  return ["--import", tsx, source];
+}
 
 /** Options of TrainerWorker.start. */
 export interface TrainerWorkerOptions {
@@ -132,9 +143,8 @@ export class TrainerWorker {
   }
 
   private async boot(): Promise<void> {
-    const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
-    const child = spawn(process.execPath, ["--import", tsx, join(here, "main.ts")], {
-      cwd: repoRoot,
+    const child = spawn(process.execPath, workerCommand(), {
+      cwd: packageRoot(),
       stdio: ["pipe", "pipe", "inherit"],
       env: { ...process.env, ...this.opts.env },
     });

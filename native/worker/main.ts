@@ -1,7 +1,8 @@
-// The trainer worker process (node --import tsx native/worker/main.ts): hosts the native addon and the
-// policy's Trainer (and, for PPO with a separate value model, the critic's), serves protocol.ts
-// requests from stdin and replies on stdout, so a native crash kills this process and not the
-// runtime. Exits when stdin closes (its parent is gone).
+// The trainer worker process (node --import tsx native/worker/main.ts; the compiled main.js with plain
+// node in an installed package): hosts the native addon and the policy's Trainer (and, for PPO with a
+// separate value model, the critic's), serves protocol.ts requests from stdin and replies on stdout,
+// so a native crash kills this process and not the runtime. Exits when stdin closes (its parent is
+// gone).
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import { Trainer, type TrainerSource } from "../trainer.ts";
 import { encodeFrame, FrameDecoder, type WorkerReply, type WorkerRequest } from "./protocol.ts";

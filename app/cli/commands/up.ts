@@ -4,11 +4,11 @@
 // and on Ctrl-C / SIGTERM / `ooze down` drains every node and stops.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
 import { decode } from "../../../src/codec/index.ts";
 import type { LifecycleEvent } from "../../../src/actor/index.ts";
 import { OozeError } from "../../../src/errors.ts";
+import { oozeBin } from "../../../src/package-root.ts";
 import { resolvePolicy, RestartTracker } from "../../../src/supervisor/policy.ts";
 import { loadTopology } from "../../../src/topology/load.ts";
 import { nodeDown, nodeStatus } from "../../../src/topology/node.ts";
@@ -17,8 +17,6 @@ import { jobNames } from "../../../src/transport/names.ts";
 import { startNatsServer, type NatsServerHandle } from "../../../src/transport/nats-server.ts";
 import { removeJob, writeJob } from "../job-records.ts";
 import { dashFromTopology } from "./dash.ts";
-
-const OOZE_BIN = fileURLToPath(new URL("../../../bin/ooze.mjs", import.meta.url));
 
 interface UpOptions {
   nats?: string;
@@ -96,7 +94,7 @@ async function up(file: string, opts: UpOptions): Promise<number> {
   const done = new Promise<void>((r) => (resolveDone = r));
 
   const startHost = (host: string, tracker: RestartTracker) => {
-    const child = spawn(process.execPath, [OOZE_BIN, "node", "--nats", natsUrl, "--replicas", String(replicas), "--job", job, "--topology", topology.file!, "--host", host, "--parent-pid", String(process.pid)], {
+    const child = spawn(process.execPath, [oozeBin(), "node", "--nats", natsUrl, "--replicas", String(replicas), "--job", job, "--topology", topology.file!, "--host", host, "--parent-pid", String(process.pid)], {
       stdio: ["ignore", "inherit", "inherit"],
       env: { ...process.env, ...(token ? { OOZE_NATS_TOKEN: token } : {}) },
     });

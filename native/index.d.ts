@@ -85,6 +85,20 @@ export interface NativeRadixCache {
 
 // --- checkpoints and inference engine (checkpoint.cc, engine_napi.cc) ---
 
+/**
+ * Rotary scaling as config.json holds it (`rope_scaling`, or `rope_parameters` with `rope_theta`):
+ * `linear` (factor) or `llama3` (factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings); transformers before 4.45 wrote `type` for `rope_type`.
+ */
+export interface RopeScalingJson {
+  rope_type?: "default" | "linear" | "llama3" | (string & {});
+  type?: string;
+  factor?: number;
+  low_freq_factor?: number;
+  high_freq_factor?: number;
+  original_max_position_embeddings?: number;
+}
+
 /** config.json of a LlamaForCausalLM: the fields ooze reads (a loaded config.json carries others too). */
 export interface LlamaHfConfig {
   vocab_size: number;
@@ -95,6 +109,8 @@ export interface LlamaHfConfig {
   num_key_value_heads: number;
   rms_norm_eps: number;
   rope_theta: number;
+  /** Rotary scaling (absent or null: none). Configs ooze writes carry it here and in `rope_parameters`. */
+  rope_scaling?: RopeScalingJson | null;
   max_position_embeddings: number;
   tie_word_embeddings: boolean;
   bos_token_id: number;

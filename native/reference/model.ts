@@ -2,6 +2,7 @@
 // and tensor layout as the native model, written from HF's LlamaForCausalLM definition in plain loops
 // with fp64 arithmetic (RoPE angles in fp32 as HF computes them). For tests of the native kernels.
 import type { LlamaHfConfig, TensorLayout } from "../index.d.ts";
+import { ropeInvFreq } from "./rope.ts";
 
 /** The flat tensor layout for a config, in HF naming and order (lm_head only when untied). */
 export function referenceLayout(c: LlamaHfConfig): TensorLayout[] {
@@ -57,10 +58,10 @@ function rmsNorm(x: Float64Array, rows: number, dim: number, w: Float32Array, of
 }
 
 /** Rotate-half RoPE in place on `heads` vectors of size d at position pos. */
-function rope(v: Float64Array, base: number, heads: number, d: number, pos: number, theta: number) {
+function rope(v: Float64Array, base: number, heads: number, d: number, pos: number, inv: Float64Array) {
   const half = d / 2;
   for (let i = 0; i < half; i++) {
-    const invFreq = Math.fround(1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / d))));
+    const invFreq = inv[i]!;
     const ang = Math.fround(pos * invFreq);
     const c = Math.cos(ang), s = Math.sin(ang);
     for (let h = 0; h < heads; h++) {
@@ -83,6 +84,7 @@ export function referenceLogits(c: LlamaHfConfig, params: Float32Array, tokens: 
   const n = tokens.length, H = c.hidden_size, NH = c.num_attention_heads, NKV = c.num_key_value_heads;
   const D = H / NH, Q = NH * D, KV = NKV * D, I = c.intermediate_size, V = c.vocab_size;
   const eps = c.rms_norm_eps;
+  const inv = ropeInvFreq(c, D);
   let x: Float64Array = new Float64Array(n * H);
   const emb = at("model.embed_tokens.weight");
   for (let r = 0; r < n; r++) for (let k = 0; k < H; k++) x[r * H + k] = params[emb + tokens[r]! * H + k]!;
@@ -93,8 +95,8 @@ export function referenceLogits(c: LlamaHfConfig, params: Float32Array, tokens: 
     const k = linear(h, n, params, at(p + "self_attn.k_proj.weight"), KV, H);
     const v = linear(h, n, params, at(p + "self_attn.v_proj.weight"), KV, H);
     for (let r = 0; r < n; r++) {
-      rope(q, r * Q, NH, D, r, c.rope_theta);
-      rope(k, r * KV, NKV, D, r, c.rope_theta);
+      rope(q, r * Q, NH, D, r, inv);
+      rope(k, r * KV, NKV, D, r, inv);
     }
     const att = new Float64Array(n * Q);
     for (let r = 0; r < n; r++)

@@ -3,9 +3,10 @@
 // Slow on purpose; it exists to check native/src/train.cc on tiny configs.
 import type { LlamaHfConfig } from "../index.d.ts";
 import { referenceLayout } from "./model.ts";
+import { ropeInvFreq, type RopeConfig } from "./rope.ts";
 
 /** The config.json fields of a Llama model that training reads (Hugging Face names). */
-export interface TrainModelConfig {
+export interface TrainModelConfig extends RopeConfig {
   vocab_size: number;
   hidden_size: number;
   intermediate_size: number;
@@ -138,13 +139,13 @@ export function positionsOf(cuSeqlens: Int32Array, T: number): Int32Array {
 }
 
 /** Applies rotate-half RoPE in place to x[T, nHeads*hd] (sign -1 applies the inverse rotation). */
-function rope(x: Float64Array, pos: Int32Array, nHeads: number, hd: number, theta: number, sign: number): void {
+function rope(x: Float64Array, pos: Int32Array, nHeads: number, hd: number, inv: Float64Array, sign: number): void {
   const half = hd / 2;
   const T = pos.length;
   for (let t = 0; t < T; t++)
     for (let h = 0; h < nHeads; h++)
       for (let i = 0; i < half; i++) {
-        const ang = pos[t]! * Math.pow(theta, (-2 * i) / hd);
+        const ang = pos[t]! * inv[i]!;
         const c = Math.cos(ang), s = sign * Math.sin(ang);
         const base = t * nHeads * hd + h * hd;
         const x1 = x[base + i]!, x2 = x[base + i + half]!;
@@ -215,8 +216,8 @@ export function referenceForwardBackward(
   for (const L of off.layers) {
     const n1 = rmsnorm(x, params, L.ln1, T, H, eps);
     const q = linear(n1.y, params, L.q, T, Q, H), k = linear(n1.y, params, L.k, T, KV, H), v = linear(n1.y, params, L.v, T, KV, H);
-    rope(q, pos, nh, hd, cfg.rope_theta, 1);
-    rope(k, pos, nkv, hd, cfg.rope_theta, 1);
+    rope(q, pos, nh, hd, ropeInvFreq(cfg, hd), 1);
+    rope(k, pos, nkv, hd, ropeInvFreq(cfg, hd), 1);
     const probs = new Float64Array(T * nh * T); // probs[(t*nh+h)*T + j]
     const att = new Float64Array(T * Q);
     for (let t = 0; t < T; t++)
@@ -345,8 +346,8 @@ export function referenceForwardBackward(
           }
         }
       }
-    rope(dq, pos, nh, hd, cfg.rope_theta, -1);
-    rope(dk, pos, nkv, hd, cfg.rope_theta, -1);
+    rope(dq, pos, nh, hd, ropeInvFreq(cfg, hd), -1);
+    rope(dk, pos, nkv, hd, ropeInvFreq(cfg, hd), -1);
     const dn1 = linearBack(dq, c.n1.y, params, grads, L.q, T, Q, H);
     const dn1k = linearBack(dk, c.n1.y, params, grads, L.k, T, KV, H);
     const dn1v = linearBack(dv, c.n1.y, params, grads, L.v, T, KV, H);

@@ -203,6 +203,40 @@ std::string json_quote(const std::string& s) {
 
 // ---------------------------------------------------------------- config.json
 
+/** A rope scaling object (`rope_scaling` or `rope_parameters`); `where` names it in errors. */
+static RopeScaling rope_from_json(const JsonValue& r, const std::string& where) {
+  if (r.kind != JsonValue::Object) throw std::runtime_error(where + " must be an object or null");
+  const JsonValue* type = r.get("rope_type");
+  if (!type || type->kind == JsonValue::Null) type = r.get("type");  // transformers < 4.45
+  const std::string name = type && type->kind == JsonValue::String ? type->str : "default";
+  auto number = [&](const char* key, bool required, double def) {
+    const JsonValue* v = r.get(key);
+    if (!v || v->kind == JsonValue::Null) {
+      if (required) throw std::runtime_error(where + "." + key + " is required for rope_type '" + name + "'");
+      return def;
+    }
+    if (v->kind != JsonValue::Number) throw std::runtime_error(where + "." + key + " must be a number");
+    return v->num;
+  };
+  RopeScaling out;
+  if (name == "default") return out;
+  if (name == "linear") {
+    out.type = RopeType::Linear;
+    out.factor = static_cast<float>(number("factor", true, 1.0));
+  } else if (name == "llama3") {
+    out.type = RopeType::Llama3;
+    out.factor = static_cast<float>(number("factor", true, 1.0));
+    out.low_freq_factor = static_cast<float>(number("low_freq_factor", true, 1.0));
+    out.high_freq_factor = static_cast<float>(number("high_freq_factor", true, 4.0));
+    const double orig = number("original_max_position_embeddings", true, 8192);
+    if (orig != std::floor(orig) || orig <= 0 || orig > 2e9) throw std::runtime_error(where + ".original_max_position_embeddings must be a positive integer");
+    out.original_max_position_embeddings = static_cast<int>(orig);
+  } else {
+    throw std::runtime_error(where + ".rope_type '" + name + "' is not supported (default, linear, llama3)");
+  }
+  return out;
+}
+
 LlamaConfig config_from_json(const JsonValue& j, const std::string& where) {
   if (j.kind != JsonValue::Object) throw std::runtime_error(where + ": config must be a JSON object");
   auto num = [&](const char* key, bool required, double def) -> double {
@@ -241,13 +275,12 @@ LlamaConfig config_from_json(const JsonValue& j, const std::string& where) {
   // Refuse what this implementation would compute differently from HF, rather than be silently wrong.
   if (const JsonValue* a = j.get("hidden_act"); a && a->kind == JsonValue::String && a->str != "silu")
     throw std::runtime_error(where + ": hidden_act '" + a->str + "' is not supported (only silu)");
-  if (const JsonValue* r = j.get("rope_scaling"); r && r->kind != JsonValue::Null)
-    throw std::runtime_error(where + ": rope_scaling is not supported (must be null)");
-  // transformers 5 writes {"rope_parameters": {"rope_theta": θ, "rope_type": "default"}} instead.
-  if (const JsonValue* rp = j.get("rope_parameters"); rp && rp->kind == JsonValue::Object) {
-    const JsonValue* type = rp->get("rope_type");
-    if (type && type->kind == JsonValue::String && type->str != "default")
-      throw std::runtime_error(where + ": rope_parameters.rope_type '" + type->str + "' is not supported (only default)");
+  // Rotary scaling as transformers 4.x wrote it (`rope_scaling`: null or {rope_type | type, factor, …},
+  // with `rope_theta` beside it) and as transformers 5 writes it (`rope_parameters`: {rope_theta,
+  // rope_type, factor, …}); when both are there, rope_parameters wins.
+  if (const JsonValue* r = j.get("rope_scaling"); r && r->kind != JsonValue::Null) c.rope_scaling = rope_from_json(*r, where + ": rope_scaling");
+  if (const JsonValue* rp = j.get("rope_parameters"); rp && rp->kind != JsonValue::Null) {
+    c.rope_scaling = rope_from_json(*rp, where + ": rope_parameters");
     if (const JsonValue* th = rp->get("rope_theta"); th && th->kind == JsonValue::Number)
       c.rope_theta = static_cast<float>(th->num);
   }
@@ -270,6 +303,26 @@ static std::string fmt_float(double v) {
   return s;
 }
 
+/** `rope_parameters` (with rope_theta) or `rope_scaling` (null when there is no scaling) as JSON. */
+static std::string rope_to_json(const LlamaConfig& c, bool parameters) {
+  const RopeScaling& r = c.rope_scaling;
+  if (!parameters && r.type == RopeType::Default) return "null";
+  std::ostringstream o;
+  o << "{";
+  if (parameters) o << "\"rope_theta\": " << fmt_float(c.rope_theta) << ", ";
+  switch (r.type) {
+    case RopeType::Default: o << "\"rope_type\": \"default\""; break;
+    case RopeType::Linear: o << "\"rope_type\": \"linear\", \"factor\": " << fmt_float(r.factor); break;
+    case RopeType::Llama3:
+      o << "\"rope_type\": \"llama3\", \"factor\": " << fmt_float(r.factor) << ", \"low_freq_factor\": " << fmt_float(r.low_freq_factor)
+        << ", \"high_freq_factor\": " << fmt_float(r.high_freq_factor)
+        << ", \"original_max_position_embeddings\": " << r.original_max_position_embeddings;
+      break;
+  }
+  o << "}";
+  return o.str();
+}
+
 std::string config_to_json(const LlamaConfig& c) {
   std::ostringstream o;
   o << "{\n"
@@ -286,8 +339,8 @@ std::string config_to_json(const LlamaConfig& c) {
     << "  \"head_dim\": " << c.head_dim() << ",\n"
     << "  \"rms_norm_eps\": " << fmt_float(c.rms_norm_eps) << ",\n"
     << "  \"rope_theta\": " << fmt_float(c.rope_theta) << ",\n"
-    << "  \"rope_scaling\": null,\n"
-    << "  \"rope_parameters\": {\"rope_theta\": " << fmt_float(c.rope_theta) << ", \"rope_type\": \"default\"},\n"
+    << "  \"rope_scaling\": " << rope_to_json(c, false) << ",\n"
+    << "  \"rope_parameters\": " << rope_to_json(c, true) << ",\n"
     << "  \"attention_bias\": false,\n"
     << "  \"attention_dropout\": 0.0,\n"
     << "  \"mlp_bias\": false,\n"

@@ -5,28 +5,13 @@
 #include <cstring>
 
 #include "checkpoint.h"
+#include "config_js.h"
 #include "registry.h"
 
 namespace ooze {
 
 namespace {
 
-/** A JS config object (HF config.json shape) → LlamaConfig, via JSON.stringify and our reader. */
-LlamaConfig config_from_js(Napi::Env env, Napi::Value v) {
-  if (!v.IsObject()) throw Napi::TypeError::New(env, "config must be an object (config.json fields)");
-  Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
-  std::string text = json.Get("stringify").As<Napi::Function>().Call(json, {v}).As<Napi::String>();
-  try {
-    return config_from_json(parse_json(text, "config"), "config");
-  } catch (const std::exception& e) {
-    throw Napi::Error::New(env, e.what());
-  }
-}
-
-Napi::Value config_to_js(Napi::Env env, const LlamaConfig& c) {
-  Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
-  return json.Get("parse").As<Napi::Function>().Call(json, {Napi::String::New(env, config_to_json(c))});
-}
 
 Napi::Array tensors_to_js(Napi::Env env, const Model& m) {
   Napi::Array arr = Napi::Array::New(env, m.tensors.size());

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "checkpoint.h"
+#include "config_js.h"
 #include "engine.h"
 #include "registry.h"
 
@@ -50,10 +51,6 @@ SamplingParams sampling_from_js(Napi::Env env, Napi::Value v) {
   return sp;
 }
 
-Napi::Value config_to_js(Napi::Env env, const LlamaConfig& c) {
-  Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
-  return json.Get("parse").As<Napi::Function>().Call(json, {Napi::String::New(env, config_to_json(c))});
-}
 
 Napi::Value event_to_js(Napi::Env env, const EngineEvent& e) {
   Napi::Object o = Napi::Object::New(env);

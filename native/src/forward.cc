@@ -23,10 +23,10 @@ void RopeTable::init(const LlamaConfig& cfg) {
   positions = cfg.max_position_embeddings;
   cos.resize(static_cast<size_t>(positions) * half);
   sin.resize(cos.size());
+  const std::vector<float> inv = rope_inv_freq(cfg);
   for (int i = 0; i < half; ++i) {
-    // inv_freq = 1 / theta^(2i/d), in fp32 like HF; angle = fp32(pos * inv_freq).
-    const float expo = static_cast<float>(2 * i) / static_cast<float>(d);
-    const float inv_freq = 1.0f / std::pow(cfg.rope_theta, expo);
+    // angle = fp32(pos * inv_freq), like HF.
+    const float inv_freq = inv[static_cast<size_t>(i)];
     for (int p = 0; p < positions; ++p) {
       const float ang = static_cast<float>(p) * inv_freq;
       cos[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(static_cast<double>(ang)));

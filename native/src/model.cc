@@ -19,7 +19,41 @@ std::string LlamaConfig::validate() const {
     return "num_attention_heads must be divisible by num_key_value_heads";
   if (head_dim() % 2 != 0) return "head_dim must be even (rotary embeddings)";
   if (max_position_embeddings <= 0) return "max_position_embeddings must be > 0";
+  if (rope_scaling.type != RopeType::Default && !(rope_scaling.factor > 0.0f)) return "rope_scaling.factor must be > 0";
+  if (rope_scaling.type == RopeType::Llama3) {
+    if (!(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) || !(rope_scaling.low_freq_factor > 0.0f))
+      return "rope_scaling: llama3 needs 0 < low_freq_factor < high_freq_factor";
+    if (rope_scaling.original_max_position_embeddings <= 0) return "rope_scaling.original_max_position_embeddings must be > 0";
+  }
   return "";
+}
+
+std::vector<float> rope_inv_freq(const LlamaConfig& cfg) {
+  constexpr float kTwoPi = static_cast<float>(2.0 * 3.14159265358979323846);
+  const int d = cfg.head_dim(), half = d / 2;
+  const RopeScaling& r = cfg.rope_scaling;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(d);
+    float f = 1.0f / std::pow(cfg.rope_theta, expo);
+    if (r.type == RopeType::Linear) {
+      f = f / r.factor;
+    } else if (r.type == RopeType::Llama3) {
+      // Wavelengths longer than the original context / low_freq_factor are slowed by `factor`, those
+      // shorter than it / high_freq_factor kept, and the ones between blended (fp32, as transformers).
+      const float old_len = static_cast<float>(r.original_max_position_embeddings);
+      const float low_wavelen = old_len / r.low_freq_factor, high_wavelen = old_len / r.high_freq_factor;
+      const float wavelen = kTwoPi / f;
+      if (wavelen > low_wavelen) {
+        f = f / r.factor;
+      } else if (!(wavelen < high_wavelen)) {
+        const float smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+        f = (1.0f - smooth) * f / r.factor + smooth * f;
+      }
+    }
+    inv[static_cast<size_t>(i)] = f;
+  }
+  return inv;
 }
 
 Model make_model(const LlamaConfig& cfg) {

@@ -9,6 +9,23 @@
 
 namespace ooze {
 
+/** How the rotary frequencies are scaled (config.json `rope_scaling` / `rope_parameters.rope_type`). */
+enum class RopeType { Default, Linear, Llama3 };
+
+/** Rotary scaling: `linear` divides every frequency by `factor`; `llama3` divides the low ones, keeps the high ones and blends between. */
+struct RopeScaling {
+  RopeType type = RopeType::Default;
+  float factor = 1.0f;
+  /** llama3 only. */
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+  bool operator==(const RopeScaling& o) const {
+    return type == o.type && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor && original_max_position_embeddings == o.original_max_position_embeddings;
+  }
+};
+
 /** config.json fields of LlamaForCausalLM that ooze reads and writes. */
 struct LlamaConfig {
   int vocab_size = 0;
@@ -19,6 +36,7 @@ struct LlamaConfig {
   int num_key_value_heads = 0;
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
   int max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
   int bos_token_id = 1;
@@ -28,6 +46,12 @@ struct LlamaConfig {
   /** Empty string when valid, else what is wrong. */
   std::string validate() const;
 };
+
+/**
+ * The rotary inverse frequencies, head_dim / 2 of them, in fp32 as transformers computes them:
+ * 1 / theta^(2i/d), then scaled as `rope_scaling` says. Inference and training both rotate with these.
+ */
+std::vector<float> rope_inv_freq(const LlamaConfig& cfg);
 
 /** One named tensor inside Model::params. */
 struct TensorInfo {

@@ -40,8 +40,9 @@ struct Dims {
     }
     const int half = hd / 2;
     cos.resize(static_cast<size_t>(max_len) * half), sin.resize(cos.size());
+    const std::vector<float> inv_freq = rope_inv_freq(c);
     for (int i = 0; i < half; ++i) {
-      float inv = static_cast<float>(1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / hd));
+      const float inv = inv_freq[static_cast<size_t>(i)];
       for (int p = 0; p < max_len; ++p) {
         float ang = static_cast<float>(p) * inv;
         cos[static_cast<size_t>(p) * half + i] = std::cos(ang);

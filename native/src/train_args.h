@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config_js.h"
 #include "loss.h"
 #include "model.h"
 #include "optim.h"
@@ -43,37 +44,6 @@ std::vector<T> typed(const Napi::Object& o, const char* k, napi_typedarray_type 
   Napi::TypedArray a = v.As<Napi::TypedArray>();
   const T* p = reinterpret_cast<const T*>(static_cast<const uint8_t*>(a.ArrayBuffer().Data()) + a.ByteOffset());
   return std::vector<T>(p, p + a.ElementLength());
-}
-
-inline LlamaConfig parse_config(const Napi::Object& c) {
-  LlamaConfig cfg;
-  cfg.vocab_size = static_cast<int>(num(c, "vocab_size", 0));
-  cfg.hidden_size = static_cast<int>(num(c, "hidden_size", 0));
-  cfg.intermediate_size = static_cast<int>(num(c, "intermediate_size", 0));
-  cfg.num_hidden_layers = static_cast<int>(num(c, "num_hidden_layers", 0));
-  cfg.num_attention_heads = static_cast<int>(num(c, "num_attention_heads", 0));
-  cfg.num_key_value_heads = static_cast<int>(num(c, "num_key_value_heads", cfg.num_attention_heads));
-  cfg.rms_norm_eps = static_cast<float>(num(c, "rms_norm_eps", 1e-5));
-  cfg.rope_theta = static_cast<float>(num(c, "rope_theta", 10000.0));
-  cfg.max_position_embeddings = static_cast<int>(num(c, "max_position_embeddings", 2048));
-  cfg.tie_word_embeddings = num(c, "tie_word_embeddings", 0) != 0;
-  cfg.bos_token_id = static_cast<int>(num(c, "bos_token_id", 1));
-  cfg.eos_token_id = static_cast<int>(num(c, "eos_token_id", 2));
-  std::string err = cfg.validate();
-  if (!err.empty()) type_error(c.Env(), "config: " + err);
-  return cfg;
-}
-
-inline Napi::Object config_to_js(Napi::Env env, const LlamaConfig& c) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("vocab_size", c.vocab_size), o.Set("hidden_size", c.hidden_size);
-  o.Set("intermediate_size", c.intermediate_size), o.Set("num_hidden_layers", c.num_hidden_layers);
-  o.Set("num_attention_heads", c.num_attention_heads), o.Set("num_key_value_heads", c.num_key_value_heads);
-  o.Set("rms_norm_eps", c.rms_norm_eps), o.Set("rope_theta", c.rope_theta);
-  o.Set("max_position_embeddings", c.max_position_embeddings);
-  o.Set("tie_word_embeddings", Napi::Boolean::New(env, c.tie_word_embeddings));
-  o.Set("bos_token_id", c.bos_token_id), o.Set("eos_token_id", c.eos_token_id);
-  return o;
 }
 
 /** The packed batch plus the per-token training inputs (only tokens and cuSeqlens are required). */
@@ -183,6 +153,5 @@ inline void set_optim_result(Napi::Object o, const OptimResult& r) {
   o.Set("gradNorm", r.grad_norm), o.Set("clipCoef", r.clip_coef);
   o.Set("skipped", Napi::Boolean::New(o.Env(), r.skipped)), o.Set("step", static_cast<double>(r.step));
 }
-
 
 }  // namespace ooze::train_js

@@ -223,7 +223,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     if (!info[0].IsObject()) type_error(info.Env(), "new Trainer({config, params|null, seed|null}) or new Trainer()");
     Napi::Object o = info[0].As<Napi::Object>();
     if (!present(o, "config") || !o.Get("config").IsObject()) type_error(info.Env(), "config (HF config.json fields) is required");
-    auto m = std::make_unique<Model>(make_model(parse_config(o.Get("config").As<Napi::Object>())));
+    auto m = std::make_unique<Model>(make_model(config_from_js(info.Env(), o.Get("config"))));
     if (present(o, "params")) {
       std::vector<float> p = typed<float>(o, "params", napi_float32_array, "Float32Array", true);
       if (p.size() != m->params.size())

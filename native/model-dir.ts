@@ -62,6 +62,7 @@ export async function readModelConfig(dir: string): Promise<LlamaHfConfig> {
   for (const k of REQUIRED)
     if (typeof o[k] !== "number" || !Number.isInteger(o[k]) || (o[k] as number) <= 0)
       throw new OozeError("CHECKPOINT_INVALID", `${path}: field '${k}' must be a positive integer`);
+  const rp = typeof o.rope_parameters === "object" && o.rope_parameters !== null ? (o.rope_parameters as Record<string, unknown>) : null;
   const first = (v: unknown, d: number) => (Array.isArray(v) ? Number(v[0]) : typeof v === "number" ? v : d);
   return {
     ...o,
@@ -72,7 +73,8 @@ export async function readModelConfig(dir: string): Promise<LlamaHfConfig> {
     num_attention_heads: o.num_attention_heads as number,
     num_key_value_heads: typeof o.num_key_value_heads === "number" ? o.num_key_value_heads : (o.num_attention_heads as number),
     rms_norm_eps: typeof o.rms_norm_eps === "number" ? o.rms_norm_eps : 1e-6,
-    rope_theta: typeof o.rope_theta === "number" ? o.rope_theta : 10000,
+    // transformers 5 keeps rope_theta inside rope_parameters (4.x beside it, as ooze also writes it)
+    rope_theta: typeof o.rope_theta === "number" ? o.rope_theta : typeof rp?.rope_theta === "number" ? rp.rope_theta : 10000,
     max_position_embeddings: typeof o.max_position_embeddings === "number" ? o.max_position_embeddings : 2048,
     tie_word_embeddings: o.tie_word_embeddings === true,
     bos_token_id: first(o.bos_token_id, 1),

@@ -87,20 +87,37 @@ export interface NativeRadixCache {
 
 /**
  * Rotary scaling as config.json holds it (`rope_scaling`, or `rope_parameters` with `rope_theta`):
- * `linear` (factor) or `llama3` (factor, low_freq_factor, high_freq_factor,
- * original_max_position_embeddings); transformers before 4.45 wrote `type` for `rope_type`.
+ * `linear` (factor), `llama3` (factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings) or `yarn` (factor, original_max_position_embeddings, beta_fast,
+ * beta_slow, mscale, mscale_all_dim, attention_factor, truncate); transformers before 4.45 wrote
+ * `type` for `rope_type`.
  */
 export interface RopeScalingJson {
-  rope_type?: "default" | "linear" | "llama3" | (string & {});
+  rope_type?: "default" | "linear" | "llama3" | "yarn" | (string & {});
   type?: string;
   factor?: number;
   low_freq_factor?: number;
   high_freq_factor?: number;
   original_max_position_embeddings?: number;
+  beta_fast?: number;
+  beta_slow?: number;
+  mscale?: number;
+  mscale_all_dim?: number;
+  attention_factor?: number;
+  truncate?: boolean;
 }
 
-/** config.json of a LlamaForCausalLM: the fields ooze reads (a loaded config.json carries others too). */
+/** The model families the native model implements (config.json `model_type`). */
+export type ModelFamily = "llama" | "mistral" | "qwen2" | "qwen3";
+
+/**
+ * config.json of a Llama-architecture model (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+ * Qwen3ForCausalLM): the fields ooze reads (a loaded config.json carries others too).
+ */
 export interface LlamaHfConfig {
+  /** Absent: llama (or what `architectures` names). */
+  model_type?: ModelFamily | (string & {});
+  architectures?: string[];
   vocab_size: number;
   hidden_size: number;
   intermediate_size: number;
@@ -115,6 +132,12 @@ export interface LlamaHfConfig {
   tie_word_embeddings: boolean;
   bos_token_id: number;
   eos_token_id: number;
+  /** Size of each attention head; absent: hidden_size / num_attention_heads (Qwen3 sets it). */
+  head_dim?: number;
+  /** Llama, Qwen3: biases on q, k, v and o projections. (Qwen2 always has q/k/v biases.) */
+  attention_bias?: boolean;
+  /** Mistral: each position attends to the last `sliding_window` positions; null: all. */
+  sliding_window?: number | null;
 }
 
 /** One tensor of the flat params buffer: HF name, offset in floats, shape. */

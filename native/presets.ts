@@ -1,5 +1,6 @@
 // Model size presets: HF Llama configs for the byte tokenizer (vocab 259) or a 32k vocabulary.
 import type { LlamaHfConfig } from "./index.d.ts";
+import { referenceLayout } from "./reference/model.ts";
 import { BOS_ID, BYTE_TOKENIZER_VOCAB, EOS_ID } from "../src/engine/tokenizer.ts";
 
 type SizeFields =
@@ -71,10 +72,7 @@ export function isPresetName(name: string): name is PresetName {
   return Object.hasOwn(PRESETS, name);
 }
 
-/** Number of parameters of a config (embedding, layers, final norm, lm_head unless tied). */
+/** Number of parameters of a config (embedding, layers with their biases and q/k norms, final norm, lm_head unless tied). */
 export function paramCount(c: LlamaHfConfig): number {
-  const h = c.hidden_size, i = c.intermediate_size, v = c.vocab_size;
-  const hd = h / c.num_attention_heads, kv = c.num_key_value_heads * hd, q = c.num_attention_heads * hd;
-  const layer = 2 * h + q * h + 2 * kv * h + h * q + 3 * i * h;
-  return v * h + c.num_hidden_layers * layer + h + (c.tie_word_embeddings ? 0 : v * h);
+  return referenceLayout(c).reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0);
 }

@@ -1,9 +1,10 @@
 // TypeScript reference of the native training forward and backward over packed sequences (float64,
-// plain loops): per-token logprobs and entropies of a Llama model and every parameter's gradient.
+// plain loops): per-token logprobs and entropies of a Llama-architecture model (the families of
+// reference/model.ts) and every parameter's gradient.
 // Slow on purpose; it exists to check native/src/train.cc on tiny configs.
 import type { LlamaHfConfig } from "../index.d.ts";
-import { referenceLayout } from "./model.ts";
-import { ropeInvFreq, type RopeConfig } from "./rope.ts";
+import { referenceArch, referenceLayout } from "./model.ts";
+import { ropeAttentionScaling, ropeInvFreq, type RopeConfig } from "./rope.ts";
 
 /** The config.json fields of a Llama model that training reads (Hugging Face names). */
 export interface TrainModelConfig extends RopeConfig {
@@ -16,6 +17,10 @@ export interface TrainModelConfig extends RopeConfig {
   rms_norm_eps: number;
   rope_theta: number;
   tie_word_embeddings: boolean;
+  model_type?: string;
+  head_dim?: number;
+  attention_bias?: boolean;
+  sliding_window?: number | null;
 }
 
 /** One named tensor in the flat parameter buffer (offset and size in floats). */
@@ -44,7 +49,11 @@ export function tensorLayout(cfg: TrainModelConfig): { tensors: TensorSpec[]; nu
 /** Offsets of each tensor by role; lm_head is embed_tokens when tied. */
 interface Offsets {
   embed: number;
-  layers: { ln1: number; q: number; k: number; v: number; o: number; ln2: number; gate: number; up: number; down: number }[];
+  layers: {
+    ln1: number; q: number; k: number; v: number; o: number; ln2: number; gate: number; up: number; down: number;
+    /** Biases and q/k norms, -1 when the family has none. */
+    qb: number; kb: number; vb: number; ob: number; qn: number; kn: number;
+  }[];
   norm: number;
   lmHead: number;
 }
@@ -56,6 +65,7 @@ function offsets(cfg: TrainModelConfig): Offsets {
     if (!t) throw new Error(`tensor ${name} missing from layout`);
     return t.offset;
   };
+  const maybe = (name: string): number => tensors.find((x) => x.name === name)?.offset ?? -1;
   const layers = [];
   for (let l = 0; l < cfg.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;
@@ -64,30 +74,33 @@ function offsets(cfg: TrainModelConfig): Offsets {
       k: at(p + "self_attn.k_proj.weight"), v: at(p + "self_attn.v_proj.weight"),
       o: at(p + "self_attn.o_proj.weight"), ln2: at(p + "post_attention_layernorm.weight"),
       gate: at(p + "mlp.gate_proj.weight"), up: at(p + "mlp.up_proj.weight"), down: at(p + "mlp.down_proj.weight"),
+      qb: maybe(p + "self_attn.q_proj.bias"), kb: maybe(p + "self_attn.k_proj.bias"), vb: maybe(p + "self_attn.v_proj.bias"),
+      ob: maybe(p + "self_attn.o_proj.bias"), qn: maybe(p + "self_attn.q_norm.weight"), kn: maybe(p + "self_attn.k_norm.weight"),
     });
   }
   const embed = at("model.embed_tokens.weight");
   return { embed, layers, norm: at("model.norm.weight"), lmHead: cfg.tie_word_embeddings ? embed : at("lm_head.weight") };
 }
 
-/** y[T,out] = x[T,in] · W[out,in]ᵀ, W read from buffer p at offset w. */
-function linear(x: Float64Array, p: Buf, w: number, T: number, nOut: number, nIn: number): Float64Array {
+/** y[T,out] = x[T,in] · W[out,in]ᵀ (+ the bias at offset b unless b < 0), W read from buffer p at offset w. */
+function linear(x: Float64Array, p: Buf, w: number, T: number, nOut: number, nIn: number, b = -1): Float64Array {
   const y = new Float64Array(T * nOut);
   for (let t = 0; t < T; t++)
     for (let o = 0; o < nOut; o++) {
-      let s = 0;
+      let s = b < 0 ? 0 : p[b + o]!;
       for (let i = 0; i < nIn; i++) s += x[t * nIn + i]! * p[w + o * nIn + i]!;
       y[t * nOut + o] = s;
     }
   return y;
 }
 
-/** Backward of linear: returns dx, adds dyᵀ·x into g at offset w. */
-function linearBack(dy: Float64Array, x: Float64Array, p: Buf, g: Float64Array, w: number, T: number, nOut: number, nIn: number): Float64Array {
+/** Backward of linear: returns dx, adds dyᵀ·x into g at offset w (and Σ_t dy into the bias at b unless b < 0). */
+function linearBack(dy: Float64Array, x: Float64Array, p: Buf, g: Float64Array, w: number, T: number, nOut: number, nIn: number, b = -1): Float64Array {
   const dx = new Float64Array(T * nIn);
   for (let t = 0; t < T; t++)
     for (let o = 0; o < nOut; o++) {
       const d = dy[t * nOut + o]!;
+      if (b >= 0) g[b + o]! += d;
       if (d === 0) continue;
       for (let i = 0; i < nIn; i++) {
         dx[t * nIn + i]! += d * p[w + o * nIn + i]!;
@@ -138,15 +151,15 @@ export function positionsOf(cuSeqlens: Int32Array, T: number): Int32Array {
   return pos;
 }
 
-/** Applies rotate-half RoPE in place to x[T, nHeads*hd] (sign -1 applies the inverse rotation). */
-function rope(x: Float64Array, pos: Int32Array, nHeads: number, hd: number, inv: Float64Array, sign: number): void {
+/** Applies rotate-half RoPE (cos and sin × mscale) in place to x[T, nHeads*hd] (sign -1: the transpose). */
+function rope(x: Float64Array, pos: Int32Array, nHeads: number, hd: number, inv: Float64Array, sign: number, mscale: number): void {
   const half = hd / 2;
   const T = pos.length;
   for (let t = 0; t < T; t++)
     for (let h = 0; h < nHeads; h++)
       for (let i = 0; i < half; i++) {
         const ang = pos[t]! * inv[i]!;
-        const c = Math.cos(ang), s = sign * Math.sin(ang);
+        const c = Math.cos(ang) * mscale, s = sign * Math.sin(ang) * mscale;
         const base = t * nHeads * hd + h * hd;
         const x1 = x[base + i]!, x2 = x[base + i + half]!;
         x[base + i] = x1 * c - x2 * s;
@@ -203,21 +216,29 @@ export function referenceForwardBackward(
   validatePacked(batch, cfg.vocab_size);
   const { tokens, cuSeqlens } = batch;
   const T = tokens.length, H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
-  const nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads, hd = H / nh;
+  const arch = referenceArch(cfg as unknown as LlamaHfConfig);
+  const nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads, hd = arch.hd;
   const Q = nh * hd, KV = nkv * hd, grp = nh / nkv, scale = 1 / Math.sqrt(hd), eps = cfg.rms_norm_eps;
   const off = offsets(cfg);
-  const pos = positionsOf(cuSeqlens, T), starts = seqStarts(cuSeqlens, T);
+  const pos = positionsOf(cuSeqlens, T), seqStart = seqStarts(cuSeqlens, T);
+  // The first key each query sees: its sequence's start, or the sliding window's (Mistral).
+  const starts = arch.window > 0 ? Int32Array.from(seqStart, (s0, t) => Math.max(s0, t - arch.window + 1)) : seqStart;
+  const inv = ropeInvFreq(cfg, hd), mscale = ropeAttentionScaling(cfg);
 
   let x = new Float64Array(T * H);
   for (let t = 0; t < T; t++) for (let i = 0; i < H; i++) x[t * H + i] = params[off.embed + tokens[t]! * H + i]!;
 
-  interface Cache { xIn: Float64Array; n1: { y: Float64Array; rstd: Float64Array }; q: Float64Array; k: Float64Array; v: Float64Array; probs: Float64Array; att: Float64Array; h: Float64Array; n2: { y: Float64Array; rstd: Float64Array }; gate: Float64Array; up: Float64Array; act: Float64Array }
+  interface Cache { xIn: Float64Array; n1: { y: Float64Array; rstd: Float64Array }; qPre: Float64Array; kPre: Float64Array; qn: { y: Float64Array; rstd: Float64Array } | null; kn: { y: Float64Array; rstd: Float64Array } | null; q: Float64Array; k: Float64Array; v: Float64Array; probs: Float64Array; att: Float64Array; h: Float64Array; n2: { y: Float64Array; rstd: Float64Array }; gate: Float64Array; up: Float64Array; act: Float64Array }
   const caches: Cache[] = [];
   for (const L of off.layers) {
     const n1 = rmsnorm(x, params, L.ln1, T, H, eps);
-    const q = linear(n1.y, params, L.q, T, Q, H), k = linear(n1.y, params, L.k, T, KV, H), v = linear(n1.y, params, L.v, T, KV, H);
-    rope(q, pos, nh, hd, ropeInvFreq(cfg, hd), 1);
-    rope(k, pos, nkv, hd, ropeInvFreq(cfg, hd), 1);
+    const qPre = linear(n1.y, params, L.q, T, Q, H, L.qb), kPre = linear(n1.y, params, L.k, T, KV, H, L.kb);
+    const v = linear(n1.y, params, L.v, T, KV, H, L.vb);
+    const qn = L.qn >= 0 ? rmsnorm(qPre, params, L.qn, T * nh, hd, eps) : null;
+    const kn = L.kn >= 0 ? rmsnorm(kPre, params, L.kn, T * nkv, hd, eps) : null;
+    const q = Float64Array.from(qn ? qn.y : qPre), k = Float64Array.from(kn ? kn.y : kPre);
+    rope(q, pos, nh, hd, inv, 1, mscale);
+    rope(k, pos, nkv, hd, inv, 1, mscale);
     const probs = new Float64Array(T * nh * T); // probs[(t*nh+h)*T + j]
     const att = new Float64Array(T * Q);
     for (let t = 0; t < T; t++)
@@ -238,7 +259,7 @@ export function referenceForwardBackward(
           for (let d = 0; d < hd; d++) att[t * Q + h * hd + d]! += pj * v[j * KV + g * hd + d]!;
         }
       }
-    const o = linear(att, params, L.o, T, H, Q);
+    const o = linear(att, params, L.o, T, H, Q, L.ob);
     const h = new Float64Array(T * H);
     for (let i = 0; i < T * H; i++) h[i] = x[i]! + o[i]!;
     const n2 = rmsnorm(h, params, L.ln2, T, H, eps);
@@ -248,7 +269,7 @@ export function referenceForwardBackward(
     const down = linear(act, params, L.down, T, H, I);
     const xOut = new Float64Array(T * H);
     for (let i = 0; i < T * H; i++) xOut[i] = h[i]! + down[i]!;
-    caches.push({ xIn: x, n1, q, k, v, probs, att, h, n2, gate, up, act });
+    caches.push({ xIn: x, n1, qPre, kPre, qn, kn, q, k, v, probs, att, h, n2, gate, up, act });
     x = xOut;
   }
   const nf = rmsnorm(x, params, off.norm, T, H, eps);
@@ -256,7 +277,7 @@ export function referenceForwardBackward(
   const logprobs = new Float64Array(T), entropy = new Float64Array(T);
   const logpOut = new Float64Array(T * V);
   for (let t = 0; t < T; t++) {
-    if (t + 1 >= T || starts[t + 1] !== starts[t]) continue; // last token of its sequence
+    if (t + 1 >= T || seqStart[t + 1] !== seqStart[t]) continue; // last token of its sequence
     let mx = -Infinity;
     for (let c = 0; c < V; c++) mx = Math.max(mx, logits[t * V + c]! / temperature);
     let sum = 0;
@@ -275,7 +296,7 @@ export function referenceForwardBackward(
   if (valueHead) {
     values = new Float64Array(T);
     for (let t = 0; t + 1 < T; t++) {
-      if (starts[t + 1] !== starts[t]) continue;
+      if (seqStart[t + 1] !== seqStart[t]) continue;
       let v = valueHead[H]!;
       for (let i = 0; i < H; i++) v += valueHead[i]! * nf.y[t * H + i]!;
       values[t + 1] = v;
@@ -287,7 +308,7 @@ export function referenceForwardBackward(
   const grads = new Float64Array(tensorLayout(cfg).numel);
   const dLogits = new Float64Array(T * V);
   for (let t = 0; t + 1 < T; t++) {
-    if (starts[t + 1] !== starts[t]) continue;
+    if (seqStart[t + 1] !== seqStart[t]) continue;
     const gl = upstream.dLogprobs[t + 1]!, ge = upstream.dEntropy[t + 1]!, ent = entropy[t + 1]!;
     for (let c = 0; c < V; c++) {
       const lp = logpOut[t * V + c]!, p = Math.exp(lp);
@@ -300,7 +321,7 @@ export function referenceForwardBackward(
   if (valueHead && upstream.dValues) {
     headGrads = new Float64Array(H + 1);
     for (let t = 0; t + 1 < T; t++) {
-      if (starts[t + 1] !== starts[t]) continue;
+      if (seqStart[t + 1] !== seqStart[t]) continue;
       const g = upstream.dValues[t + 1]!;
       for (let i = 0; i < H; i++) (dnf[t * H + i]! += g * valueHead[i]!), (headGrads[i]! += g * nf.y[t * H + i]!);
       headGrads[H]! += g;
@@ -324,7 +345,7 @@ export function referenceForwardBackward(
     const dh = new Float64Array(T * H);
     for (let i = 0; i < T * H; i++) dh[i] = dx[i]! + dhNorm[i]!;
     // Attention branch.
-    const dAtt = linearBack(dh, c.att, params, grads, L.o, T, H, Q);
+    const dAtt = linearBack(dh, c.att, params, grads, L.o, T, H, Q, L.ob);
     const dq = new Float64Array(T * Q), dk = new Float64Array(T * KV), dv = new Float64Array(T * KV);
     for (let t = 0; t < T; t++)
       for (let h = 0; h < nh; h++) {
@@ -346,11 +367,13 @@ export function referenceForwardBackward(
           }
         }
       }
-    rope(dq, pos, nh, hd, ropeInvFreq(cfg, hd), -1);
-    rope(dk, pos, nkv, hd, ropeInvFreq(cfg, hd), -1);
-    const dn1 = linearBack(dq, c.n1.y, params, grads, L.q, T, Q, H);
-    const dn1k = linearBack(dk, c.n1.y, params, grads, L.k, T, KV, H);
-    const dn1v = linearBack(dv, c.n1.y, params, grads, L.v, T, KV, H);
+    rope(dq, pos, nh, hd, inv, -1, mscale);
+    rope(dk, pos, nkv, hd, inv, -1, mscale);
+    const dqPre = c.qn ? rmsnormBack(dq, c.qPre, c.qn.rstd, params, grads, L.qn, T * nh, hd) : dq;
+    const dkPre = c.kn ? rmsnormBack(dk, c.kPre, c.kn.rstd, params, grads, L.kn, T * nkv, hd) : dk;
+    const dn1 = linearBack(dqPre, c.n1.y, params, grads, L.q, T, Q, H, L.qb);
+    const dn1k = linearBack(dkPre, c.n1.y, params, grads, L.k, T, KV, H, L.kb);
+    const dn1v = linearBack(dv, c.n1.y, params, grads, L.v, T, KV, H, L.vb);
     for (let i = 0; i < T * H; i++) dn1[i]! += dn1k[i]! + dn1v[i]!;
     const dxNorm = rmsnormBack(dn1, c.xIn, c.n1.rstd, params, grads, L.ln1, T, H);
     dx = new Float64Array(T * H);

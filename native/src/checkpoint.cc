@@ -1,5 +1,5 @@
-// Hugging Face checkpoint I/O (see checkpoint.h): a small JSON reader, config.json fields of
-// LlamaForCausalLM, safetensors read (F32/BF16/F16) and write (F32), atomic file replacement.
+// Hugging Face checkpoint I/O (see checkpoint.h): a small JSON reader, config.json fields of the
+// Llama-architecture families (llama, mistral, qwen2, qwen3), safetensors read (F32/BF16/F16) and write (F32), atomic file replacement.
 // The JS exports are in checkpoint_napi.cc.
 #include "checkpoint.h"
 
@@ -203,12 +203,21 @@ std::string json_quote(const std::string& s) {
 
 // ---------------------------------------------------------------- config.json
 
-/** A rope scaling object (`rope_scaling` or `rope_parameters`); `where` names it in errors. */
-static RopeScaling rope_from_json(const JsonValue& r, const std::string& where) {
+/**
+ * A rope scaling object (`rope_scaling` or `rope_parameters`); `where` names it in errors.
+ * `default_original` stands in for a missing original_max_position_embeddings (yarn, as transformers
+ * does: the top-level field, else max_position_embeddings).
+ */
+static RopeScaling rope_from_json(const JsonValue& r, const std::string& where, int default_original,
+                                  int max_position_embeddings) {
   if (r.kind != JsonValue::Object) throw std::runtime_error(where + " must be an object or null");
   const JsonValue* type = r.get("rope_type");
   if (!type || type->kind == JsonValue::Null) type = r.get("type");  // transformers < 4.45
   const std::string name = type && type->kind == JsonValue::String ? type->str : "default";
+  auto present = [&](const char* key) {
+    const JsonValue* v = r.get(key);
+    return v && v->kind != JsonValue::Null;
+  };
   auto number = [&](const char* key, bool required, double def) {
     const JsonValue* v = r.get(key);
     if (!v || v->kind == JsonValue::Null) {
@@ -218,6 +227,14 @@ static RopeScaling rope_from_json(const JsonValue& r, const std::string& where) 
     if (v->kind != JsonValue::Number) throw std::runtime_error(where + "." + key + " must be a number");
     return v->num;
   };
+  auto original = [&](bool required) {
+    const double orig = number("original_max_position_embeddings", required, default_original);
+    if (orig != std::floor(orig) || orig <= 0 || orig > 2e9)
+      throw std::runtime_error(where + ".original_max_position_embeddings must be a positive integer");
+    return static_cast<int>(orig);
+  };
+  if (present("partial_rotary_factor") && number("partial_rotary_factor", false, 1.0) != 1.0)
+    throw std::runtime_error(where + ".partial_rotary_factor other than 1 is not supported");
   RopeScaling out;
   if (name == "default") return out;
   if (name == "linear") {
@@ -228,13 +245,45 @@ static RopeScaling rope_from_json(const JsonValue& r, const std::string& where) 
     out.factor = static_cast<float>(number("factor", true, 1.0));
     out.low_freq_factor = static_cast<float>(number("low_freq_factor", true, 1.0));
     out.high_freq_factor = static_cast<float>(number("high_freq_factor", true, 4.0));
-    const double orig = number("original_max_position_embeddings", true, 8192);
-    if (orig != std::floor(orig) || orig <= 0 || orig > 2e9) throw std::runtime_error(where + ".original_max_position_embeddings must be a positive integer");
-    out.original_max_position_embeddings = static_cast<int>(orig);
+    out.original_max_position_embeddings = original(true);
+  } else if (name == "yarn") {
+    out.type = RopeType::Yarn;
+    out.original_max_position_embeddings = original(false);
+    out.factor = static_cast<float>(
+        number("factor", false, static_cast<double>(max_position_embeddings) / out.original_max_position_embeddings));
+    // transformers treats 0 and null alike for these (`x or default`).
+    out.beta_fast = present("beta_fast") && number("beta_fast", false, 0) != 0 ? static_cast<float>(number("beta_fast", false, 0)) : 32.0f;
+    out.beta_slow = present("beta_slow") && number("beta_slow", false, 0) != 0 ? static_cast<float>(number("beta_slow", false, 0)) : 1.0f;
+    out.mscale = static_cast<float>(number("mscale", false, 0.0));
+    out.mscale_all_dim = static_cast<float>(number("mscale_all_dim", false, 0.0));
+    out.attention_factor = static_cast<float>(number("attention_factor", false, 0.0));
+    if (out.attention_factor < 0) throw std::runtime_error(where + ".attention_factor must be > 0");
+    if (const JsonValue* t = r.get("truncate"); t && t->kind != JsonValue::Null) {
+      if (t->kind != JsonValue::Bool) throw std::runtime_error(where + ".truncate must be a boolean");
+      out.truncate = t->b;
+    }
   } else {
-    throw std::runtime_error(where + ".rope_type '" + name + "' is not supported (default, linear, llama3)");
+    throw std::runtime_error(where + ".rope_type '" + name + "' is not supported (default, linear, llama3, yarn)");
   }
   return out;
+}
+
+/** The family from `model_type`, else from `architectures[0]`; neither: llama. */
+static Family family_from_json(const JsonValue& j, const std::string& where) {
+  std::string type;
+  if (const JsonValue* t = j.get("model_type"); t && t->kind == JsonValue::String) {
+    type = t->str;
+  } else if (const JsonValue* a = j.get("architectures"); a && a->kind == JsonValue::Array && !a->arr.empty() &&
+                                                          a->arr[0].kind == JsonValue::String) {
+    const std::string& arch = a->arr[0].str;
+    type = arch == "LlamaForCausalLM" ? "llama" : arch == "MistralForCausalLM" ? "mistral"
+         : arch == "Qwen2ForCausalLM" ? "qwen2" : arch == "Qwen3ForCausalLM" ? "qwen3" : "architectures[0] " + arch;
+  }
+  if (type.empty() || type == "llama") return Family::Llama;
+  if (type == "mistral") return Family::Mistral;
+  if (type == "qwen2") return Family::Qwen2;
+  if (type == "qwen3") return Family::Qwen3;
+  throw std::runtime_error(where + ": model_type '" + type + "' is not supported (llama, mistral, qwen2, qwen3)");
 }
 
 LlamaConfig config_from_json(const JsonValue& j, const std::string& where) {
@@ -256,40 +305,72 @@ LlamaConfig config_from_json(const JsonValue& j, const std::string& where) {
       throw std::runtime_error(where + ": field '" + key + "' must be an integer");
     return static_cast<int>(d);
   };
+  auto flag = [&](const char* key) {
+    const JsonValue* b = j.get(key);
+    if (!b || b->kind == JsonValue::Null) return false;
+    if (b->kind != JsonValue::Bool) throw std::runtime_error(where + ": field '" + key + "' must be a boolean");
+    return b->b;
+  };
   LlamaConfig c;
+  c.family = family_from_json(j, where);
   c.vocab_size = integer("vocab_size", true, 0);
   c.hidden_size = integer("hidden_size", true, 0);
   c.intermediate_size = integer("intermediate_size", true, 0);
   c.num_hidden_layers = integer("num_hidden_layers", true, 0);
   c.num_attention_heads = integer("num_attention_heads", true, 0);
   c.num_key_value_heads = integer("num_key_value_heads", false, c.num_attention_heads);
+  c.head_dim_explicit = integer("head_dim", false, 0);
   c.rms_norm_eps = static_cast<float>(num("rms_norm_eps", false, 1e-6));
   c.rope_theta = static_cast<float>(num("rope_theta", false, 10000.0));
   c.max_position_embeddings = integer("max_position_embeddings", false, 2048);
   c.bos_token_id = integer("bos_token_id", false, 1);
   c.eos_token_id = integer("eos_token_id", false, 2);
-  if (const JsonValue* t = j.get("tie_word_embeddings"); t && t->kind != JsonValue::Null) {
-    if (t->kind != JsonValue::Bool) throw std::runtime_error(where + ": field 'tie_word_embeddings' must be a boolean");
-    c.tie_word_embeddings = t->b;
-  }
+  c.tie_word_embeddings = flag("tie_word_embeddings");
   // Refuse what this implementation would compute differently from HF, rather than be silently wrong.
   if (const JsonValue* a = j.get("hidden_act"); a && a->kind == JsonValue::String && a->str != "silu")
     throw std::runtime_error(where + ": hidden_act '" + a->str + "' is not supported (only silu)");
+  if (flag("mlp_bias")) throw std::runtime_error(where + ": mlp_bias = true is not supported");
+  if (j.get("partial_rotary_factor") && num("partial_rotary_factor", false, 1.0) != 1.0)
+    throw std::runtime_error(where + ": partial_rotary_factor other than 1 is not supported");
+  switch (c.family) {
+    case Family::Llama:
+    case Family::Qwen3:
+      c.qkv_bias = c.o_bias = flag("attention_bias");
+      c.qk_norm = c.family == Family::Qwen3;
+      break;
+    case Family::Mistral:
+      if (flag("attention_bias")) throw std::runtime_error(where + ": attention_bias = true is not supported for mistral");
+      c.sliding_window = integer("sliding_window", false, 0);
+      if (c.sliding_window <= 0 && j.get("sliding_window") && j.get("sliding_window")->kind != JsonValue::Null)
+        throw std::runtime_error(where + ": sliding_window must be a positive integer or null");
+      break;
+    case Family::Qwen2:
+      c.qkv_bias = true;  // Qwen2's q/k/v projections always have biases, o_proj never
+      break;
+  }
+  if (c.family == Family::Qwen2 || c.family == Family::Qwen3) {
+    // Sliding-window layers (use_sliding_window, or a layer_types entry other than full attention).
+    if (flag("use_sliding_window")) throw std::runtime_error(where + ": use_sliding_window = true is not supported");
+    if (const JsonValue* lt = j.get("layer_types"); lt && lt->kind == JsonValue::Array)
+      for (size_t i = 0; i < lt->arr.size(); ++i)
+        if (lt->arr[i].kind != JsonValue::String || lt->arr[i].str != "full_attention")
+          throw std::runtime_error(where + ": layer_types[" + std::to_string(i) + "] '" +
+                                   (lt->arr[i].kind == JsonValue::String ? lt->arr[i].str : std::string("?")) +
+                                   "' is not supported (only full_attention)");
+  }
+  for (const char* key : {"num_experts", "num_local_experts", "n_routed_experts"})
+    if (j.get(key) && num(key, false, 0) > 0) throw std::runtime_error(where + ": " + key + " > 0 (mixture of experts) is not supported");
   // Rotary scaling as transformers 4.x wrote it (`rope_scaling`: null or {rope_type | type, factor, …},
   // with `rope_theta` beside it) and as transformers 5 writes it (`rope_parameters`: {rope_theta,
   // rope_type, factor, …}); when both are there, rope_parameters wins.
-  if (const JsonValue* r = j.get("rope_scaling"); r && r->kind != JsonValue::Null) c.rope_scaling = rope_from_json(*r, where + ": rope_scaling");
+  const int default_original = integer("original_max_position_embeddings", false, c.max_position_embeddings);
+  if (const JsonValue* r = j.get("rope_scaling"); r && r->kind != JsonValue::Null)
+    c.rope_scaling = rope_from_json(*r, where + ": rope_scaling", default_original, c.max_position_embeddings);
   if (const JsonValue* rp = j.get("rope_parameters"); rp && rp->kind != JsonValue::Null) {
-    c.rope_scaling = rope_from_json(*rp, where + ": rope_parameters");
+    c.rope_scaling = rope_from_json(*rp, where + ": rope_parameters", default_original, c.max_position_embeddings);
     if (const JsonValue* th = rp->get("rope_theta"); th && th->kind == JsonValue::Number)
       c.rope_theta = static_cast<float>(th->num);
   }
-  for (const char* key : {"attention_bias", "mlp_bias"})
-    if (const JsonValue* b = j.get(key); b && b->kind == JsonValue::Bool && b->b)
-      throw std::runtime_error(where + ": " + key + " = true is not supported");
-  if (j.get("head_dim") && j.get("head_dim")->kind == JsonValue::Number && c.num_attention_heads > 0 &&
-      static_cast<int>(j.get("head_dim")->num) != c.hidden_size / c.num_attention_heads)
-    throw std::runtime_error(where + ": head_dim other than hidden_size / num_attention_heads is not supported");
   std::string err = c.validate();
   if (!err.empty()) throw std::runtime_error(where + ": invalid config: " + err);
   return c;
@@ -318,16 +399,30 @@ static std::string rope_to_json(const LlamaConfig& c, bool parameters) {
         << ", \"high_freq_factor\": " << fmt_float(r.high_freq_factor)
         << ", \"original_max_position_embeddings\": " << r.original_max_position_embeddings;
       break;
+    case RopeType::Yarn:
+      o << "\"rope_type\": \"yarn\", \"factor\": " << fmt_float(r.factor)
+        << ", \"original_max_position_embeddings\": " << r.original_max_position_embeddings
+        << ", \"beta_fast\": " << fmt_float(r.beta_fast) << ", \"beta_slow\": " << fmt_float(r.beta_slow);
+      if (r.mscale != 0.0f) o << ", \"mscale\": " << fmt_float(r.mscale);
+      if (r.mscale_all_dim != 0.0f) o << ", \"mscale_all_dim\": " << fmt_float(r.mscale_all_dim);
+      if (r.attention_factor > 0.0f) o << ", \"attention_factor\": " << fmt_float(r.attention_factor);
+      if (!r.truncate) o << ", \"truncate\": false";
+      break;
   }
   o << "}";
   return o.str();
 }
 
 std::string config_to_json(const LlamaConfig& c) {
+  const char* type = model_type_name(c.family);
+  const char* arch = c.family == Family::Mistral ? "MistralForCausalLM"
+                   : c.family == Family::Qwen2   ? "Qwen2ForCausalLM"
+                   : c.family == Family::Qwen3   ? "Qwen3ForCausalLM"
+                                                 : "LlamaForCausalLM";
   std::ostringstream o;
   o << "{\n"
-    << "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-    << "  \"model_type\": \"llama\",\n"
+    << "  \"architectures\": [\"" << arch << "\"],\n"
+    << "  \"model_type\": \"" << type << "\",\n"
     << "  \"torch_dtype\": \"float32\",\n"
     << "  \"hidden_act\": \"silu\",\n"
     << "  \"vocab_size\": " << c.vocab_size << ",\n"
@@ -340,10 +435,18 @@ std::string config_to_json(const LlamaConfig& c) {
     << "  \"rms_norm_eps\": " << fmt_float(c.rms_norm_eps) << ",\n"
     << "  \"rope_theta\": " << fmt_float(c.rope_theta) << ",\n"
     << "  \"rope_scaling\": " << rope_to_json(c, false) << ",\n"
-    << "  \"rope_parameters\": " << rope_to_json(c, true) << ",\n"
-    << "  \"attention_bias\": false,\n"
-    << "  \"attention_dropout\": 0.0,\n"
-    << "  \"mlp_bias\": false,\n"
+    << "  \"rope_parameters\": " << rope_to_json(c, true) << ",\n";
+  if (c.family == Family::Llama || c.family == Family::Qwen3 || c.family == Family::Mistral)
+    o << "  \"attention_bias\": " << (c.o_bias ? "true" : "false") << ",\n";
+  if (c.family == Family::Llama) o << "  \"mlp_bias\": false,\n";
+  if (c.family == Family::Mistral) {
+    o << "  \"sliding_window\": ";
+    if (c.sliding_window > 0) o << c.sliding_window; else o << "null";
+    o << ",\n";
+  }
+  if (c.family == Family::Qwen2 || c.family == Family::Qwen3)
+    o << "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n  \"max_window_layers\": " << c.num_hidden_layers << ",\n";
+  o << "  \"attention_dropout\": 0.0,\n"
     << "  \"max_position_embeddings\": " << c.max_position_embeddings << ",\n"
     << "  \"initializer_range\": 0.02,\n"
     << "  \"tie_word_embeddings\": " << (c.tie_word_embeddings ? "true" : "false") << ",\n"
@@ -417,7 +520,7 @@ void read_safetensors(const fs::path& path, Model& m, std::vector<bool>& seen, L
     if (!ti) {
       if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // old HF checkpoints
       if (name == "lm_head.weight" && m.cfg.tie_word_embeddings) continue;  // saved tied copy
-      throw std::runtime_error(where + " is not part of a Llama model with this config");
+      throw std::runtime_error(where + " is not part of a " + model_type_name(m.cfg.family) + std::string(" model with this config"));
     }
     const JsonValue* dt = t.get("dtype");
     const JsonValue* shape = t.get("shape");

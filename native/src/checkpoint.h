@@ -1,4 +1,4 @@
-// Hugging Face checkpoint I/O for the Llama model: config.json and model.safetensors (F32, BF16 and
+// Hugging Face checkpoint I/O for the Llama-architecture families: config.json and model.safetensors (F32, BF16 and
 // F16 read; F32 written), plus the small JSON reader both formats need. Any native module may use it.
 #pragma once
 #include <cstdint>
@@ -29,10 +29,10 @@ JsonValue parse_json(const std::string& text, const std::string& what);
 /** Escapes `s` as a JSON string literal (with quotes). */
 std::string json_quote(const std::string& s);
 
-/** Reads the LlamaConfig fields from a parsed config.json; `where` names the file in errors. */
+/** Reads the LlamaConfig fields from a parsed config.json; `where` names the file in errors, and the field refused. */
 LlamaConfig config_from_json(const JsonValue& j, const std::string& where);
 
-/** config.json text for `cfg` (architectures LlamaForCausalLM, model_type llama, float32). */
+/** config.json text for `cfg` (its family's architectures and model_type, float32). */
 std::string config_to_json(const LlamaConfig& cfg);
 
 /** What load_model_dir found besides the weights. */

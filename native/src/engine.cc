@@ -287,7 +287,8 @@ void Engine::load_weights(Model&& model) {
       a.num_hidden_layers != b.num_hidden_layers || a.num_attention_heads != b.num_attention_heads ||
       a.num_key_value_heads != b.num_key_value_heads || a.tie_word_embeddings != b.tie_word_embeddings ||
       a.max_position_embeddings != b.max_position_embeddings || a.rope_theta != b.rope_theta ||
-      !(a.rope_scaling == b.rope_scaling) ||
+      !(a.rope_scaling == b.rope_scaling) || a.family != b.family || a.head_dim() != b.head_dim() ||
+      a.qkv_bias != b.qkv_bias || a.o_bias != b.o_bias || a.qk_norm != b.qk_norm || a.sliding_window != b.sliding_window ||
       a.rms_norm_eps != b.rms_norm_eps || a.eos_token_id != b.eos_token_id)
     throw std::invalid_argument("the new weights' config differs from the running model's");
   std::lock_guard<std::mutex> compute(compute_mu_);

@@ -1,6 +1,7 @@
-// The Llama inference forward pass (see forward.h), computed as Hugging Face's LlamaForCausalLM does
-// in fp32: RMSNorm, rotate-half RoPE, grouped-query causal attention over slot-indexed keys/values,
-// SiLU-gated MLP, final norm and lm_head.
+// The inference forward pass (see forward.h), computed as Hugging Face's Llama, Mistral, Qwen2 and
+// Qwen3 models do in fp32: RMSNorm, q/k/v projections (with biases where the family has them),
+// per-head q/k RMSNorm (Qwen3), rotate-half RoPE, grouped-query causal attention (within the sliding
+// window, Mistral) over slot-indexed keys/values, SiLU-gated MLP, final norm and lm_head.
 #include "forward.h"
 
 #include <algorithm>
@@ -24,13 +25,14 @@ void RopeTable::init(const LlamaConfig& cfg) {
   cos.resize(static_cast<size_t>(positions) * half);
   sin.resize(cos.size());
   const std::vector<float> inv = rope_inv_freq(cfg);
+  const float mscale = rope_attention_scaling(cfg);  // yarn multiplies cos and sin (fp32, as HF)
   for (int i = 0; i < half; ++i) {
     // angle = fp32(pos * inv_freq), like HF.
     const float inv_freq = inv[static_cast<size_t>(i)];
     for (int p = 0; p < positions; ++p) {
       const float ang = static_cast<float>(p) * inv_freq;
-      cos[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(static_cast<double>(ang)));
-      sin[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(static_cast<double>(ang)));
+      cos[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(static_cast<double>(ang))) * mscale;
+      sin[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(static_cast<double>(ang))) * mscale;
     }
   }
 }
@@ -49,6 +51,14 @@ void rmsnorm(const float* x, const float* w, float* out, int rows, int dim, floa
   }
 }
 
+/** y[r, :] += b for each of `rows` rows of width n (a Linear layer's bias). */
+void add_bias(float* y, const float* b, int rows, int n) {
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + static_cast<size_t>(r) * n;
+    for (int i = 0; i < n; ++i) yr[i] += b[i];
+  }
+}
+
 void rope_rotate(float* vec, const float* c, const float* s, int half) {
   for (int i = 0; i < half; ++i) {
     const float a = vec[i], b = vec[i + half];
@@ -64,6 +74,7 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
   const LlamaConfig& c = m.cfg;
   const int H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim();
   const int NH = c.num_attention_heads, NKV = c.num_key_value_heads, Q = NH * D, KV = NKV * D;
+  const int W = c.sliding_window;
   const int group = NH / NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Row bookkeeping: row r belongs to chunk row_seq[r] at position row_pos[r].
@@ -77,7 +88,7 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
     }
   const int R = static_cast<int>(row_seq.size());
   long attn_work = 0;  // multiply-adds of attention per layer: parallelise only when worth it
-  for (int p : row_pos) attn_work += static_cast<long>(p + 1) * NH * D * 2;
+  for (int p : row_pos) attn_work += static_cast<long>(W > 0 ? std::min(p + 1, W) : p + 1) * NH * D * 2;
   logits.clear();
   if (R == 0) return;
   auto sz = [](int a, int b) { return static_cast<size_t>(a) * b; };
@@ -100,6 +111,15 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
     matmul_nt(ws.h.data(), L.q_proj, ws.q.data(), R, Q, H, false);
     matmul_nt(ws.h.data(), L.k_proj, ws.k.data(), R, KV, H, false);
     matmul_nt(ws.h.data(), L.v_proj, ws.v.data(), R, KV, H, false);
+    if (L.q_bias) {
+      add_bias(ws.q.data(), L.q_bias, R, Q);
+      add_bias(ws.k.data(), L.k_bias, R, KV);
+      add_bias(ws.v.data(), L.v_bias, R, KV);
+    }
+    if (L.q_norm) {  // RMSNorm of each head's q and k (rows of head_dim), before the rotation
+      rmsnorm(ws.q.data(), L.q_norm, ws.q.data(), R * NH, D, c.rms_norm_eps);
+      rmsnorm(ws.k.data(), L.k_norm, ws.k.data(), R * NKV, D, c.rms_norm_eps);
+    }
     // RoPE on q and k, then store k/v in each row's slot.
 #pragma omp parallel for schedule(static) if (static_cast<long>(R) * (Q + KV) > 65536)
     for (int r = 0; r < R; ++r) {
@@ -111,17 +131,18 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
       std::copy_n(ws.k.data() + sz(r, KV), KV, kv.key(l, slot));
       std::copy_n(ws.v.data() + sz(r, KV), KV, kv.value(l, slot));
     }
-    // Causal attention: row at position p attends to positions 0..p of its own sequence.
+    // Causal attention: row at position p attends to positions first..p of its own sequence (first
+    // is 0, or the start of the sliding window).
 #pragma omp parallel for schedule(dynamic) if (attn_work > 65536)
     for (int rh = 0; rh < R * NH; ++rh) {
       const int r = rh / NH, h = rh % NH, g = h / group;
       const SeqChunk& ch = chunks[row_seq[r]];
-      const int npos = row_pos[r] + 1;
+      const int npos = row_pos[r] + 1, first = attention_start(c, row_pos[r]);
       thread_local std::vector<float> sc;
       sc.resize(npos);
       const float* q = ws.q.data() + sz(r, Q) + sz(h, D);
       float mx = -INFINITY;
-      for (int t = 0; t < npos; ++t) {
+      for (int t = first; t < npos; ++t) {
         const float* k = kv.key(l, ch.slots[t]) + sz(g, D);
         float s = 0;
         for (int d = 0; d < D; ++d) s += q[d] * k[d];
@@ -129,17 +150,18 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
         mx = std::max(mx, sc[t]);
       }
       float sum = 0;
-      for (int t = 0; t < npos; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+      for (int t = first; t < npos; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
       const float inv = 1.0f / sum;
       float* o = ws.att.data() + sz(r, Q) + sz(h, D);
       std::fill_n(o, D, 0.0f);
-      for (int t = 0; t < npos; ++t) {
+      for (int t = first; t < npos; ++t) {
         const float* v = kv.value(l, ch.slots[t]) + sz(g, D);
         const float w = sc[t] * inv;
         for (int d = 0; d < D; ++d) o[d] += w * v[d];
       }
     }
     matmul_nt(ws.att.data(), L.o_proj, ws.x.data(), R, H, Q, true);  // residual
+    if (L.o_bias) add_bias(ws.x.data(), L.o_bias, R, H);
     rmsnorm(ws.x.data(), L.post_attention_layernorm, ws.h.data(), R, H, c.rms_norm_eps);
     matmul_nt(ws.h.data(), L.gate_proj, ws.g.data(), R, I, H, false);
     matmul_nt(ws.h.data(), L.up_proj, ws.u.data(), R, I, H, false);

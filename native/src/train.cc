@@ -1,4 +1,4 @@
-// Training forward and backward of the Llama model over packed sequences (see train.h). Linear layers
+// Training forward and backward of the model over packed sequences (see train.h). Linear layers
 // go through the shared matmul kernels; attention keeps one log-sum-exp per row and recomputes its
 // probabilities in the backward; lm_head runs over chunks of rows so full logits never exist.
 #include "train.h"
@@ -16,7 +16,7 @@ constexpr int kLogitRows = 32;  // rows of logits held at once
 
 /** Shapes and per-token bookkeeping shared by forward and backward. */
 struct Dims {
-  int T, H, I, V, nh, nkv, hd, Q, KV, grp;
+  int T, H, I, V, nh, nkv, hd, Q, KV, grp, window;
   float scale, eps;
   std::vector<int> pos, start, end;  // per token: position, its sequence's [start, end)
   std::vector<float> cos, sin;       // [max_pos, hd/2]
@@ -25,7 +25,7 @@ struct Dims {
   Dims(const LlamaConfig& c, const PackedBatch& b) {
     T = b.num_tokens(), H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
     nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim();
-    Q = nh * hd, KV = nkv * hd, grp = nh / nkv;
+    Q = nh * hd, KV = nkv * hd, grp = nh / nkv, window = c.sliding_window;
     scale = 1.0f / std::sqrt(static_cast<float>(hd));
     eps = c.rms_norm_eps;
     pos.resize(T), start.resize(T), end.resize(T);
@@ -41,16 +41,40 @@ struct Dims {
     const int half = hd / 2;
     cos.resize(static_cast<size_t>(max_len) * half), sin.resize(cos.size());
     const std::vector<float> inv_freq = rope_inv_freq(c);
+    const float mscale = rope_attention_scaling(c);  // yarn scales cos and sin
     for (int i = 0; i < half; ++i) {
       const float inv = inv_freq[static_cast<size_t>(i)];
       for (int p = 0; p < max_len; ++p) {
         float ang = static_cast<float>(p) * inv;
-        cos[static_cast<size_t>(p) * half + i] = std::cos(ang);
-        sin[static_cast<size_t>(p) * half + i] = std::sin(ang);
+        cos[static_cast<size_t>(p) * half + i] = std::cos(ang) * mscale;
+        sin[static_cast<size_t>(p) * half + i] = std::sin(ang) * mscale;
       }
     }
   }
+  /** The first key a query at token t attends to: its sequence's start, or the sliding window's. */
+  int first_key(int t) const { return window > 0 ? std::max(start[t], t - window + 1) : start[t]; }
+  /** One past the last query that attends to the key at token j. */
+  int last_query(int j) const { return window > 0 ? std::min(end[j], j + window) : end[j]; }
 };
+
+/** y[t, :] += b for T rows of width n (a Linear layer's bias). */
+void add_bias(float* y, const float* b, int T, int n) {
+#pragma omp parallel for schedule(static) if (static_cast<long>(T) * n > 16384)
+  for (int t = 0; t < T; ++t) {
+    float* yr = y + static_cast<size_t>(t) * n;
+    for (int i = 0; i < n; ++i) yr[i] += b[i];
+  }
+}
+
+/** db[i] += Σ_t dy[t, i] (a bias's gradient). */
+void bias_grad(const float* dy, float* db, int T, int n) {
+#pragma omp parallel for schedule(static) if (static_cast<long>(T) * n > 16384)
+  for (int i = 0; i < n; ++i) {
+    double s = 0;
+    for (int t = 0; t < T; ++t) s += dy[static_cast<size_t>(t) * n + i];
+    db[i] += static_cast<float>(s);
+  }
+}
 
 void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int T, int H, float eps) {
 #pragma omp parallel for schedule(static) if (T * H > 16384)
@@ -116,7 +140,7 @@ void attention_fwd(const Dims& d, const float* q, const float* k, const float* v
 #pragma omp for collapse(2) schedule(dynamic, 8)
     for (int t = 0; t < d.T; ++t) {
       for (int h = 0; h < d.nh; ++h) {
-        const int g = h / d.grp, a = d.start[t];
+        const int g = h / d.grp, a = d.first_key(t);
         const float* qr = q + static_cast<size_t>(t) * d.Q + h * d.hd;
         float mx = -INFINITY;
         for (int j = a; j <= t; ++j) {
@@ -154,7 +178,7 @@ void attention_bwd(const Dims& d, const float* q, const float* k, const float* v
 #pragma omp parallel for collapse(2) schedule(dynamic, 8)
   for (int t = 0; t < d.T; ++t) {
     for (int h = 0; h < d.nh; ++h) {
-      const int g = h / d.grp, a = d.start[t];
+      const int g = h / d.grp, a = d.first_key(t);
       const size_t qo = static_cast<size_t>(t) * d.Q + h * d.hd;
       float dsum = 0;
 #pragma omp simd reduction(+ : dsum)
@@ -184,7 +208,7 @@ void attention_bwd(const Dims& d, const float* q, const float* k, const float* v
       std::fill(dkr, dkr + d.hd, 0.0f);
       std::fill(dvr, dvr + d.hd, 0.0f);
       for (int h = g * d.grp; h < (g + 1) * d.grp; ++h) {
-        for (int t = j; t < d.end[j]; ++t) {
+        for (int t = j; t < d.last_query(j); ++t) {
           const size_t qo = static_cast<size_t>(t) * d.Q + h * d.hd;
           float s = 0, dp = 0;
 #pragma omp simd reduction(+ : s, dp)
@@ -270,10 +294,22 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
     matmul_nt(a.xn1.data(), L.q_proj, a.q.data(), T, d.Q, H, false);
     matmul_nt(a.xn1.data(), L.k_proj, a.k.data(), T, d.KV, H, false);
     matmul_nt(a.xn1.data(), L.v_proj, a.v.data(), T, d.KV, H, false);
+    if (L.q_bias) {
+      add_bias(a.q.data(), L.q_bias, T, d.Q);
+      add_bias(a.k.data(), L.k_bias, T, d.KV);
+      add_bias(a.v.data(), L.v_bias, T, d.KV);
+    }
+    if (L.q_norm) {  // per-head RMSNorm (rows of head_dim) before the rotation; keep the inputs
+      a.q_pre = a.q, a.k_pre = a.k;
+      a.rstd_q.resize(static_cast<size_t>(T) * d.nh), a.rstd_k.resize(static_cast<size_t>(T) * d.nkv);
+      rmsnorm_fwd(a.q_pre.data(), L.q_norm, a.q.data(), a.rstd_q.data(), T * d.nh, d.hd, d.eps);
+      rmsnorm_fwd(a.k_pre.data(), L.k_norm, a.k.data(), a.rstd_k.data(), T * d.nkv, d.hd, d.eps);
+    }
     rope(a.q.data(), d, d.nh, false);
     rope(a.k.data(), d, d.nkv, false);
     attention_fwd(d, a.q.data(), a.k.data(), a.v.data(), a.att.data(), a.lse.data());
     matmul_nt(a.att.data(), L.o_proj, x.data(), T, H, d.Q, true);  // residual: x += o_proj(att)
+    if (L.o_bias) add_bias(x.data(), L.o_bias, T, H);
     if (acts) a.h = x;
     rmsnorm_fwd(x.data(), L.post_attention_layernorm, a.xn2.data(), a.rstd2.data(), T, H, d.eps);
     matmul_nt(a.xn2.data(), L.gate_proj, a.gate.data(), T, d.I, H, false);
@@ -375,6 +411,7 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
   std::vector<float> act(static_cast<size_t>(T) * d.I), dact(act.size()), dgate(act.size()), dup(act.size());
   std::vector<float> datt(static_cast<size_t>(T) * d.Q), dq(datt.size());
   std::vector<float> dk(static_cast<size_t>(T) * d.KV), dv(dk.size());
+  std::vector<float> dq_pre, dk_pre;  // qk_norm only
   for (int l = m.cfg.num_hidden_layers - 1; l >= 0; --l) {
     const LayerPtrs& L = P.layers[l];
     const LayerPtrs& GL = G.layers[l];
@@ -400,10 +437,22 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
     // Attention: h = x_in + o_proj(att).
     matmul_nn(dh.data(), L.o_proj, datt.data(), T, d.Q, H, false);
     matmul_tn(dh.data(), a.att.data(), GL.o_proj, H, d.Q, T, true);
+    if (GL.o_bias) bias_grad(dh.data(), GL.o_bias, T, H);
     attention_bwd(d, a.q.data(), a.k.data(), a.v.data(), a.att.data(), a.lse.data(), datt.data(), dq.data(), dk.data(),
                   dv.data());
     rope(dq.data(), d, d.nh, true);
     rope(dk.data(), d, d.nkv, true);
+    if (L.q_norm) {  // through the per-head norms: dq, dk become gradients of the projections' outputs
+      dq_pre.resize(dq.size()), dk_pre.resize(dk.size());
+      rmsnorm_bwd(dq.data(), a.q_pre.data(), a.rstd_q.data(), L.q_norm, GL.q_norm, dq_pre.data(), T * d.nh, d.hd, false);
+      rmsnorm_bwd(dk.data(), a.k_pre.data(), a.rstd_k.data(), L.k_norm, GL.k_norm, dk_pre.data(), T * d.nkv, d.hd, false);
+      dq.swap(dq_pre), dk.swap(dk_pre);
+    }
+    if (GL.q_bias) {
+      bias_grad(dq.data(), GL.q_bias, T, d.Q);
+      bias_grad(dk.data(), GL.k_bias, T, d.KV);
+      bias_grad(dv.data(), GL.v_bias, T, d.KV);
+    }
     matmul_nn(dq.data(), L.q_proj, dn.data(), T, H, d.Q, false);
     matmul_nn(dk.data(), L.k_proj, dn.data(), T, H, d.KV, true);
     matmul_nn(dv.data(), L.v_proj, dn.data(), T, H, d.KV, true);

@@ -1,4 +1,4 @@
-// Training forward and backward of the Llama model over packed variable-length sequences: per-token
+// Training forward and backward of the model (Llama, Mistral, Qwen2, Qwen3) over packed variable-length sequences: per-token
 // logprobs and entropies of the next token at a temperature, the activations the backward needs, and
 // the gradient of every parameter (same flat layout as Model::params).
 #pragma once
@@ -29,6 +29,10 @@ struct LayerActs {
   std::vector<float> x_in;   // [T,H] residual stream entering the layer
   std::vector<float> rstd1;  // [T]
   std::vector<float> xn1;    // [T,H] input_layernorm output
+  std::vector<float> q_pre;  // [T,Q] before the per-head q norm (qk_norm only)
+  std::vector<float> k_pre;  // [T,KV] before the per-head k norm (qk_norm only)
+  std::vector<float> rstd_q; // [T,heads] (qk_norm only)
+  std::vector<float> rstd_k; // [T,kv_heads] (qk_norm only)
   std::vector<float> q;      // [T,Q] after RoPE
   std::vector<float> k;      // [T,KV] after RoPE
   std::vector<float> v;      // [T,KV]

@@ -3,7 +3,7 @@
 // TS reference give transformers' logits; the same weights without the scaling do not (so the
 // fixture exercises it); transformers 4.x's form of the config (`rope_scaling` beside `rope_theta`)
 // reads the same; a saved checkpoint keeps it; the training path's logprobs equal the engine's; an
-// unsupported rope_type is refused with the field named.
+// unsupported rope_type is refused with the field named. (yarn: test/native/model-families.test.ts.)
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -102,8 +102,8 @@ describe.each(["llama3", "linear"] as const)("rope_type %s in a transformers-wri
 describe("rope types ooze does not implement", () => {
   it("are refused with the field and the supported types named", () => {
     const native = loadNative();
-    const yarn = withConfig("llama3", "yarn", (c) => ({ ...c, rope_parameters: { rope_theta: 5000, rope_type: "yarn", factor: 4 } }));
-    expect(() => native.loadModelDir(yarn)).toThrow(/rope_parameters\.rope_type 'yarn' is not supported \(default, linear, llama3\)/);
+    const longrope = withConfig("llama3", "longrope", (c) => ({ ...c, rope_parameters: { rope_theta: 5000, rope_type: "longrope", factor: 4 } }));
+    expect(() => native.loadModelDir(longrope)).toThrow(/rope_parameters\.rope_type 'longrope' is not supported \(default, linear, llama3, yarn\)/);
     const missing = withConfig("llama3", "missing", (c) => ({ ...c, rope_parameters: { rope_theta: 5000, rope_type: "llama3", factor: 8 } }));
     expect(() => native.loadModelDir(missing)).toThrow(/rope_parameters\.low_freq_factor is required for rope_type 'llama3'/);
   });

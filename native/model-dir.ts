@@ -1,11 +1,12 @@
-// Model directories (config.json + model.safetensors): create one from a preset or config with
-// random weights, and read a directory's config.
+// Model directories (config.json + model.safetensors): create one from a preset, a family's shape
+// (with a real tokenizer copied beside it) or a config with random weights, and read a directory's config.
+import { copyFileSync, existsSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { OozeError } from "../src/errors.ts";
 import type { LlamaHfConfig } from "./index.d.ts";
 import { loadNative } from "./load.ts";
-import { isPresetName, PRESETS } from "./presets.ts";
+import { ARCHS, familyConfig, isPresetName, PRESETS, SIZES, type Arch, type Size } from "./presets.ts";
 
 /** A preset name or a full config → the config (throws CONFIG_INVALID for an unknown preset). */
 export function resolveConfig(presetOrConfig: string | LlamaHfConfig): LlamaHfConfig {
@@ -37,6 +38,77 @@ export async function initModelDir(
     throw new OozeError("CHECKPOINT_INVALID", `cannot write model to ${outDir}: ${(e as Error).message}`, { cause: e });
   }
   return readModelConfig(outDir);
+}
+
+/** The tokenizer files copied into a model directory (those present; tokenizer.json and tokenizer_config.json required). */
+const TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt"];
+
+/** What `initFamilyModelDir` writes. */
+export interface FamilyInit {
+  arch: string;
+  size: string;
+  outDir: string;
+  seed?: number;
+  /** A directory with the family's tokenizer.json and tokenizer_config.json; null: none (the byte tokenizer's ids then). */
+  tokenizerDir?: string | null;
+}
+
+/**
+ * Writes a random checkpoint of a family's shape (`ooze model init --arch`). With a tokenizer
+ * directory, its files are copied beside the weights and the config takes the tokenizer's BOS/EOS ids
+ * (and a vocabulary at least as large as its ids); without one, BOS/EOS are the byte tokenizer's so
+ * that the built-in tasks run on it. Returns the config written.
+ */
+export async function initFamilyModelDir(opts: FamilyInit): Promise<LlamaHfConfig> {
+  if (!(ARCHS as readonly string[]).includes(opts.arch))
+    throw new OozeError("CONFIG_INVALID", `unknown --arch '${opts.arch}'; choose one of: ${ARCHS.join(", ")}`);
+  if (!(SIZES as readonly string[]).includes(opts.size))
+    throw new OozeError("CONFIG_INVALID", `unknown --size '${opts.size}'; choose one of: ${SIZES.join(", ")}`);
+  const config = familyConfig(opts.arch as Arch, opts.size as Size);
+  const tok = opts.tokenizerDir ? readTokenizerIds(opts.tokenizerDir) : null;
+  if (tok) {
+    config.vocab_size = Math.max(config.vocab_size, tok.size);
+    config.eos_token_id = tok.eos;
+    if (tok.bos !== null) config.bos_token_id = tok.bos;
+  } else {
+    const { BOS_ID, EOS_ID } = await import("../src/engine/tokenizer.ts");
+    config.bos_token_id = BOS_ID, config.eos_token_id = EOS_ID;
+  }
+  const written = await initModelDir(config, opts.outDir, opts.seed ?? 0);
+  if (opts.tokenizerDir)
+    for (const f of TOKENIZER_FILES)
+      if (existsSync(join(opts.tokenizerDir, f))) copyFileSync(join(opts.tokenizerDir, f), join(opts.outDir, f));
+  return written;
+}
+
+/** The ids a tokenizer directory gives BOS and EOS, and one past its largest id. */
+function readTokenizerIds(dir: string): { size: number; bos: number | null; eos: number } {
+  const read = (f: string): Record<string, unknown> => {
+    const path = join(dir, f);
+    try {
+      return JSON.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
+    } catch (e) {
+      throw new OozeError("CONFIG_INVALID", `--tokenizer ${dir}: cannot read ${f} (${(e as Error).message}); give a directory with the model's tokenizer.json and tokenizer_config.json`, { cause: e });
+    }
+  };
+  const tj = read("tokenizer.json"), tc = read("tokenizer_config.json");
+  const ids = new Map<string, number>();
+  const vocab = (tj.model as { vocab?: Record<string, number> } | undefined)?.vocab ?? {};
+  for (const [k, v] of Object.entries(vocab)) ids.set(k, v);
+  for (const a of (tj.added_tokens ?? []) as { id: number; content: string }[]) ids.set(a.content, a.id);
+  let size = 0;
+  for (const v of ids.values()) size = Math.max(size, v + 1);
+  const name = (v: unknown): string | null => (typeof v === "string" ? v : v && typeof v === "object" && typeof (v as { content?: unknown }).content === "string" ? (v as { content: string }).content : null);
+  const idOf = (field: string): number | null => {
+    const tokenName = name(tc[field]);
+    if (tokenName === null) return null;
+    const id = ids.get(tokenName);
+    if (id === undefined) throw new OozeError("CONFIG_INVALID", `--tokenizer ${dir}: tokenizer_config.json ${field} '${tokenName}' is not a token of tokenizer.json`);
+    return id;
+  };
+  const eos = idOf("eos_token");
+  if (eos === null) throw new OozeError("CONFIG_INVALID", `--tokenizer ${dir}: tokenizer_config.json has no eos_token`);
+  return { size, bos: idOf("bos_token"), eos };
 }
 
 const REQUIRED = [

@@ -76,3 +76,54 @@ export function isPresetName(name: string): name is PresetName {
 export function paramCount(c: LlamaHfConfig): number {
   return referenceLayout(c).reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0);
 }
+
+/** The families `ooze model init --arch` writes, and their sizes. */
+export const ARCHS = ["llama3", "qwen2", "qwen3"] as const;
+export type Arch = (typeof ARCHS)[number];
+export const SIZES = ["tiny", "small", "0.5b-shape"] as const;
+export type Size = (typeof SIZES)[number];
+
+/**
+ * Each family's own fields (model_type, rotary settings, biases, head size) at its real vocabulary,
+ * at three sizes: `tiny` and `small` for tests and CPU runs, `0.5b-shape` the dimensions of a real
+ * half-billion model (Qwen2.5-0.5B, Qwen3-0.6B; for Llama 3, Llama 3.2's fields at ~0.5B).
+ * `vocab_size` is the family's (151,936 for Qwen, 128,256 for Llama 3); BOS/EOS are the family's
+ * ids, replaced by the tokenizer's when one is given.
+ */
+export function familyConfig(arch: Arch, size: Size): LlamaHfConfig {
+  const dims = {
+    tiny: { hidden_size: 64, intermediate_size: 176, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2 },
+    small: { hidden_size: 256, intermediate_size: 768, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 2 },
+  } as const;
+  switch (arch) {
+    case "llama3": {
+      const base = {
+        model_type: "llama", architectures: ["LlamaForCausalLM"], vocab_size: 128256, rms_norm_eps: 1e-5, rope_theta: 500000,
+        rope_scaling: { rope_type: "llama3", factor: 32, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 },
+        max_position_embeddings: 131072, tie_word_embeddings: true, bos_token_id: 128000, eos_token_id: 128009,
+      };
+      if (size === "0.5b-shape")
+        return { ...base, hidden_size: 1024, intermediate_size: 4096, num_hidden_layers: 24, num_attention_heads: 16, num_key_value_heads: 4 };
+      return { ...base, ...dims[size] };
+    }
+    case "qwen2": {
+      const base = {
+        model_type: "qwen2", architectures: ["Qwen2ForCausalLM"], vocab_size: 151936, rms_norm_eps: 1e-6, rope_theta: 1000000,
+        max_position_embeddings: 32768, tie_word_embeddings: true, bos_token_id: 151643, eos_token_id: 151645,
+      };
+      if (size === "0.5b-shape")
+        return { ...base, hidden_size: 896, intermediate_size: 4864, num_hidden_layers: 24, num_attention_heads: 14, num_key_value_heads: 2 };
+      return { ...base, ...dims[size] };
+    }
+    case "qwen3": {
+      const base = {
+        model_type: "qwen3", architectures: ["Qwen3ForCausalLM"], vocab_size: 151936, rms_norm_eps: 1e-6, rope_theta: 1000000,
+        max_position_embeddings: 40960, tie_word_embeddings: true, bos_token_id: 151643, eos_token_id: 151645, attention_bias: false,
+      };
+      if (size === "0.5b-shape")
+        return { ...base, hidden_size: 1024, intermediate_size: 3072, num_hidden_layers: 28, num_attention_heads: 16, num_key_value_heads: 8, head_dim: 128 };
+      // Qwen3 keeps head_dim at 128 whatever the width; the small shapes keep q wider than hidden too.
+      return { ...base, ...dims[size], head_dim: size === "tiny" ? 32 : 128 };
+    }
+  }
+}

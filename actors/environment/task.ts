@@ -2,6 +2,7 @@
 // tools. A task sees the model's sampled tokens (it may decode them to read the action) and answers
 // with observation tokens; it never rewrites the model's tokens (token-in, token-out).
 import { mulberry32 } from "../../src/random.ts";
+import type { TaskTokenizer } from "./task-tokenizer.ts";
 
 /** What a task answers after the model's turn. */
 export interface StepResult<S> {
@@ -25,6 +26,12 @@ export interface Task<S = unknown> {
   readonly maxTurns: number;
   /** Most tokens the model may sample in one turn. */
   readonly maxTurnTokens: number;
+  /**
+   * The id that ends a model turn (the model config's eos_token_id, `TaskTokenizer.eos`): the
+   * episode keeps it in the sample and strips it from the action `step` sees. Unset: the byte
+   * tokenizer's EOS (257); `loadTask` sets it from the model's tokenizer for a task that leaves it unset.
+   */
+  readonly eosId?: number;
   /** A new episode for prompt number `index` (deterministic in `index` and `seed`). */
   reset(index: number, seed: number): { prompt: string; promptIds: Int32Array; state: S };
   /** The model's turn (its sampled ids, EOS excluded) → the environment's reply. */
@@ -38,8 +45,17 @@ export interface Task<S = unknown> {
   success?(state: S): boolean;
 }
 
-/** A module that provides a task: `export default` a factory taking the topology's config. */
-export type TaskFactory = (config: Record<string, unknown>) => Task;
+/** What the environment gives a task besides its config. */
+export interface TaskContext {
+  /** The model's tokenizer (its directory's tokenizer.json, or the byte tokenizer): see task-tokenizer.ts. */
+  tokenizer: TaskTokenizer;
+}
+
+/**
+ * A module that provides a task: `export default` a factory taking the topology's config and the
+ * context (the built-in tasks default to the byte tokenizer when called without one).
+ */
+export type TaskFactory = (config: Record<string, unknown>, context?: TaskContext) => Task;
 
 /** Deterministic 32-bit PRNG (mulberry32), so prompts are reproducible from index and seed. */
 export const prng = mulberry32;

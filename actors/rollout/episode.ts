@@ -4,8 +4,11 @@
 // engine aborts (weight update, engine lost) keeps what was sampled and resumes with the remaining
 // budget, each span recorded under the weight version that produced it. Without partial rollout, a
 // turn that a weight update interrupted is generated again from its start on the new weights.
+// Requests are sized to the engines' context (src/engine/limits.ts): an episode that fills it ends
+// truncated, never with a request an engine would refuse.
 import type { Generator } from "./generator.ts";
 import { OozeError } from "../../src/errors.ts";
+import { sendableMaxNewTokens } from "../../src/engine/limits.ts";
 import { EOS_ID } from "../../src/engine/tokenizer.ts";
 import { SampleBuilder, type Sample } from "../../src/sample.ts";
 import type { Task } from "../environment/task.ts";
@@ -32,7 +35,17 @@ export interface EpisodeSpec {
   signal?: AbortSignal;
 }
 
-/** Runs one episode of `task` on `gen`; never throws for a model's bad answer, only for engine failures. */
+/** Tokens a request of `inputLen` tokens may ask for on the generator's engines (Infinity when they report no limits). */
+function roomFor(gen: Generator, inputLen: number): number {
+  const limits = gen.lengthLimits?.() ?? null;
+  return limits === null ? Infinity : sendableMaxNewTokens(limits, inputLen);
+}
+
+/**
+ * Runs one episode of `task` on `gen`; never throws for a model's bad answer, only for engine
+ * failures and a prompt that leaves no room in the engines' context (ENGINE_REJECTED). Each request
+ * asks for no more than the context leaves; an episode that fills the context ends truncated.
+ */
 export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec): Promise<Sample> {
   const { prompt, promptIds, state: s0 } = task.reset(spec.groupIndex, spec.seed);
   const rolloutId = `r${spec.index}`;
@@ -49,9 +62,19 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     let restarts = 0;
     let finished = false;
     while (budget > 0 && !finished) {
+      const room = roomFor(gen, b.tokens.length);
+      if (room === 0) {
+        if (b.responseLength > 0) break; // the context is full: the turn (and the episode) ends truncated
+        const l = gen.lengthLimits!()!;
+        throw new OozeError(
+          "ENGINE_REJECTED",
+          `episode ${spec.index} (prompt ${spec.groupIndex}): the prompt of ${b.tokens.length} tokens leaves no room for a reply in the engines' context ` +
+            `(${l.contextLength} tokens; inputs below ${l.maxReqInputLen} tokens are served); use shorter prompts or a model with a longer context`,
+        );
+      }
       const res = await gen.generate({
         inputIds: b.tokens.slice(),
-        sampling: { max_new_tokens: budget, temperature: spec.temperature, top_p: 1, top_k: -1, sampling_seed: spec.samplingSeed + turn * 1009 + resumes + restarts * 31 },
+        sampling: { max_new_tokens: Math.min(budget, room), temperature: spec.temperature, top_p: 1, top_k: -1, sampling_seed: spec.samplingSeed + turn * 1009 + resumes + restarts * 31 },
         sessionId: rolloutId,
         ...(spec.signal ? { signal: spec.signal } : {}),
       });
@@ -74,11 +97,17 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     }
     if (!finished) truncated = true;
     const ids = b.tokens.subarray(b.tokens.length - (b.responseLength - turnStart));
-    const action = ids.length > 0 && ids[ids.length - 1] === EOS_ID ? ids.subarray(0, ids.length - 1) : ids;
+    const action = ids.length > 0 && ids[ids.length - 1] === (task.eosId ?? EOS_ID) ? ids.subarray(0, ids.length - 1) : ids;
     const r = task.step(state, action.slice());
     state = r.state;
     if (r.reward !== undefined) turnRewards.ends.push(b.responseLength), turnRewards.rewards.push(r.reward);
     if (r.done) break;
+    // An observation after which the engines could not reply ends the episode here, truncated: the
+    // sample never holds more than the context, and no request is sent that an engine would refuse.
+    if (roomFor(gen, b.tokens.length + r.observation.length) === 0) {
+      truncated = true;
+      break;
+    }
     b.appendEnv(r.observation);
   }
   // success only where the task tests it: rewardStats counts the full reward otherwise

@@ -5,6 +5,7 @@
 // weight-sync actor's (through the fleet actor), not the Generator's.
 import { spawn, type ChildProcess } from "node:child_process";
 import { Fleet, type FaultStats, type FleetOptions } from "../../src/engine/fleet/fleet.ts";
+import type { LengthLimits } from "../../src/engine/limits.ts";
 import type { WireSamplingParams } from "../../src/engine/protocol.ts";
 import { OozeError } from "../../src/errors.ts";
 import { oozeBin } from "../../src/package-root.ts";
@@ -35,6 +36,8 @@ export interface Generator {
   generate(req: GenRequest): Promise<GenOutput>;
   /** Prefix-cache hits / prompt tokens since the last call (0 when nothing was generated). */
   takeCacheStats(): { promptTokens: number; cachedTokens: number };
+  /** The engines' length limits (src/engine/limits.ts), null when unknown: episodes size their requests to them. */
+  lengthLimits?(): LengthLimits | null;
 }
 
 /** An engine child process (`ooze serve --model DIR --port 0`). */
@@ -113,6 +116,10 @@ export class FleetGenerator implements Generator {
     const r = await this.fleet.generate({ inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, ...(req.signal ? { signal: req.signal } : {}) });
     this.count(req.inputIds.length, r.cachedTokens);
     return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };
+  }
+
+  lengthLimits(): LengthLimits | null {
+    return this.fleet.lengthLimits();
   }
 
   /** The fleet's generate and endSession as they are (the agent gateway's view), counted in takeCacheStats like generate(). */

@@ -112,7 +112,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
     async init(env, cfg, ctx): Promise<RolloutState> {
       const { bus, names, train } = env;
       const agent = train.agent;
-      const task = agent ? null : await loadTask(train.task, train.taskConfig, env.baseDir);
+      const task = agent ? null : await loadTask(train.task, train.taskConfig, env.baseDir, { model: train.model });
       const registry = await FleetRegistry.open(bus, env.job);
       // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
       const urls = await engineUrls(registry, cfg.engineWaitMs);
@@ -140,7 +140,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
           const r = agents
             ? { samples: await agents.group(p) }
             : await rolloutRange(task!, gen, { firstPrompt: p.groupIndex, prompts: 1, samplesPerPrompt: p.samples, firstSample: p.firstSample }, {
-                seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout,
+                seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout, log: (l) => ctx.log.warn(l),
               });
           if (cfg.holdGroup === p.groupIndex && info.deliveryCount === 1) {
             ctx.log.warn(`rollout: holding group ${p.groupIndex} unpublished (holdGroup fault injection)`);

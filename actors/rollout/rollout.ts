@@ -1,7 +1,8 @@
 // The rollout side of one step: n episodes for each of a range of prompts, all in flight together
 // on the engines, each group closed with the number of samples it produced. An episode that fails on
-// an engine error is retried; one that still fails becomes a `failed` sample (the buffer drops it),
-// so every sample index is accounted for.
+// an engine error is retried (one an engine refused, ENGINE_REJECTED, is not); one that still fails
+// becomes a `failed` sample (the buffer drops it) with the reason in its metadata and the log, so
+// every sample index is accounted for.
 import type { Generator } from "./generator.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Task } from "../environment/task.ts";
@@ -38,6 +39,8 @@ export interface RolloutOptions {
   partialRollout?: boolean;
   /** Abandons the rollout: episodes stop at once and end as `failed` samples, not retried. */
   signal?: AbortSignal;
+  /** Told why each failed episode failed. */
+  log?: (line: string) => void;
 }
 
 /** Runs `prompts × samplesPerPrompt` episodes; sample indices are firstSample + p·n + k. */
@@ -67,9 +70,12 @@ export async function rolloutRange(task: Task, gen: Generator, range: RolloutRan
             } catch (e) {
               lastErr = e;
               if (opts.signal?.aborted) break;
+              // Refused by an engine (or too long for any): the same prompt would be refused again.
+              if (e instanceof OozeError && e.code === "ENGINE_REJECTED") break;
             }
           }
           failures++;
+          opts.log?.(`rollout: episode ${index} (prompt ${groupIndex}) failed: ${lastErr instanceof Error ? lastErr.message : String(lastErr)}`);
           const { prompt, promptIds } = task.reset(groupIndex, opts.seed);
           const failed: Sample = {
             index, groupIndex, rolloutId: `r${index}`, prompt, tokens: promptIds.slice(), responseLength: 0,

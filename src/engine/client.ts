@@ -168,6 +168,17 @@ function cumulative(chunk: GenerateOutput, prev: GenerateOutput | null): Generat
   };
 }
 
+/**
+ * An abort the engine decided with status 400 — SGLang's scheduler refusing a request it was sent
+ * (an input at or over max_req_input_len, src/engine/limits.ts): refused, not interrupted, so it is
+ * an ENGINE_REJECTED error (as the same refusal of a non-streamed request, a 400), never a resume.
+ */
+function refusal(endpoint: string, out: GenerateOutput): EngineHttpError | null {
+  const f = out.meta.raw.finish_reason as { status_code?: unknown } | null | undefined;
+  if (out.finishReason?.type !== "abort" || f?.status_code !== 400) return null;
+  return new EngineHttpError(endpoint, 400, `${endpoint}: the engine rejected the request with 400: ${out.finishReason.message}`);
+}
+
 /** Client of one SGLang-compatible server at `url` (e.g. "http://127.0.0.1:30000"). */
 export class EngineClient {
   readonly url: string;
@@ -202,6 +213,8 @@ export class EngineClient {
     });
     const json = this.parseJson(res);
     const out = parseGenerateResponse(res.url, Array.isArray(json) && json.length === 1 ? json[0] : json, { wantLogprobs, final: true });
+    const refused = refusal(res.url, out);
+    if (refused) throw refused;
     return { ...out, finishReason: out.finishReason!, status: finishStatus(out.finishReason!) };
   }
 
@@ -291,6 +304,8 @@ export class EngineClient {
             throw new OozeError("ENGINE_REJECTED", `${endpoint}: the engine reported an error mid-stream: ${errorMessageOf(data)}`, { retryable: false });
           }
           last = cumulative(parseGenerateResponse(endpoint, json, { wantLogprobs, final: false, prefix: `data[${chunks}]` }), last);
+          const refused = refusal(endpoint, last);
+          if (refused) throw refused;
           chunks++;
           yield last;
         }

@@ -38,8 +38,8 @@ export interface WireGenerateRequest {
   stream?: boolean;
 }
 
-/** finish_reason as it travels. */
-export type WireFinishReason = FinishReason;
+/** finish_reason as it travels; SGLang adds `status_code` and `err_type` to an abort it decided itself (400: the request was refused). */
+export type WireFinishReason = FinishReason & { status_code?: number; err_type?: string };
 
 /** One `[logprob, token_id, text_or_null]` triple. */
 export type WireLogprobTriple = [number, number, string | null];
@@ -153,6 +153,8 @@ export interface GenerateItem {
   inputIds: Int32Array | null;
   text: string | null;
   sampling: BackendSampling;
+  /** max_new_tokens as the request gave it (null: absent or null): SGLang checks the length against this, not the default. */
+  maxNewTokensSent: number | null;
   stop: string[];
   skipSpecialTokens: boolean;
   noStopTrim: boolean;
@@ -267,6 +269,7 @@ export function parseGenerateRequest(body: unknown, newRid: () => string, vocabS
             // Parallel samples of one input must differ: derive a seed per sample.
             seed: s.sampling_seed === undefined || s.sampling_seed === null ? null : s.sampling_seed + j,
           },
+          maxNewTokensSent: s.max_new_tokens ?? null,
           stop,
           skipSpecialTokens: s.skip_special_tokens ?? true,
           noStopTrim: s.no_stop_trim ?? false,

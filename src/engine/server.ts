@@ -1,12 +1,14 @@
 // ooze's SGLang-compatible HTTP engine server (node:http) over an InferenceBackend: /generate (plain,
 // batched, n > 1, SSE streaming, logprobs, stop strings) and the control endpoints of
-// /work/shared/sglang-api.md. Bad requests get SGLang's 400 bodies; no request can crash the server.
+// /work/shared/sglang-api.md. Bad requests get SGLang's 400 bodies, requests too long for the context
+// are refused and capped as SGLang does (limits.ts); no request can crash the server.
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
 import { OozeError } from "../errors.ts";
 import type { InferenceBackend } from "./backend.ts";
+import { lengthRefusal, limitsOfContext, outputCap, type LengthLimits } from "./limits.ts";
 import { badRequestBody, parseGenerateRequest, type GenerateItem, type WireGenerateResponse, type WireMetaInfo } from "./protocol.ts";
 import { newSchedRequest, Scheduler, type PauseMode, type SchedRequest } from "./scheduler.ts";
 import { decodeBytes, encodeBytes } from "./tokenizer.ts";
@@ -153,12 +155,17 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       await backend.loadWeights(modelPath);
     });
   const sched = new Scheduler(backend);
+  // SGLang's limits: max_req_len = min(context − 1, KV pool − 1), inputs below it − 5 (limits.ts).
+  const limits = (): LengthLimits => limitsOfContext(backend.info.maxContext, backend.cacheStats().budgetTokens);
   let status: "starting" | "ready" | "stopping" = "starting";
   let weightVersion = opts.weightVersion ?? "default";
   let modelPath = opts.modelPath ?? backend.info.modelPath;
   let updating = false;
   let updateChain: Promise<unknown> = Promise.resolve();
   let port = 0;
+
+  /** Requests the scheduler refused for their length (streamed: answered with an abort finish reason carrying status 400). */
+  const refused = new WeakSet<SchedRequest>();
 
   function responseOf(item: GenerateItem, r: SchedRequest, t0: number, index: number | null): WireGenerateResponse {
     let ids = r.outIds;
@@ -168,7 +175,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
     if (r.stopAt !== null && !item.noStopTrim) text = decodeBytes(r.outIds, true).slice(0, r.stopAt);
     const meta: WireMetaInfo = {
       id: r.rid,
-      finish_reason: f,
+      finish_reason: f && refused.has(r) ? { ...f, status_code: 400, err_type: "BadRequestError" } : f,
       prompt_tokens: r.promptIds.length,
       completion_tokens: r.outIds.length,
       cached_tokens: r.cachedTokens,
@@ -211,15 +218,33 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       }
       if (r.state === "done" && ++done === recs.length) finishAll();
     };
+    // Lengths as SGLang checks them (limits.ts): every input is validated (against max_new_tokens as
+    // sent: an absent one is not checked) before any runs; one that fails validation fails the whole
+    // call (streamed: an error event), one the scheduler refuses fails a non-streamed call and ends
+    // with an abort finish reason (status_code 400) in a stream. Admitted requests get SGLang's cap
+    // on max_new_tokens (the default and null included): the context left, less its reserve.
+    const lim = limits();
+    const late: { i: number; rec: SchedRequest; message: string }[] = [];
+    let early: string | null = null;
     items.forEach((it, i) => {
       const prompt = it.inputIds ?? encodeBytes(it.text ?? "", true);
-      if (prompt.length >= backend.info.maxContext) {
-        throw new HttpError(400, {
-          error: { message: `The input (${prompt.length} tokens) is longer than the model's context length (${backend.info.maxContext} tokens).` },
-        });
-      }
-      recs.push(newSchedRequest(it.rid, prompt, it.sampling, it.stop, onUpdate(i)));
+      const why = lengthRefusal(lim, prompt.length, it.maxNewTokensSent);
+      if (why?.stage === "validate") early ??= why.message;
+      const cap = outputCap(lim, prompt.length);
+      const maxNewTokens = Math.min(it.sampling.maxNewTokens ?? cap, cap);
+      const sampling = { ...it.sampling, maxNewTokens, minNewTokens: Math.min(it.sampling.minNewTokens, maxNewTokens) };
+      const rec = newSchedRequest(it.rid, prompt, sampling, it.stop, onUpdate(i));
+      if (why?.stage === "scheduler") late.push({ i, rec, message: why.message });
+      recs.push(rec);
     });
+    if (early !== null || (late.length > 0 && !stream)) {
+      const message = early ?? late[0]!.message;
+      if (!stream) throw new HttpError(400, { error: { message } });
+      res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
+      res.write(`data: ${JSON.stringify({ error: { message } })}\n\n`);
+      res.end("data: [DONE]\n\n");
+      return;
+    }
     if (stream) {
       res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
       res.flushHeaders();
@@ -229,8 +254,15 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       ended = true;
       for (const r of recs) if (r.state !== "done") sched.abort(r.rid, "the client disconnected");
     });
+    for (const { rec, message } of late) {
+      refused.add(rec);
+      rec.state = "done";
+      rec.finish = { type: "abort", message };
+    }
+    const admitted = recs.filter((r) => !refused.has(r));
     try {
-      sched.submit(recs);
+      sched.submit(admitted);
+      for (const { i, rec } of late) onUpdate(i)(rec);
     } catch (e) {
       ended = true;
       const message = e instanceof Error ? e.message : String(e);
@@ -355,6 +387,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       context_length: backend.info.maxContext,
       skip_tokenizer_init: false,
       max_total_num_tokens: stats.budgetTokens,
+      max_req_input_len: limits().maxReqInputLen,
       weight_version: weightVersion,
       version: "ooze-0.1.0",
       internal_states: [{ cache: stats, paused: sched.pauseMode }],

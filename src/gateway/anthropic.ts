@@ -1,12 +1,12 @@
-// Anthropic's shapes for the gateway: a message (text and tool_use blocks, stop_reason, usage), the
-// event stream (message_start, ping, content_block_start / content_block_delta with text_delta as
-// the engine samples or input_json_delta / content_block_stop, message_delta, message_stop; `error`
-// events), and the model list.
+// Anthropic's shapes for the gateway: a message (a thinking block when the model reasoned, text and
+// tool_use blocks, stop_reason, usage), the event stream (message_start, ping, content_block_start /
+// content_block_delta with thinking_delta and text_delta as the engine samples or input_json_delta /
+// content_block_stop, message_delta, message_stop; `error` events), and the model list.
 import type { ServerResponse } from "node:http";
 import type { GatewayError } from "./errors.ts";
 import type { ChatRequest } from "./messages.ts";
 import type { TurnChoice, TurnResult } from "./session.ts";
-import { TextStreamer } from "./stream-text.ts";
+import { TextStreamer, type ReplyDelta } from "./stream-text.ts";
 import type { ChatTokenizer } from "./tokenizer.ts";
 
 function stopReason(c: TurnChoice): string {
@@ -18,6 +18,9 @@ function stopReason(c: TurnChoice): string {
 
 function blocks(c: TurnChoice): Record<string, unknown>[] {
   const out: Record<string, unknown>[] = [];
+  // No signature: the block is the policy's own text, not Anthropic's; sent back, it is matched by
+  // the turn's text and calls (the sampled ids go back, thinking included).
+  if (c.reasoning !== null && c.reasoning !== "") out.push({ type: "thinking", thinking: c.reasoning, signature: "" });
   if (c.content !== "" || c.toolCalls.length === 0) out.push({ type: "text", text: c.content });
   for (const t of c.toolCalls) out.push({ type: "tool_use", id: t.id.replace(/^call_/, "toolu_"), name: t.name, input: JSON.parse(t.arguments) as unknown });
   return out;
@@ -35,16 +38,17 @@ export function messageBody(id: string, model: string, r: TurnResult): Record<st
 
 /**
  * Writes Anthropic's event stream: `start` before generation, `progress` as the engine samples (a
- * text block's text_delta events at safe points of the detokenisation), then `finish` (the rest of
- * the text, tool_use blocks with input_json_delta, message_delta with stop_reason and usage,
- * message_stop) or `fail`.
+ * thinking block's thinking_delta events, then a text block's text_delta events, at safe points of
+ * the detokenisation), then `finish` (the rest of the text, tool_use blocks with input_json_delta,
+ * message_delta with stop_reason and usage, message_stop) or `fail`.
  */
 export class AnthropicStream {
   private readonly text: TextStreamer;
   private ids: Int32Array = new Int32Array(0);
   private started = false;
-  /** The text block (index 0) was opened. */
-  private textOpen = false;
+  /** The block now open (null: none) and the index the next block gets. */
+  private open: "thinking" | "text" | null = null;
+  private next = 0;
 
   constructor(
     private readonly res: ServerResponse,
@@ -53,7 +57,7 @@ export class AnthropicStream {
     req: ChatRequest,
     tok: ChatTokenizer,
   ) {
-    this.text = new TextStreamer(tok, req.stop, req.tools.length > 0);
+    this.text = new TextStreamer(tok, req.stop, req.output);
   }
 
   private event(type: string, data: Record<string, unknown>): void {
@@ -68,42 +72,62 @@ export class AnthropicStream {
     });
     this.event("ping", {});
     this.started = true;
-    this.sendText(this.text.push(this.ids));
+    this.send(this.text.push(this.ids));
   }
 
-  /** Every id sampled so far: a text_delta when they complete safe text. */
+  /** Every id sampled so far: thinking_delta / text_delta events when they complete safe text. */
   progress(ids: Int32Array): void {
     if (this.res.writableEnded || this.res.destroyed) return;
     this.ids = ids;
-    if (this.started) this.sendText(this.text.push(ids));
+    if (this.started) this.send(this.text.push(ids));
   }
 
-  private sendText(text: string): void {
-    if (text === "") return;
-    if (!this.textOpen) {
-      this.event("content_block_start", { index: 0, content_block: { type: "text", text: "" } });
-      this.textOpen = true;
+  /** Opens a block of this type (closing the one open) unless it is the one open. */
+  private openBlock(type: "thinking" | "text"): void {
+    if (this.open === type) return;
+    this.closeBlock();
+    this.event("content_block_start", { index: this.next, content_block: type === "thinking" ? { type, thinking: "", signature: "" } : { type, text: "" } });
+    this.open = type;
+  }
+
+  private closeBlock(): void {
+    if (this.open === null) return;
+    this.event("content_block_stop", { index: this.next });
+    this.open = null;
+    this.next++;
+  }
+
+  private send(d: ReplyDelta): void {
+    if (d.reasoning !== "") {
+      this.openBlock("thinking");
+      this.event("content_block_delta", { index: this.next, delta: { type: "thinking_delta", thinking: d.reasoning } });
     }
-    this.event("content_block_delta", { index: 0, delta: { type: "text_delta", text } });
+    if (d.content !== "") {
+      this.openBlock("text");
+      this.event("content_block_delta", { index: this.next, delta: { type: "text_delta", text: d.content } });
+    }
   }
 
-  /** The rest of the text, tool_use blocks, message_delta (stop_reason, usage), message_stop. */
+  /** The rest of the thinking and text, tool_use blocks, message_delta (stop_reason, usage), message_stop. */
   finish(r: TurnResult): void {
     const c = r.choices[0]!;
-    const rest = this.text.finish(c.content);
-    blocks(c).forEach((b, index) => {
-      if (b.type === "text") {
-        if (!this.textOpen) {
-          this.event("content_block_start", { index, content_block: { type: "text", text: "" } });
-          this.textOpen = true;
-        }
-        if (rest !== "") this.event("content_block_delta", { index, delta: { type: "text_delta", text: rest } });
+    const rest = this.text.finish(c);
+    for (const b of blocks(c)) {
+      if (b.type === "thinking") {
+        // Sent while it was the open block; what is left of it only if no text has begun since.
+        if (rest.reasoning !== "" && this.open !== "text") this.send({ reasoning: rest.reasoning, content: "" });
+      } else if (b.type === "text") {
+        this.openBlock("text");
+        if (rest.content !== "") this.event("content_block_delta", { index: this.next, delta: { type: "text_delta", text: rest.content } });
       } else {
-        this.event("content_block_start", { index, content_block: { type: "tool_use", id: b.id, name: b.name, input: {} } });
-        this.event("content_block_delta", { index, delta: { type: "input_json_delta", partial_json: JSON.stringify(b.input) } });
+        this.closeBlock();
+        this.event("content_block_start", { index: this.next, content_block: { type: "tool_use", id: b.id, name: b.name, input: {} } });
+        this.event("content_block_delta", { index: this.next, delta: { type: "input_json_delta", partial_json: JSON.stringify(b.input) } });
+        this.event("content_block_stop", { index: this.next });
+        this.next++;
       }
-      this.event("content_block_stop", { index });
-    });
+    }
+    this.closeBlock();
     this.event("message_delta", { delta: { stop_reason: stopReason(c), stop_sequence: c.stopSequence }, usage: usage(r, c.ids.length) });
     this.event("message_stop", {});
     this.res.end();
@@ -117,11 +141,11 @@ export class AnthropicStream {
 }
 
 /** GET /v1/models in Anthropic's shape. */
-export function anthropicModelsBody(model: string, created: number): Record<string, unknown> {
+export function anthropicModelsBody(models: readonly string[], created: number): Record<string, unknown> {
   return {
-    data: [{ type: "model", id: model, display_name: model, created_at: new Date(created * 1000).toISOString() }],
+    data: models.map((id) => ({ type: "model", id, display_name: id, created_at: new Date(created * 1000).toISOString() })),
     has_more: false,
-    first_id: model,
-    last_id: model,
+    first_id: models[0] ?? null,
+    last_id: models.at(-1) ?? null,
   };
 }

@@ -8,6 +8,7 @@ export type GatewayErrorKind =
   | "invalid_request" // malformed JSON, a field of the wrong type or out of range (400)
   | "authentication" // missing or wrong API key (401)
   | "not_found" // unknown session or path (404)
+  | "model_not_found" // a model this gateway does not serve (404)
   | "method" // wrong HTTP method (405)
   | "too_large" // request body over the limit (413)
   | "context_length" // prompt + max tokens beyond the model's context (400)
@@ -19,6 +20,7 @@ const STATUS: Record<GatewayErrorKind, number> = {
   invalid_request: 400,
   authentication: 401,
   not_found: 404,
+  model_not_found: 404,
   method: 405,
   too_large: 413,
   context_length: 400,
@@ -31,6 +33,7 @@ const OPENAI_TYPE: Record<GatewayErrorKind, string> = {
   invalid_request: "invalid_request_error",
   authentication: "invalid_request_error",
   not_found: "invalid_request_error",
+  model_not_found: "invalid_request_error",
   method: "invalid_request_error",
   too_large: "invalid_request_error",
   context_length: "invalid_request_error",
@@ -43,6 +46,7 @@ const OPENAI_CODE: Record<GatewayErrorKind, string | null> = {
   invalid_request: null,
   authentication: "invalid_api_key",
   not_found: "not_found",
+  model_not_found: "model_not_found",
   method: "method_not_allowed",
   too_large: "request_too_large",
   context_length: "context_length_exceeded",
@@ -55,6 +59,7 @@ const ANTHROPIC_TYPE: Record<GatewayErrorKind, string> = {
   invalid_request: "invalid_request_error",
   authentication: "authentication_error",
   not_found: "not_found_error",
+  model_not_found: "not_found_error",
   method: "invalid_request_error",
   too_large: "request_too_large",
   context_length: "invalid_request_error",

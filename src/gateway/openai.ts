@@ -1,11 +1,13 @@
-// OpenAI's shapes for the gateway: a chat.completion, the chat.completion.chunk stream (role chunk
-// first, content deltas as the engine samples, then tool_calls, finish_reason, the usage chunk with
-// stream_options.include_usage, then `data: [DONE]`), and the model list.
+// OpenAI's shapes for the gateway: a chat.completion (with `reasoning_content` when the model
+// reasoned, as OpenAI-compatible servers return it), the chat.completion.chunk stream (role chunk
+// first, reasoning_content and content deltas as the engine samples, then tool_calls,
+// finish_reason, the usage chunk with stream_options.include_usage, then `data: [DONE]`), and the
+// model list.
 import type { ServerResponse } from "node:http";
 import type { GatewayError } from "./errors.ts";
 import type { ChatRequest } from "./messages.ts";
 import type { TurnChoice, TurnResult } from "./session.ts";
-import { TextStreamer } from "./stream-text.ts";
+import { TextStreamer, type ReplyDelta } from "./stream-text.ts";
 import type { ChatTokenizer } from "./tokenizer.ts";
 
 const utf8 = new TextEncoder();
@@ -37,6 +39,7 @@ function logprobs(c: TurnChoice, tok: ChatTokenizer) {
 
 function message(c: TurnChoice) {
   const m: Record<string, unknown> = { role: "assistant", content: c.toolCalls.length > 0 && c.content === "" ? null : c.content, refusal: null };
+  if (c.reasoning !== null && c.reasoning !== "") m.reasoning_content = c.reasoning;
   if (c.toolCalls.length > 0) m.tool_calls = c.toolCalls.map((t) => ({ id: t.id, type: "function", function: { name: t.name, arguments: t.arguments } }));
   return m;
 }
@@ -81,7 +84,7 @@ export class OpenAIStream {
     private readonly req: ChatRequest,
     private readonly tok: ChatTokenizer,
   ) {
-    this.choices = Array.from({ length: req.n }, () => ({ text: new TextStreamer(tok, req.stop, req.tools.length > 0), ids: new Int32Array(0), logprobs: new Float32Array(0), lpSent: 0 }));
+    this.choices = Array.from({ length: req.n }, () => ({ text: new TextStreamer(tok, req.stop, req.output), ids: new Int32Array(0), logprobs: new Float32Array(0), lpSent: 0 }));
   }
 
   private chunk(choices: unknown[], usage: unknown = undefined): void {
@@ -107,13 +110,16 @@ export class OpenAIStream {
     if (this.started) this.send(k, c.text.push(ids));
   }
 
-  private send(k: number, text: string, final = false): void {
+  private send(k: number, d: ReplyDelta, final = false): void {
     const c = this.choices[k]!;
     const lp = this.req.logprobs && c.lpSent < c.ids.length;
-    if (text === "" && !(final && lp)) return;
+    if (d.reasoning === "" && d.content === "" && !(final && lp)) return;
     const entries = lp ? logprobEntries(c.ids, c.logprobs, c.lpSent, c.ids.length, this.tok) : null;
     c.lpSent = c.ids.length;
-    this.chunk([{ index: k, delta: text === "" ? {} : { content: text }, logprobs: entries, finish_reason: null }]);
+    const delta: Record<string, string> = {};
+    if (d.reasoning !== "") delta.reasoning_content = d.reasoning;
+    if (d.content !== "") delta.content = d.content;
+    this.chunk([{ index: k, delta, logprobs: entries, finish_reason: null }]);
   }
 
   /** The rest of the content, tool calls, finish reasons, usage, [DONE]. */
@@ -123,7 +129,7 @@ export class OpenAIStream {
       const s = this.choices[index]!;
       s.ids = c.ids;
       s.logprobs = c.logprobs;
-      this.send(index, s.text.finish(c.content), true);
+      this.send(index, s.text.finish(c), true);
       c.toolCalls.forEach((t, k) =>
         this.chunk([{ index, delta: { tool_calls: [{ index: k, id: t.id, type: "function", function: { name: t.name, arguments: t.arguments } }] }, logprobs: null, finish_reason: null }]),
       );
@@ -141,6 +147,6 @@ export class OpenAIStream {
 }
 
 /** GET /v1/models. */
-export function modelsBody(model: string, created: number): Record<string, unknown> {
-  return { object: "list", data: [{ id: model, object: "model", created, owned_by: "ooze" }] };
+export function modelsBody(models: readonly string[], created: number): Record<string, unknown> {
+  return { object: "list", data: models.map((id) => ({ id, object: "model", created, owned_by: "ooze" })) };
 }

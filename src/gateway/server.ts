@@ -1,7 +1,8 @@
 // The agent gateway: an HTTP server (127.0.0.1 by default) speaking OpenAI's chat completions and
-// Anthropic's messages API, one session per episode under its own base path `/s/<session>/v1` and
-// its own generated API key. Requests become token-in/token-out generations on the fleet with the
-// session as routing key (see session.ts); closing a session hands back its samples.
+// Responses APIs and Anthropic's messages API, one session per episode under its own base path
+// `/s/<session>/v1` and its own generated API key. Requests become token-in/token-out generations
+// on the fleet with the session as routing key (see session.ts); closing a session hands back its
+// samples.
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -10,6 +11,8 @@ import { anthropicModelsBody, AnthropicStream, messageBody } from "./anthropic.t
 import { GatewayError } from "./errors.ts";
 import { parseAnthropicRequest, parseOpenAIRequest } from "./messages.ts";
 import { completionBody, modelsBody, OpenAIStream } from "./openai.ts";
+import { ReplyFormat, type ReplyFormatSpec } from "./reply-format.ts";
+import { ResponsesApi } from "./responses.ts";
 import { Session, type Generator, type SessionReport, type SessionSettings } from "./session.ts";
 import { BuiltinChatTemplate, JinjaChatTemplate, type ChatTemplate } from "./template.ts";
 import { byteChatTokenizer, type ChatTokenizer } from "./tokenizer.ts";
@@ -30,8 +33,17 @@ export interface GatewayOptions {
   contextLength: number;
   /** max_tokens when a request gives none (default 1024; clamped to the context). */
   defaultMaxTokens?: number;
-  /** The model name the API reports (default "ooze"). */
-  model?: string;
+  /**
+   * The model name(s) served (default "ooze"): a request naming another is answered 404
+   * (model_not_found); one naming none gets the first. Every name is the same policy for now.
+   */
+  model?: string | readonly string[];
+  /**
+   * How the model writes tool calls and reasoning (reply-format.ts); default: detected from the chat
+   * template (`<tool_call>` → hermes, `<|python_tag|>` → llama3_json, else hermes; `</think>` →
+   * reasoning). Give it for a template that detection reads wrong.
+   */
+  replyFormat?: Partial<ReplyFormatSpec>;
   /** Largest request body, bytes (default 32 MiB). */
   maxBodyBytes?: number;
 }
@@ -69,7 +81,10 @@ export class Gateway {
   private answers = 0;
   private readonly tokenizer: ChatTokenizer;
   private readonly template: ChatTemplate;
-  private readonly model: string;
+  private readonly models: readonly string[];
+  private readonly format: ReplyFormat;
+  /** POST /v1/responses: a translation onto the chat path, with the sessions' stored responses. */
+  private readonly responses: ResponsesApi;
   private readonly maxBody: number;
   private readonly ctx: ConstructorParameters<typeof Session>[3];
   private base = "";
@@ -81,7 +96,12 @@ export class Gateway {
     this.tokenizer = opts.tokenizer ?? byteChatTokenizer();
     const t = opts.chatTemplate ?? new BuiltinChatTemplate(this.tokenizer);
     this.template = typeof t === "string" ? new JinjaChatTemplate(t, this.tokenizer) : t;
-    this.model = opts.model ?? "ooze";
+    this.models = typeof opts.model === "string" ? [opts.model] : opts.model ? [...opts.model] : ["ooze"];
+    if (this.models.length === 0 || this.models.some((m) => typeof m !== "string" || m === "")) {
+      throw new OozeError("CONFIG_INVALID", `gateway: model must be a non-empty name or a non-empty list of them (got ${JSON.stringify(opts.model)})`);
+    }
+    this.format = ReplyFormat.of(this.template, this.template instanceof JinjaChatTemplate ? this.template.source : null, opts.replyFormat);
+    this.responses = new ResponsesApi(this.tokenizer, this.format);
     this.maxBody = opts.maxBodyBytes ?? 32 * 1024 * 1024;
     if (!Number.isInteger(opts.contextLength) || opts.contextLength < 2) {
       throw new OozeError("CONFIG_INVALID", `gateway: contextLength must be an integer ≥ 2 (got ${String(opts.contextLength)})`);
@@ -153,12 +173,12 @@ export class Gateway {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? "/").split("?")[0]!;
-    const m = /^\/s\/([^/]+)\/v1\/(chat\/completions|messages|models)\/?$/.exec(path);
+    const m = /^\/s\/([^/]+)\/v1\/(chat\/completions|messages|responses|models)\/?$/.exec(path);
     // Which dialect to answer errors in: by path, else by the key header the SDK sent.
     const anthropic = m ? m[2] === "messages" || (m[2] === "models" && req.headers["x-api-key"] !== undefined) : req.headers["x-api-key"] !== undefined;
     const fail = (e: GatewayError) => send(res, e.status, anthropic ? e.anthropic() : e.openai());
     try {
-      if (!m) throw new GatewayError("not_found", `no such endpoint: ${req.method ?? "GET"} ${path}; sessions are served under /s/<session>/v1 (chat/completions, messages, models)`);
+      if (!m) throw new GatewayError("not_found", `no such endpoint: ${req.method ?? "GET"} ${path}; sessions are served under /s/<session>/v1 (chat/completions, messages, responses, models)`);
       const session = this.sessions.get(m[1]!);
       if (!session) throw new GatewayError("not_found", `unknown or closed session '${m[1]}'`);
       const key = presentedKey(req);
@@ -167,12 +187,12 @@ export class Gateway {
       const endpoint = m[2]!;
       if (endpoint === "models") {
         if (req.method !== "GET") throw new GatewayError("method", `${req.method} ${path}: use GET`);
-        return send(res, 200, anthropic ? anthropicModelsBody(this.model, this.created) : modelsBody(this.model, this.created));
+        return send(res, 200, anthropic ? anthropicModelsBody(this.models, this.created) : modelsBody(this.models, this.created));
       }
       if (req.method !== "POST") throw new GatewayError("method", `${req.method} ${path}: use POST`);
       session.requests++;
       const body = await this.readJson(req);
-      await this.chat(session, endpoint === "messages", body, req, res);
+      await this.chat(session, endpoint, body, req, res);
     } catch (e) {
       const ge = e instanceof GatewayError ? e : new GatewayError("internal", `gateway: ${(e as Error).message}`, null, { cause: e });
       if (!res.headersSent) fail(ge);
@@ -180,19 +200,33 @@ export class Gateway {
     }
   }
 
-  private async chat(session: Session, anthropic: boolean, body: unknown, req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chatReq = anthropic ? parseAnthropicRequest(body) : parseOpenAIRequest(body);
+  private async chat(session: Session, endpoint: string, body: unknown, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const anthropic = endpoint === "messages";
+    const responses = endpoint === "responses";
+    const chatReq = responses ? this.responses.parse(session, body) : anthropic ? parseAnthropicRequest(body) : parseOpenAIRequest(body);
+    if (chatReq.model !== null && !this.models.includes(chatReq.model)) {
+      throw new GatewayError(
+        "model_not_found",
+        anthropic ? `model: ${chatReq.model} (this gateway serves ${this.models.join(", ")})` : `The model \`${chatReq.model}\` does not exist or you do not have access to it (this gateway serves ${this.models.join(", ")})`,
+        "model",
+      );
+    }
+    const model = chatReq.model ?? this.models[0]!;
+    // What the reply is parsed as, a forced call's opening, engine stops, template variables.
+    chatReq.output = this.format.plan(chatReq);
     const ctl = new AbortController();
     // The agent went away before the answer: abort the generation (its partial turn is recorded once).
     const onClose = () => {
       if (!res.writableEnded) ctl.abort();
     };
     res.on("close", onClose);
-    const id = `${anthropic ? "msg_" : "chatcmpl-"}${this.idPrefix}${(++this.answers).toString(36)}`;
+    const id = `${responses ? "resp_" : anthropic ? "msg_" : "chatcmpl-"}${this.idPrefix}${(++this.answers).toString(36)}`;
     const stream = chatReq.stream
-      ? anthropic
-        ? new AnthropicStream(res, id, this.model, chatReq, this.tokenizer)
-        : new OpenAIStream(res, id, this.model, chatReq, this.tokenizer)
+      ? responses
+        ? this.responses.stream(res, id, model, chatReq)
+        : anthropic
+        ? new AnthropicStream(res, id, model, chatReq, this.tokenizer)
+        : new OpenAIStream(res, id, model, chatReq, this.tokenizer)
       : null;
     // Each streamed chunk of the engine's: the text it completes goes out. A failure to write it
     // ends the agent's stream (its generation is then aborted and recorded once), never the fleet's request.
@@ -226,7 +260,7 @@ export class Gateway {
       if (res.destroyed) return;
       if (stream) stream.finish(result);
       else {
-        const body = anthropic ? messageBody(id, this.model, result) : completionBody(id, this.model, chatReq, result, this.tokenizer);
+        const body = responses ? this.responses.body(id, model, chatReq, result) : anthropic ? messageBody(id, model, result) : completionBody(id, model, chatReq, result, this.tokenizer);
         send(res, 200, body, result.weightVersion === null ? {} : { [WEIGHT_VERSION_HEADER]: result.weightVersion });
       }
     } finally {

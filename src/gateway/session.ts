@@ -1,15 +1,20 @@
 // One episode's session: token-in/token-out under a chat API. Each request's messages are rendered
-// into pieces (template text, and slots for assistant turns the engine sampled, found by their
-// text); a request whose pieces extend a trajectory segment sends that segment's ids + the new
-// template/user/tool tokens (loss mask 0) and appends the engine's own sampled ids (loss mask 1);
-// one that does not (the agent dropped, summarised or compacted turns, or a sub-agent started)
-// opens a new segment of the same episode. Sampled ids are never re-encoded.
+// with the chat template exactly as a server deploying the model would render them (earlier replies
+// as the agent sent them back, reasoning included or not). A request whose rendering starts with a
+// trajectory segment's text — its prompt and what the engine sampled, as text — extends it: the
+// segment's ids + the rest of the rendering encoded (loss mask 0) go to the engine, and the engine's
+// own sampled ids are appended (loss mask 1), never re-encoded. One whose rendering does not (the
+// template dropped a reply's reasoning or re-wrote a tool call, the agent compacted or edited its
+// history, a sub-agent started) splits: a new segment of the same episode opens, its prompt the
+// whole rendering encoded.
 import { SampleBuilder, type Sample, type SampleStatus } from "../sample.ts";
 import type { FleetGenerateRequest, FleetGenerateResult } from "../engine/fleet/types.ts";
+import { limitsOfContext, sendableMaxNewTokens } from "../engine/limits.ts";
 import type { WireSamplingParams } from "../engine/protocol.ts";
 import { GatewayError } from "./errors.ts";
-import { assistantKey, type ChatMessage, type ChatRequest } from "./messages.ts";
-import { parseToolCalls, type ChatTemplate, type RenderedPiece } from "./template.ts";
+import type { ChatMessage, ChatRequest } from "./messages.ts";
+import { parseReply } from "./reply-format.ts";
+import type { ChatTemplate } from "./template.ts";
 import type { ChatTokenizer } from "./tokenizer.ts";
 
 /** What the gateway needs of a fleet: `Fleet.generate` (and `endSession` when it has one). */
@@ -41,20 +46,14 @@ export interface SessionContext {
   defaultMaxTokens: number;
 }
 
-/** A turn the engine sampled: its exact ids and how the agent will echo it (its key). */
-interface SampledTurn {
-  ids: Int32Array;
-  key: string;
-  /** Ended by a stop id: the template's rendering of that id after the turn is already in `ids`. */
-  stopEnded: boolean;
-}
-
-type Piece = { text: string } | { turn: SampledTurn };
-
 interface Segment {
   builder: SampleBuilder;
-  /** The rendering so far: text, turn, text, turn … (always ends with a turn). */
-  pieces: Piece[];
+  /**
+   * What the segment's ids stand for, as text: the renderings encoded into it, and each sampled turn
+   * as it decodes (special tokens written out, so a turn's own end-of-turn token is in it). Always
+   * ends with a sampled turn.
+   */
+  text: string;
   busy: boolean;
   status: SampleStatus;
   turns: number;
@@ -65,7 +64,9 @@ interface Segment {
 export interface TurnChoice {
   ids: Int32Array;
   logprobs: Float32Array;
-  /** Response text (special tokens skipped, cut at the first stop string); tool-call blocks removed when parsed. */
+  /** The reply's reasoning (its `<think>` block's text, for a model that reasons), or null. */
+  reasoning: string | null;
+  /** Response text (the prefill and what was sampled, special tokens skipped, cut at the first stop string; reasoning and parsed calls removed). */
   content: string;
   toolCalls: { id: string; name: string; arguments: string }[];
   /** "stop" (EOS or a stop string), "length", "tool_calls", or "abort". */
@@ -95,10 +96,21 @@ export interface SessionReport {
 
 let callIds = 0;
 
-/** A session's state: its segments, its sampled turns by key, its limits. */
+/** How a request goes to the engine: the segment it extends (or none) and the ids to send. */
+interface Plan {
+  segment: Segment | null;
+  /** The template's rendering of the request. */
+  rendered: string;
+  /** The part of `rendered` past the segment's text (all of it without a segment), and its ids. */
+  tail: string;
+  envIds: number[];
+  /** The segment's ids + envIds: what `rendered` reads as. */
+  inputIds: Int32Array;
+}
+
+/** A session's state: its segments, its limits. */
 export class Session {
   private readonly segments: Segment[] = [];
-  private readonly turnsByKey = new Map<string, SampledTurn>();
   private readonly inFlight = new Set<AbortController>();
   private turns = 0;
   private sampledTokens = 0;
@@ -133,7 +145,8 @@ export class Session {
     }
     const plan = this.plan(req);
     const input = plan.inputIds;
-    const room = this.ctx.contextLength - input.length;
+    // What SGLang serves (src/engine/limits.ts): a reply of at most the context left less its reserve.
+    const room = sendableMaxNewTokens(limitsOfContext(this.ctx.contextLength), input.length);
     if (room <= 0) {
       throw this.fatal(
         new GatewayError("context_length", `the conversation is ${input.length} tokens; the model's context length is ${this.ctx.contextLength} tokens, leaving no room for a reply; shorten the messages`, "messages"),
@@ -149,7 +162,8 @@ export class Session {
     };
     if (req.topP !== null) sampling.top_p = req.topP;
     if (req.topK !== null) sampling.top_k = req.topK;
-    if (req.stop.length > 0) sampling.stop = req.stop;
+    const stop = [...req.stop, ...req.output.stop];
+    if (stop.length > 0) sampling.stop = stop;
     const seed = s.samplingSeed !== undefined ? s.samplingSeed + turnNo : req.seed;
     const ctl = new AbortController();
     const onAbort = () => ctl.abort();
@@ -183,7 +197,7 @@ export class Session {
       if (r === null) return null;
       const choice = this.shape(r, req);
       const first = k === 0 || results.slice(0, k).every((x) => x === null);
-      this.record(first ? plan : { ...plan, segment: null, tail: plan.all, envIds: Array.from(input) }, r, choice, req.messages);
+      this.record(first ? plan : { ...plan, segment: null, tail: plan.rendered, envIds: Array.from(input) }, r, choice, req.messages);
       return choice;
     });
     const failed = settled.find((x): x is PromiseRejectedResult => x.status === "rejected");
@@ -217,55 +231,30 @@ export class Session {
     return e;
   }
 
-  /** Finds the segment this request extends (or none) and the tokens to send. */
-  private plan(req: ChatRequest): { segment: Segment | null; tail: Piece[]; all: Piece[]; envIds: number[]; inputIds: Int32Array } {
-    const msgs = req.messages;
-    const keys = msgs.map((m) => (m.role === "assistant" ? assistantKey(m.content, m.toolCalls) : null));
-    const slots = new Set<number>();
-    keys.forEach((k, i) => {
-      if (k !== null && this.turnsByKey.has(k)) slots.add(i);
-    });
-    const rendered = this.ctx.template.renderPieces(msgs, req.tools, slots);
-    const all: Piece[] = rendered.map((p) => ("text" in p ? p : { turn: this.turnsByKey.get(keys[p.message]!)! }));
+  /**
+   * Renders the request and finds the segment it extends: the longest one (not being extended by a
+   * running request) whose text the rendering starts with and goes past. The comparison is of text,
+   * so a sampled turn matches whenever the template writes it back exactly as it decodes, however
+   * its text would re-encode; the ids sent are the segment's own followed by the rest encoded.
+   */
+  private plan(req: ChatRequest): Plan {
+    // The prefill (a forced call's opening) is prompt the gateway wrote at the start of the reply.
+    const rendered = this.ctx.template.render(req.messages, req.tools, req.output.templateVars) + req.output.prefill;
     let best: Segment | null = null;
     for (const seg of this.segments) {
-      if (seg.busy || (best && best.pieces.length >= seg.pieces.length)) continue;
-      if (extends_(seg.pieces, rendered, keys)) best = seg;
+      if (seg.busy || (best && best.text.length >= seg.text.length)) continue;
+      if (rendered.length > seg.text.length && rendered.startsWith(seg.text)) best = seg;
     }
-    if (best) {
-      const tail = all.slice(best.pieces.length);
-      const envIds = this.tokens(tail, best.pieces[best.pieces.length - 1]!);
-      const prior = best.builder.tokens;
-      const inputIds = new Int32Array(prior.length + envIds.length);
-      inputIds.set(prior);
-      inputIds.set(envIds, prior.length);
-      return { segment: best, tail, all, envIds, inputIds };
-    }
-    const envIds = this.tokens(all, null);
-    return { segment: null, tail: all, all, envIds, inputIds: Int32Array.from(envIds) };
+    const tail = best ? rendered.slice(best.text.length) : rendered;
+    const envIds = this.ctx.tokenizer.encode(tail);
+    const prior = best?.builder.tokens ?? new Int32Array(0);
+    const inputIds = new Int32Array(prior.length + envIds.length);
+    inputIds.set(prior);
+    inputIds.set(envIds, prior.length);
+    return { segment: best, rendered, tail, envIds, inputIds };
   }
 
-  /** Token ids of pieces: text encoded (minus the stop token a sampled turn already holds), turns as sampled. */
-  private tokens(pieces: readonly Piece[], before: Piece | null): number[] {
-    const out: number[] = [];
-    let prev = before;
-    for (const p of pieces) {
-      if ("turn" in p) for (const id of p.turn.ids) out.push(id);
-      else {
-        let text = p.text;
-        if (prev && "turn" in prev && prev.turn.stopEnded) {
-          const last = prev.turn.ids[prev.turn.ids.length - 1]!;
-          const shown = this.ctx.tokenizer.specialText.get(last);
-          if (shown !== undefined && text.startsWith(shown)) text = text.slice(shown.length);
-        }
-        for (const id of this.ctx.tokenizer.encode(text)) out.push(id);
-      }
-      prev = p;
-    }
-    return out;
-  }
-
-  /** Decodes a result into the response shape (text, tool calls, finish). */
+  /** Decodes a result into the response shape (reasoning, text, tool calls, finish): the prefill and the sampled text, parsed as the reply plan says. */
   private shape(r: FleetGenerateResult, req: ChatRequest): TurnChoice {
     let text = this.ctx.tokenizer.decode(r.outputIds, true);
     let stopSequence: string | null = null;
@@ -278,15 +267,15 @@ export class Session {
       }
     }
     if (cut >= 0) text = text.slice(0, cut);
-    const parsed = req.tools.length > 0 ? parseToolCalls(text) : { content: text, toolCalls: [] };
+    const parsed = parseReply(req.output.prefill + text, req.output.parse);
     const toolCalls = parsed.toolCalls.map((c) => ({ id: `call_${this.id.slice(0, 8)}_${++callIds}`, ...c }));
     const finish = r.status === "aborted" ? "abort" : toolCalls.length > 0 ? "tool_calls" : r.status === "truncated" && stopSequence === null ? "length" : "stop";
-    return { ids: r.outputIds, logprobs: r.logprobs, content: parsed.content, toolCalls, finish, stopSequence };
+    return { ids: r.outputIds, logprobs: r.logprobs, reasoning: parsed.reasoning, content: parsed.content, toolCalls, finish, stopSequence };
   }
 
   /** Appends a generation to its segment (or opens one) — once, whatever the client does next. */
   private record(
-    plan: { segment: Segment | null; tail: Piece[]; envIds: number[] },
+    plan: Pick<Plan, "segment" | "tail" | "envIds">,
     r: FleetGenerateResult,
     choice: TurnChoice,
     messages: ChatMessage[],
@@ -294,17 +283,11 @@ export class Session {
     // A generation aborted before its first token leaves no turn: the retried request plans afresh.
     if (r.outputIds.length === 0) return;
     this.sampledTokens += r.outputIds.length;
-    const last = r.outputIds[r.outputIds.length - 1];
-    const turn: SampledTurn = {
-      ids: r.outputIds,
-      key: assistantKey(choice.content, choice.toolCalls),
-      stopEnded: r.finishReason.type === "stop" && last !== undefined && this.ctx.tokenizer.stopIds.includes(last),
-    };
     let seg = plan.segment;
     if (!seg) {
       seg = {
         builder: new SampleBuilder(this.segments.length, this.settings.groupIndex, this.settings.episodeId, messages.map(transcriptEntry), plan.envIds),
-        pieces: [],
+        text: "",
         busy: false,
         status: "pending",
         turns: 0,
@@ -319,30 +302,19 @@ export class Session {
       at = span.end;
     }
     if (at < r.outputIds.length) seg.builder.appendModel(r.outputIds.subarray(at), r.logprobs.subarray(at), "unknown");
-    seg.pieces.push(...plan.tail, { turn });
+    seg.text += plan.tail + this.ctx.tokenizer.decode(r.outputIds, false);
     seg.turns++;
     seg.status = r.status;
-    seg.transcript = [...messages, { role: "assistant", content: choice.content, toolCalls: choice.toolCalls, toolCallId: null }];
-    this.turnsByKey.set(turn.key, turn);
+    const answer: ChatMessage = { role: "assistant", content: choice.content, toolCalls: choice.toolCalls, toolCallId: null };
+    if (choice.reasoning !== null) answer.reasoningContent = choice.reasoning;
+    seg.transcript = [...messages, answer];
   }
-}
-
-/** Whether a request's pieces extend a segment's: same text pieces, same sampled turns, and more after. */
-function extends_(have: readonly Piece[], want: readonly RenderedPiece[], keys: readonly (string | null)[]): boolean {
-  if (want.length <= have.length) return false;
-  for (let i = 0; i < have.length; i++) {
-    const h = have[i]!;
-    const w = want[i]!;
-    if ("text" in h) {
-      if (!("text" in w) || w.text !== h.text) return false;
-    } else if (!("message" in w) || keys[w.message] !== h.turn.key) return false;
-  }
-  return true;
 }
 
 function transcriptEntry(m: ChatMessage): Record<string, unknown> {
   const e: Record<string, unknown> = { role: m.role, content: m.content };
   if (m.toolCalls.length > 0) e.tool_calls = m.toolCalls.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments }));
   if (m.toolCallId !== null) e.tool_call_id = m.toolCallId;
+  if (m.reasoningContent !== undefined) e.reasoning_content = m.reasoningContent;
   return e;
 }

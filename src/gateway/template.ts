@@ -1,9 +1,9 @@
 // Chat templates for the gateway: a model's Jinja chat template (HF `chat_template`, rendered with
-// @huggingface/jinja) or the built-in one of the embedded byte-level model (written in code),
-// rendered into pieces — template text between assistant turns, and slots where a turn the engine
-// sampled goes back as its exact ids. Also the tool-call format the
-// built-in template teaches: `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Hermes/Qwen
-// style), parsed back out of sampled text.
+// @huggingface/jinja) or the built-in one of the embedded byte-level model (written in code). The
+// gateway renders each request whole (`render`), as a server deploying the model would; `renderPieces`
+// (template text around slots for chosen assistant messages) is for SFT, which trains those
+// messages. The built-in template teaches the Hermes/Qwen tool-call format, `<tool_call>{"name": …,
+// "arguments": {…}}</tool_call>`; replies are parsed in reply-format.ts.
 import { randomBytes } from "node:crypto";
 import { Template } from "@huggingface/jinja";
 import { GatewayError } from "./errors.ts";
@@ -15,8 +15,11 @@ export type RenderedPiece = { text: string } | { message: number };
 
 /** A model's chat format: a conversation (and tools) rendered, with the generation prompt. */
 export interface ChatTemplate {
-  /** Renders the conversation to text. */
-  render(messages: readonly ChatMessage[], tools: readonly ToolSpec[]): string;
+  /**
+   * Renders the conversation to text, with the generation prompt: what the model is given. `vars`
+   * are template variables of this request (`enable_thinking`, `chat_template_kwargs`).
+   */
+  render(messages: readonly ChatMessage[], tools: readonly ToolSpec[], vars?: Readonly<Record<string, unknown>>): string;
   /**
    * Renders into pieces: the assistant messages in `slots` become `{message: i}` pieces, so the caller
    * puts their sampled ids there. When the template does not keep such a message's content intact,
@@ -45,7 +48,8 @@ export interface ChatTemplate {
 export class BuiltinChatTemplate implements ChatTemplate {
   constructor(private readonly tokenizer: ChatTokenizer) {}
 
-  render(messages: readonly ChatMessage[], tools: readonly ToolSpec[]): string {
+  /** Template variables change nothing here: this template has none. */
+  render(messages: readonly ChatMessage[], tools: readonly ToolSpec[], _vars?: Readonly<Record<string, unknown>>): string {
     return this.renderPieces(messages, tools, NO_SLOTS)
       .map((p) => ("text" in p ? p.text : ""))
       .join("");
@@ -101,8 +105,12 @@ function pyJson(v: unknown): string {
 
 /**
  * A model's own Jinja chat template (HF `chat_template`), rendered with @huggingface/jinja, its
- * special tokens from the tokenizer. Sampled-turn slots are found by rendering a sentinel in their
- * content and splitting the text around it.
+ * special tokens from the tokenizer. An assistant message goes in with its `content` and, when the
+ * agent sent one, its `reasoning_content` (templates such as Qwen3's also read `<think>…</think>`
+ * inline in the content); tool-call arguments as parsed JSON, as OpenAI-compatible servers pass
+ * them. `variables` are extra template variables for every rendering (Qwen3's `enable_thinking:
+ * false`). Slots (`renderPieces`) are found by rendering a sentinel in their content and splitting
+ * the text around it.
  */
 export class JinjaChatTemplate implements ChatTemplate {
   private readonly template: Template;
@@ -111,6 +119,7 @@ export class JinjaChatTemplate implements ChatTemplate {
   constructor(
     readonly source: string,
     private readonly tokenizer: ChatTokenizer,
+    readonly variables: Readonly<Record<string, unknown>> = {},
   ) {
     try {
       this.template = new Template(source);
@@ -119,8 +128,8 @@ export class JinjaChatTemplate implements ChatTemplate {
     }
   }
 
-  render(messages: readonly ChatMessage[], tools: readonly ToolSpec[]): string {
-    return this.renderWith(messages, tools, NO_SLOTS);
+  render(messages: readonly ChatMessage[], tools: readonly ToolSpec[], vars: Readonly<Record<string, unknown>> = {}): string {
+    return this.renderWith(messages, tools, NO_SLOTS, vars);
   }
 
   /** Slots must each render as their sentinel, exactly once and in order; otherwise the whole text is one piece. */
@@ -144,7 +153,7 @@ export class JinjaChatTemplate implements ChatTemplate {
     return `@@ooze-${this.nonce}-turn-${i}@@`;
   }
 
-  private renderWith(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>): string {
+  private renderWith(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>, vars: Readonly<Record<string, unknown>> = {}): string {
     const hfMessages = messages.map((m, i) => {
       if (slots.has(i)) return { role: "assistant", content: this.sentinel(i) };
       const out: Record<string, unknown> = { role: m.role, content: m.content };
@@ -152,11 +161,14 @@ export class JinjaChatTemplate implements ChatTemplate {
         out.tool_calls = m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: parseArgs(c.arguments) } }));
       }
       if (m.toolCallId !== null) out.tool_call_id = m.toolCallId;
+      if (m.reasoningContent !== undefined) out.reasoning_content = m.reasoningContent;
       return out;
     });
     const hfTools = tools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }));
     try {
       return this.template.render({
+        ...this.variables,
+        ...vars,
         messages: hfMessages,
         tools: hfTools.length > 0 ? hfTools : undefined,
         add_generation_prompt: true,
@@ -175,46 +187,4 @@ function parseArgs(text: string): unknown {
   } catch {
     return text;
   }
-}
-
-/** Text and tool calls parsed from a sampled turn. */
-export interface ParsedTurn {
-  content: string;
-  toolCalls: { name: string; arguments: string }[];
-}
-
-/**
- * Parses `<tool_call>{"name": …, "arguments": {…}}</tool_call>` blocks out of sampled text. A block
- * that is not such JSON stays in the text (never dropped); so does an unclosed one.
- */
-export function parseToolCalls(text: string): ParsedTurn {
-  const toolCalls: ParsedTurn["toolCalls"] = [];
-  const content = text.replace(/<tool_call>([\s\S]*?)<\/tool_call>/g, (whole, inner: string) => {
-    let v: unknown;
-    try {
-      v = JSON.parse(inner.trim());
-    } catch {
-      return whole;
-    }
-    if (typeof v !== "object" || v === null || Array.isArray(v)) return whole;
-    const o = v as Record<string, unknown>;
-    const args = o.arguments ?? o.parameters ?? {};
-    if (typeof o.name !== "string" || o.name === "") return whole;
-    let argText: string;
-    if (typeof args === "string") {
-      try {
-        const parsed: unknown = JSON.parse(args);
-        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) return whole;
-        argText = args;
-      } catch {
-        return whole;
-      }
-    } else if (typeof args === "object" && args !== null && !Array.isArray(args)) argText = JSON.stringify(args);
-    else return whole;
-    toolCalls.push({ name: o.name, arguments: argText });
-    return "";
-  });
-  // Trailing whitespace (before a call) goes; leading whitespace stays, so that a streamed answer's
-  // text, sent before the calls are parsed, is a prefix of this content.
-  return { content: toolCalls.length > 0 ? content.trimEnd() : content, toolCalls };
 }

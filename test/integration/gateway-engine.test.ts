@@ -13,6 +13,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { initModelDir } from "../../native/model-dir.ts";
 import { EngineClient } from "../../src/engine/client.ts";
+import { BYTE_VOCAB, EOS_ID } from "../../src/engine/tokenizer.ts";
 import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { sampleProblem, type Sample } from "../../src/sample.ts";
@@ -74,13 +75,18 @@ describe("gateway over real engines", () => {
     expect(c1).toBeGreaterThan(0);
     history.push({ role: "assistant", content: r1.choices[0]!.message.content }, { role: "user", content: "And 4?" });
     const r2 = await ai.chat.completions.create({ model: "tiny", messages: history, max_tokens: 16 });
-    // The second prompt starts with the first prompt and the sampled ids: the engine had them cached.
+    // The second prompt starts with the first prompt (and, extending, the sampled ids): the engine had it cached.
     expect(r2.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThanOrEqual(r1.usage!.prompt_tokens);
     const rep = gw.closeSession(s.id);
-    expect(rep.samples).toHaveLength(1);
     const smp = rep.samples[0]!;
-    expect(sampleProblem(smp)).toBeNull();
-    expect(trained(smp).length).toBe(c1 + r2.usage!.completion_tokens);
+    for (const x of rep.samples) expect(sampleProblem(x)).toBeNull();
+    // One segment when the first answer, as the agent got it, renders back as it was sampled; this
+    // random model also samples special ids mid-answer (<bos>), which the content leaves out, so the
+    // template's rendering of the second request differs there and it opens a second segment.
+    const first = trained(smp).slice(0, c1);
+    const rendersBack = first.every((id, i) => id < BYTE_VOCAB || (i === c1 - 1 && id === EOS_ID));
+    expect(rep.samples).toHaveLength(rendersBack ? 1 : 2);
+    expect(rep.samples.reduce((n, x) => n + trained(x).length, 0)).toBe(c1 + r2.usage!.completion_tokens);
     expect(smp.weightVersions.every((w) => w.version === "1")).toBe(true);
     const lps = Array.from(smp.rolloutLogprobs).filter((_, i) => smp.lossMask[i] === 1);
     expect(lps.every((x) => x <= 0) && lps.some((x) => x < 0)).toBe(true);

@@ -188,7 +188,7 @@ describe("gateway: errors", () => {
   });
 
   it("refuses a body over the size limit with 413", async () => {
-    const small = await Gateway.start({ fleet, contextLength: 96, maxBodyBytes: 1024 });
+    const small = await Gateway.start({ fleet, contextLength: 96, maxBodyBytes: 1024, model: "m" });
     try {
       const s = small.openSession({ episodeId: "e", groupIndex: 0 });
       const big = await raw(`${s.openaiBaseUrl}/chat/completions`, {
@@ -207,7 +207,7 @@ describe("gateway: errors", () => {
     const dying = await startHostileSglang();
     const spare = await startHostileSglang();
     const two = new Fleet({ healthIntervalMs: 0, requestTimeoutMs: 10_000, routing: "round_robin" });
-    const g = await Gateway.start({ fleet: two, contextLength: 4096 });
+    const g = await Gateway.start({ fleet: two, contextLength: 4096, model: "m" });
     try {
       await two.attach(dying.url);
       await two.attach(spare.url);

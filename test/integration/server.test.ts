@@ -12,6 +12,7 @@ import { EngineClient, type GenerateRequest } from "../../src/engine/client.ts";
 import type { GenerateOutput } from "../../src/engine/protocol.ts";
 import { startEngineServer, type EngineServer } from "../../src/engine/server.ts";
 import { OozeError } from "../../src/errors.ts";
+import { postJson } from "../harness/http.ts";
 
 let dir: string;
 let dir2: string;
@@ -43,17 +44,7 @@ async function waitUntil(what: string, cond: () => Promise<boolean> | boolean, d
   }
 }
 
-async function post(path: string, body: unknown): Promise<{ status: number; json: any; text: string }> {
-  const res = await fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) });
-  const text = await res.text();
-  let json: unknown = null;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    // not JSON
-  }
-  return { status: res.status, json, text };
-}
+const post = (path: string, body: unknown) => postJson(`${server.url}${path}`, body);
 
 /** Starts a stream and resolves after its first chunk; `rest` drains it to the final result. */
 async function started(req: GenerateRequest) {

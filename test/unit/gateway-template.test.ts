@@ -1,6 +1,7 @@
 // Unit tests of the gateway's pieces: loading an HF model directory's tokenizer and chat template
 // (and the errors naming file and field), the built-in template's rendering into pieces around
-// sampled-turn slots, tool-call parsing (broken calls stay text), and the request parsers' shapes.
+// sampled-turn slots, the built-in template's calls parsed back, and the request parsers' shapes
+// (reply parsing itself: gateway-reply.test.ts).
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -40,6 +41,19 @@ describe("gateway: HF model directory", () => {
     expect(t.render([msg("user", "hi")], [])).toBe("<s>user\nhi</s>\n<s>assistant\n");
   });
 
+  it("serves a directory loaded again from memory until one of its files changes", () => {
+    const dir = join(root, "cached");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(bpeTokenizerJson()));
+    writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify({ eos_token: "</s>", chat_template: CHATML }));
+    const a = loadHfChatModel(dir);
+    expect(loadHfChatModel(dir).tokenizer).toBe(a.tokenizer);
+    writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify({ eos_token: "</s>", chat_template: `${CHATML} ` }));
+    const b = loadHfChatModel(dir);
+    expect(b.tokenizer).not.toBe(a.tokenizer);
+    expect(b.chatTemplate).toBe(`${CHATML} `);
+  });
+
   it("names the file and the field when something is missing", () => {
     const dir = join(root, "bad");
     mkdirSync(dir, { recursive: true });
@@ -69,7 +83,7 @@ describe("gateway: built-in template", () => {
     expect(text).toContain("<|system|>Tools: f() d; g(a, b);\nCall a tool as <tool_call>");
     expect(t.render([msg("system", "S"), msg("user", "q")], [g])).toContain("<|system|>S\nTools: g(a, b);\n");
     const call = /<\|assistant\|>(.*)<eos>/.exec(text)![1]!;
-    expect(parseToolCalls(call)).toEqual({ content: "", toolCalls: [{ name: "f", arguments: '{"x":1}' }] });
+    expect(parseToolCalls(call)).toEqual({ content: "", toolCalls: [{ name: "f", arguments: '{"x": 1}' }] });
     expect(text.endsWith("<|tool|>42\n<|assistant|>")).toBe(true);
   });
 });
@@ -109,15 +123,6 @@ describe("gateway: the built-in template in code", () => {
       }),
       { numRuns: 300 },
     );
-  });
-});
-
-describe("gateway: tool-call parsing", () => {
-  it("parses Hermes-style calls and keeps anything else as text", () => {
-    expect(parseToolCalls('a <tool_call>\n{"name": "f", "arguments": {"k": [1]}}\n</tool_call>')).toEqual({ content: "a", toolCalls: [{ name: "f", arguments: '{"k":[1]}' }] });
-    expect(parseToolCalls('<tool_call>{"name": "g", "parameters": "{\\"a\\": 2}"}</tool_call>').toolCalls).toEqual([{ name: "g", arguments: '{"a": 2}' }]);
-    for (const broken of ["<tool_call>{bad json</tool_call>", '<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"name": "f", "arguments": 3}</tool_call>', '<tool_call>{"name": "f"'])
-      expect(parseToolCalls(`x ${broken}`)).toEqual({ content: `x ${broken}`, toolCalls: [] });
   });
 });
 

@@ -1,5 +1,6 @@
-// Built-in single-turn task: add two numbers. Prompt "<bos>12+34=". What the model answers depends on
-// `answer`:
+// Built-in single-turn task: add two numbers. Prompt "12+34=" (after BOS where the tokenizer has
+// one), in the model's tokenizer (TaskContext; the byte tokenizer by default). What the model answers
+// depends on `answer` (token budgets assume one digit a token, as the byte and Qwen tokenizers have):
 // - "full" (default): the sum, then EOS ("46"). Reward 1 for the exact answer; with `shaped`
 //   (default), partial credit for stopping (EOS within the turn's budget), for answering with digits,
 //   for the right length and for each correct digit, so a randomly initialised model gets a signal
@@ -8,8 +9,8 @@
 // - "padded": the sum zero-padded to digits + 1 places ("046"), exactly that many tokens, no EOS.
 //   Reward 1 if exact; with `shaped`, half a point spread over the places that are right.
 // - "last-digit": the sum's last digit ("6"), one token: reward 1 if right, else 0.
-import { decodeBytes, encodeBytes } from "../../../src/engine/tokenizer.ts";
 import { episodeSeed, prng, type Task, type TaskFactory } from "../task.ts";
+import { byteTaskTokenizer, encodePrompt } from "../task-tokenizer.ts";
 
 interface AdditionState {
   answer: string;
@@ -45,8 +46,9 @@ export function additionReward(answer: string, response: string, shaped: boolean
 
 const ANSWERS = ["full", "padded", "last-digit"] as const;
 
-export const createAdditionTask: TaskFactory = (config) => {
+export const createAdditionTask: TaskFactory = (config, context) => {
   const c = config as AdditionConfig;
+  const tok = context?.tokenizer ?? byteTaskTokenizer();
   const digits = Number(c.digits ?? 2);
   const shaped = c.shaped ?? true;
   const mode = c.answer ?? "full";
@@ -59,18 +61,19 @@ export const createAdditionTask: TaskFactory = (config) => {
     name: "addition",
     maxTurns: 1,
     maxTurnTokens: width ?? digits + 3,
+    eosId: tok.eos,
     reset(index, seed) {
       const rand = prng(episodeSeed(index, seed));
       const a = Math.floor(rand() * max);
       const b = Math.floor(rand() * max);
       const prompt = `${a}+${b}=`;
       const answer = mode === "last-digit" ? String((a + b) % 10) : mode === "padded" ? String(a + b).padStart(width!, "0") : String(a + b);
-      return { prompt, promptIds: encodeBytes(prompt, true), state: { answer, response: "", stopped: false } };
+      return { prompt, promptIds: encodePrompt(tok, prompt), state: { answer, response: "", stopped: false } };
     },
     step(state, action) {
       // the action excludes EOS: shorter than the budget means the model stopped by itself
       const stopped = width !== null || action.length < task.maxTurnTokens;
-      return { state: { ...state, response: decodeBytes(action), stopped }, observation: new Int32Array(0), done: true };
+      return { state: { ...state, response: tok.decode(action), stopped }, observation: new Int32Array(0), done: true };
     },
     reward(state) {
       if (width === null) return additionReward(state.answer, state.response, shaped, state.stopped);

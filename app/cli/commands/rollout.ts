@@ -71,7 +71,7 @@ export function register(program: Command) {
         import("../../../actors/rollout/rollout.ts"),
         import("../../../src/engine/fleet/fleet.ts"),
       ]);
-      const task = await loadTask(train.task, train.taskConfig, dirname(topo.file ?? file));
+      const task = await loadTask(train.task, train.taskConfig, dirname(topo.file ?? file), { model: train.model });
       const fleetOpts: { healthIntervalMs: number; progressTimeoutMs?: number; maxRetries?: number } = { healthIntervalMs: 1_000 };
       if (opts.progressTimeout !== undefined) fleetOpts.progressTimeoutMs = int("progress-timeout", opts.progressTimeout, 1);
       if (opts.retries !== undefined) fleetOpts.maxRetries = int("retries", opts.retries, 0);

@@ -12,6 +12,7 @@ import { randomUUID } from "node:crypto";
 import { OozeError, TimeoutError } from "../../errors.ts";
 import type { FinishReason } from "../backend.ts";
 import { EngineClient } from "../client.ts";
+import { limitsOfEngine, sendableMaxNewTokens, type LengthLimits } from "../limits.ts";
 import { updateEngine, type WeightUpdateOptions, type WeightUpdateReport } from "./weights.ts";
 import { dispatch, GRACEFUL_ABORT_MS, sweepDeadlines, type DispatchContext, type DispatchOutcome } from "./dispatch.ts";
 import { ExternalRouter } from "./external.ts";
@@ -252,6 +253,16 @@ export class Fleet {
     this.router.endSession(sessionId);
   }
 
+  /**
+   * The tightest length limits of the attached engines that report theirs (src/engine/limits.ts),
+   * or null when none does: a caller that sizes its requests to them is never refused for length.
+   */
+  lengthLimits(): LengthLimits | null {
+    const known = [...this.engines.values()].flatMap((e) => (e.limits ? [e.limits] : []));
+    if (known.length === 0) return null;
+    return { contextLength: Math.min(...known.map((l) => l.contextLength)), maxReqInputLen: Math.min(...known.map((l) => l.maxReqInputLen)) };
+  }
+
   /** Tokens a running request has sampled so far (over all its dispatches), or null when it is not running. */
   progress(rid: string): number | null {
     return this.requests.get(rid)?.acc.length ?? null;
@@ -266,7 +277,10 @@ export class Fleet {
    * already held, on another engine where there is one and after a jittered backoff otherwise; a
    * lost non-streamed reply held no tokens the fleet knows of, so none is recorded twice. Fails with
    * ENGINE_UNAVAILABLE naming the faults when retries or re-dispatches run out or no engine comes,
-   * and with ENGINE_REJECTED when an engine refuses the request itself.
+   * and with ENGINE_REJECTED when an engine refuses the request itself. Each dispatch asks for no
+   * more than its engine's context leaves (src/engine/limits.ts), so an engine that reports its
+   * limits refuses none for length: a generation ends `length` where the context does, and one
+   * whose input leaves no room at all is not sent (ENGINE_REJECTED, naming the lengths).
    */
   async generate(req: FleetGenerateRequest): Promise<FleetGenerateResult> {
     this.assertOpen();
@@ -314,6 +328,18 @@ export class Fleet {
         const input = acc.continuation(req.inputIds);
         const e = await this.acquire(input, req.sessionId, st, deadline, rid, avoid);
         if (!e) continue;
+        // Sized to the engine's context (limits.ts): it would refuse a longer request, not cut it.
+        const room = e.limits ? sendableMaxNewTokens(e.limits, input.length) : Infinity;
+        if (room === 0) {
+          this.router.release(e.id);
+          // A resume whose tokens filled the context ends there, as the whole generation would have.
+          if (acc.length > 0) return finish({ type: "length", length: acc.length });
+          throw new OozeError(
+            "ENGINE_REJECTED",
+            `fleet: request ${rid} was not sent: its input of ${input.length} tokens leaves no room in the context of ${e.id} ` +
+              `(${e.limits!.contextLength} tokens; inputs below ${e.limits!.maxReqInputLen} tokens are served); shorten the input`,
+          );
+        }
         const attempt: Attempt = {
           rid: redispatches === 0 ? rid : `${rid}.${redispatches}`,
           engine: e.id,
@@ -334,9 +360,9 @@ export class Fleet {
         engineId = e.id;
         let outcome: DispatchOutcome;
         try {
-          const budget = maxNew - acc.length;
+          const budget = Math.min(maxNew - acc.length, room);
           const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: budget };
-          if (minNew > 0) sampling.min_new_tokens = Math.max(0, minNew - acc.length);
+          if (minNew > 0) sampling.min_new_tokens = Math.min(budget, Math.max(0, minNew - acc.length));
           const call = {
             inputIds: input,
             sampling,
@@ -505,6 +531,7 @@ export class Fleet {
       healthy: false,
       detached: false,
       model: null,
+      limits: null,
       weightVersion: null,
       lastError: null,
       failures: 0,
@@ -597,6 +624,7 @@ export class Fleet {
           }
         }
         e.model = sig;
+        e.limits = limitsOfEngine(si, sig.context_length);
         if (this.reference === null && expect === undefined) this.reference = sig;
         e.weightVersion = typeof mi.weight_version === "string" ? mi.weight_version : await e.ctl.weightVersion();
         const followed = this.followed;

@@ -4,6 +4,7 @@ import { OozeError } from "../../errors.ts";
 import type { Bus } from "../../transport/bus.ts";
 import type { FinishReason } from "../backend.ts";
 import type { EngineClient } from "../client.ts";
+import type { LengthLimits } from "../limits.ts";
 import type { ModelSignature } from "./model.ts";
 import type { EngineSource } from "./registry.ts";
 import type { PartialRollout, WeightVersionSpan } from "./partial.ts";
@@ -13,7 +14,10 @@ import type { RoutingPolicy } from "./router.ts";
 /** One generation request to the fleet. */
 export interface FleetGenerateRequest {
   inputIds: Int32Array;
-  /** SGLang's sampling_params; `max_new_tokens` is required (the budget shared by all re-dispatches). */
+  /**
+   * SGLang's sampling_params; `max_new_tokens` is required (the budget shared by all re-dispatches).
+   * Each dispatch asks for no more than its engine's context leaves (it would refuse more).
+   */
   sampling: WireSamplingParams;
   /** Session id: routing affinity and the X-SMG-Routing-Key header. */
   sessionId?: string;
@@ -167,6 +171,8 @@ export interface Engine {
   healthy: boolean;
   detached: boolean;
   model: ModelSignature | null;
+  /** Its length limits as it reports them (limits.ts), or null: requests to it are sized to them. */
+  limits: LengthLimits | null;
   weightVersion: string | null;
   lastError: string | null;
   failures: number;

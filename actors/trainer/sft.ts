@@ -32,8 +32,15 @@ export interface SftTokenizer {
   eos: number;
 }
 
-/** Renders a chat example into pieces: text (mask 0) and assistant turns (mask 1); from the model's chat template. */
-export type ChatRenderer = (messages: unknown[], tools: unknown[] | null, where: string) => { ids: number[]; train: boolean }[];
+/** A sequence to train on, in pieces: text (mask 0) and assistant turns (mask 1). */
+export type SftPieces = { ids: number[]; train: boolean }[];
+
+/**
+ * Renders a chat example with the model's chat template into one sequence, or several where the
+ * template renders an earlier turn differently once the conversation goes on (Qwen3 drops the
+ * reasoning of turns before the last user message).
+ */
+export type ChatRenderer = (messages: unknown[], tools: unknown[] | null, where: string) => SftPieces[];
 
 /**
  * Reads a JSONL file of `{"prompt", "completion"}` or `{"messages": [...], "tools"?: [...]}` lines
@@ -58,29 +65,33 @@ export function readSftJsonl(file: string, tok: SftTokenizer, chat: ChatRenderer
     }
     if (typeof v !== "object" || v === null || Array.isArray(v)) throw new OozeError("CONFIG_INVALID", `${where}: each line must be a JSON object with prompt/completion or messages`);
     const o = v as Record<string, unknown>;
-    const pieces: { ids: number[]; train: boolean }[] = [];
+    let sequences: SftPieces[];
     if ("messages" in o) {
       if (!Array.isArray(o.messages) || o.messages.length === 0) throw new OozeError("CONFIG_INVALID", `${where}: field 'messages' must be a non-empty array`);
       if (o.tools !== undefined && !Array.isArray(o.tools)) throw new OozeError("CONFIG_INVALID", `${where}: field 'tools' must be an array`);
       if (!chat) throw new OozeError("CONFIG_INVALID", `${where}: chat messages need the model's chat template, and none is available for this model`);
-      pieces.push(...chat(o.messages, (o.tools as unknown[] | undefined) ?? null, where));
+      sequences = chat(o.messages, (o.tools as unknown[] | undefined) ?? null, where);
     } else {
       for (const f of ["prompt", "completion"] as const)
         if (typeof o[f] !== "string") throw new OozeError("CONFIG_INVALID", `${where}: field '${f}' must be a string (or give 'messages')`);
+      const pieces: SftPieces = [];
       if (tok.bos !== null) pieces.push({ ids: [tok.bos], train: false });
       pieces.push({ ids: tok.encode(o.prompt as string), train: false }, { ids: [...tok.encode(o.completion as string), tok.eos], train: true });
+      sequences = [pieces];
     }
-    const n = pieces.reduce((a, p) => a + p.ids.length, 0);
-    const tokens = new Int32Array(n), mask = new Uint8Array(n);
-    let at = 0;
-    for (const p of pieces) {
-      tokens.set(p.ids, at);
-      if (p.train) mask.fill(1, at, at + p.ids.length);
-      at += p.ids.length;
+    for (const pieces of sequences) {
+      const n = pieces.reduce((a, p) => a + p.ids.length, 0);
+      const tokens = new Int32Array(n), mask = new Uint8Array(n);
+      let at = 0;
+      for (const p of pieces) {
+        tokens.set(p.ids, at);
+        if (p.train) mask.fill(1, at, at + p.ids.length);
+        at += p.ids.length;
+      }
+      mask[0] = 0; // the first token has no logprob
+      if (!mask.includes(1)) throw new OozeError("CONFIG_INVALID", `${where}: nothing to learn (no assistant / completion tokens)`);
+      out.push({ tokens, mask, where });
     }
-    mask[0] = 0; // the first token has no logprob
-    if (!mask.includes(1)) throw new OozeError("CONFIG_INVALID", `${where}: nothing to learn (no assistant / completion tokens)`);
-    out.push({ tokens, mask, where });
   });
   if (out.length === 0) throw new OozeError("CONFIG_INVALID", `${file}: no examples`);
   return out;
@@ -209,14 +220,20 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
 
 /**
  * The chat renderer of a model: OpenAI-format messages (and tools) rendered with its chat template
- * exactly as the gateway renders an agent's requests, each assistant message as the ids the model
- * would sample for it — its text, its tool calls as `<tool_call>{"name":…,"arguments":…}</tool_call>`
- * (the form the gateway parses back), then the end-of-turn id — trained (mask 1); everything else
- * (template, system, user, tool results) mask 0. Text after the last assistant message is dropped.
+ * exactly as the gateway renders an agent's requests. Each assistant message is what the template
+ * writes for it after its prompt (the rendering of the messages before it, with the generation
+ * prompt), up to and including the end-of-turn id: its text, reasoning and tool calls exactly as the
+ * template writes them, so the model learns to sample what the gateway will render back — trained
+ * (mask 1); everything else (template, system, user, tool results) mask 0. Turns go into one
+ * sequence while each prompt extends the text before it; where it does not (the template re-renders
+ * an earlier turn, e.g. drops its reasoning), a new sequence starts with that prompt whole, as the
+ * gateway splits a trajectory there. Text after the last assistant message is dropped.
  */
 export function chatRenderer(tokenizer: ChatTokenizer, template: ChatTemplate): ChatRenderer {
   const eos = tokenizer.stopIds[0];
   if (eos === undefined) throw new OozeError("CONFIG_INVALID", "sft: the tokenizer has no end-of-turn id");
+  const eosText = tokenizer.specialText.get(eos);
+  if (eosText === undefined) throw new OozeError("CONFIG_INVALID", `sft: the tokenizer does not write its end-of-turn id ${eos} as text`);
   return (messages, tools, where) => {
     let req;
     try {
@@ -224,27 +241,27 @@ export function chatRenderer(tokenizer: ChatTokenizer, template: ChatTemplate): 
     } catch (e) {
       throw new OozeError("CONFIG_INVALID", `${where}: ${(e as Error).message}`);
     }
-    const slots = new Set<number>();
-    req.messages.forEach((m, i) => m.role === "assistant" && slots.add(i));
-    if (slots.size === 0) throw new OozeError("CONFIG_INVALID", `${where}: field 'messages' has no assistant message to learn`);
-    const pieces = template.renderPieces(req.messages, req.tools, slots);
-    if (!pieces.some((p) => "message" in p)) throw new OozeError("CONFIG_INVALID", `${where}: the chat template does not render assistant messages as written, so they cannot be trained on`);
-    const out: { ids: number[]; train: boolean }[] = [];
-    let afterTurn = false;
-    for (const p of pieces) {
-      if ("message" in p) {
-        const m = req.messages[p.message]!;
-        const calls = m.toolCalls.map((c) => `<tool_call>${JSON.stringify({ name: c.name, arguments: JSON.parse(c.arguments) as unknown })}</tool_call>`);
-        out.push({ ids: [...tokenizer.encode(m.content + calls.join("")), eos], train: true });
-        afterTurn = true;
-        continue;
+    const sequences: SftPieces[] = [];
+    let current: SftPieces | null = null;
+    let consumed = ""; // the text the current sequence's ids stand for
+    req.messages.forEach((m, i) => {
+      if (m.role !== "assistant") return;
+      const prompt = template.render(req.messages.slice(0, i), req.tools);
+      const through = template.render(req.messages.slice(0, i + 1), req.tools);
+      const end = through.indexOf(eosText, prompt.length);
+      if (!through.startsWith(prompt) || end < 0)
+        throw new OozeError("CONFIG_INVALID", `${where}: the chat template does not write assistant message ${i} after its prompt, ended by ${eosText}, so it cannot be trained on`);
+      const turn = through.slice(prompt.length, end);
+      if (current !== null && prompt.startsWith(consumed)) {
+        current.push({ ids: tokenizer.encode(prompt.slice(consumed.length)), train: false });
+      } else {
+        current = [{ ids: tokenizer.encode(prompt), train: false }];
+        sequences.push(current);
       }
-      let text = p.text;
-      const shown = tokenizer.specialText.get(eos);
-      if (afterTurn && shown !== undefined && text.startsWith(shown)) text = text.slice(shown.length); // the turn's own end-of-turn id stands for it
-      out.push({ ids: tokenizer.encode(text), train: false });
-    }
-    while (out.length > 0 && !out[out.length - 1]!.train) out.pop();
-    return out;
+      current.push({ ids: [...tokenizer.encode(turn), eos], train: true });
+      consumed = prompt + turn + eosText;
+    });
+    if (sequences.length === 0) throw new OozeError("CONFIG_INVALID", `${where}: field 'messages' has no assistant message to learn`);
+    return sequences;
   };
 }

@@ -23,7 +23,9 @@ const calcTools = [{ type: "function", function: { name: TOOL.name, description:
 const calcLines: string[] = [];
 const drills: string[] = [];
 const drill = (prompt: string, completion: string) => drills.push(JSON.stringify({ prompt, completion }));
-const toolCall = (name: string, args: object) => `<tool_call>${JSON.stringify({ name, arguments: args })}</tool_call>`;
+/** A call as the built-in template writes one back (`tojson`'s spacing), so the drills teach what the gateway renders. */
+const toolCall = (name: string, args: Record<string, string>) =>
+  `<tool_call>{"name": ${JSON.stringify(name)}, "arguments": {${Object.entries(args).map(([k, v]) => `${JSON.stringify(k)}: ${JSON.stringify(v)}`).join(", ")}}}</tool_call>`;
 /** Drills (in the built-in template's markers, src/gateway/template.ts) for every fourth prompt. */
 const drilled = (i: number) => (i - FIRST) % 4 === 0;
 for (let i = FIRST; i < FIRST + N; i++) {

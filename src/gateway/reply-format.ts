@@ -74,8 +74,9 @@ export type ReplyPhase = "undecided" | "reasoning" | "content";
 /**
  * Splits reasoning from content. `final` false (a stream): the reasoning so far without a possible
  * start of `</think>`, and "undecided" while the reply could still open a think block. Reasoning
- * loses its surrounding whitespace, content after `</think>` its leading whitespace; a reply
- * without a think block is content as it is.
+ * loses its surrounding newlines, content after `</think>` its leading newlines — as Qwen3's template
+ * strips them when it renders the reply back (so a reply sent back as returned renders as sampled);
+ * a reply without a think block is content as it is.
  */
 export function splitReasoning(text: string, p: ReplyParse, final: boolean): { reasoning: string | null; content: string; phase: ReplyPhase } {
   if (!p.reasoning) return { reasoning: null, content: text, phase: "content" };
@@ -89,10 +90,18 @@ export function splitReasoning(text: string, p: ReplyParse, final: boolean): { r
   }
   const k = body.indexOf(THINK_CLOSE);
   if (k < 0) {
-    const so = final ? body.trimEnd() : body.slice(0, body.length - partialSuffix(body, [THINK_CLOSE]));
-    return { reasoning: so.trimStart(), content: "", phase: "reasoning" };
+    const so = final ? stripNewlines(body, false, true) : body.slice(0, body.length - partialSuffix(body, [THINK_CLOSE]));
+    return { reasoning: stripNewlines(so, true, false), content: "", phase: "reasoning" };
   }
-  return { reasoning: body.slice(0, k).trim(), content: body.slice(k + THINK_CLOSE.length).trimStart(), phase: "content" };
+  return { reasoning: stripNewlines(body.slice(0, k), true, true), content: stripNewlines(body.slice(k + THINK_CLOSE.length), true, false), phase: "content" };
+}
+
+/** `s` without the newlines at its start and/or end (Python's lstrip/rstrip("\n")). */
+function stripNewlines(s: string, start: boolean, end: boolean): string {
+  let a = 0, b = s.length;
+  if (start) while (a < b && s[a] === "\n") a++;
+  if (end) while (b > a && s[b - 1] === "\n") b--;
+  return s.slice(a, b);
 }
 
 /** Reasoning, content and tool calls of a reply's whole text (the prefill, then what was sampled, cut at a stop string). */

@@ -12,8 +12,13 @@ import { TrainerWorker } from "../../native/worker/client.ts";
 import { parseOpenAIRequest, type ChatTemplate, type ChatTokenizer } from "../../src/gateway/index.ts";
 import { learningRate, type PolicyTrainerConfig } from "./policy-trainer.ts";
 
-/** Files of a model directory that are not weights and are copied to the SFT checkpoint. */
-const TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"];
+/** Files of a model directory that are not weights and are copied to the SFT checkpoint (and to `ooze train`'s checkpoints). */
+export const TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"];
+
+/** Copies the tokenizer and chat template files `from` has into `to`, so a checkpoint serves as it is (with the model's own tokenizer). */
+export function copyTokenizerFiles(from: string, to: string): void {
+  for (const f of TOKENIZER_FILES) if (existsSync(join(from, f))) copyFileSync(join(from, f), join(to, f));
+}
 
 /** One training sequence: ids and, per id, whether its logprob is trained (position 0 never is). */
 export interface SftExample {
@@ -211,7 +216,7 @@ export async function runSft(examples: readonly SftExample[], o: SftOptions): Pr
     }
     await worker.save(o.out, "sft");
     // The tokenizer travels with the weights, so the checkpoint serves as it is.
-    for (const f of TOKENIZER_FILES) if (existsSync(join(o.modelDir, f))) copyFileSync(join(o.modelDir, f), join(o.out, f));
+    copyTokenizerFiles(o.modelDir, o.out);
   } finally {
     await worker.close();
   }

@@ -22,6 +22,7 @@ import { appendJsonl, readJsonl, sampleTokensRecord, writeRewardSvg, type BatchR
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../protocol/state.ts";
 import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
 import { SimTrainer, type StepTrainer } from "./sim-trainer.ts";
+import { copyTokenizerFiles } from "./sft.ts";
 
 /** The trainer actor's `config`. */
 export const trainerActorConfig = z.object({
@@ -282,6 +283,10 @@ class Run {
     if (state.step === this.checkpointStep) return;
     const dir = checkpointDir(this.out, state.step);
     await this.trainer.saveTo(dir);
+    // the model's tokenizer and chat template go with the weights, as `ooze sft` does it: without
+    // them a checkpoint of a model with its own tokenizer (a Qwen3-shaped one) is served with the
+    // byte tokenizer and the built-in template, and answers garbage
+    if (this.env.train.model !== undefined) copyTokenizerFiles(resolve(this.env.baseDir, this.env.train.model), dir);
     commitCheckpoint(this.out, dir, state);
     pruneCheckpoints(this.out, this.env.train.keepCheckpoints);
     this.checkpointStep = state.step;

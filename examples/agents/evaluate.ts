@@ -1,7 +1,8 @@
 // Success rate of an agent topology's agent on a model directory, outside training: an engine server
 // in this process, the topology's gateway and agent (actors/environment/agent), N episodes of
 // prompts FIRST, FIRST+1, … (one episode each; FIRST 0 unless given — training draws 0, 1, 2, …, so
-// give e.g. 500000 for prompts it has not seen) at the topology's temperature. Prints one JSON line.
+// give e.g. 500000 for prompts it has not seen) at the topology's temperature. Prints one JSON line
+// (success rate, reward, and per episode the mean number of chat requests and of trajectory segments).
 //   node --import tsx examples/agents/evaluate.ts topologies/agent-calculator-openai.yaml [MODEL_DIR] [EPISODES] [FIRST]
 import { dirname, resolve } from "node:path";
 import { startAgentRollout } from "../../actors/environment/agent/rollout-hook.ts";
@@ -44,7 +45,12 @@ const failed = first.filter((s) => s.status === "failed").length;
 if (failed > 0) console.error(`first failure: ${String(first.find((s) => s.status === "failed")!.metadata.error)}`);
 console.log(JSON.stringify({
   topology: file, model: modelArg ?? train.model, episodes: n, first_prompt: firstPrompt, success_rate: ok / n, failed,
-  reward_mean: first.reduce((a, s) => a + (s.reward ?? 0), 0) / n, seconds: (performance.now() - t0) / 1000,
+  reward_mean: first.reduce((a, s) => a + (s.reward ?? 0), 0) / n,
+  // per episode: chat requests that reached the engine (the calculator agents ask again only after a
+  // tool call that parsed), and trajectory segments (the gateway splits where a rendering does not extend the last)
+  requests_mean: first.reduce((a, s) => a + Number(s.metadata.requests ?? 0), 0) / n,
+  segments_mean: first.reduce((a, s) => a + Number(s.metadata.segments ?? 0), 0) / n,
+  seconds: (performance.now() - t0) / 1000,
 }));
 await agents.close();
 await fleet.close();

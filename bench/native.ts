@@ -4,6 +4,13 @@
 // AVX2 (ours with OOZE_NO_AVX512, OpenBLAS with OPENBLAS_CORETYPE=Haswell, in a child run with
 // --avx2 --gemm-only), the skinny decode shapes, the prefix cache's saving on a synthetic multi-turn
 // trace, KV bytes per token, and the engine's prefill/decode tokens/s when the engine is present.
+// Last, the 0.5b shapes of Llama 3 and Qwen3 (bench/native/families.ts; `families` in the JSON):
+// decode and training tokens/s beside the time OpenBLAS takes for the same step's matrix products
+// in the same run, and the share of each step spent outside them (1 − openblas_gemm / step; goal
+// ≤ 25 %). Flags: --families llama3,qwen3 (default both; none skips), --families-only (that section
+// alone), --family-parts decode,train (default both), --decode-batch B --decode-context C
+// --decode-steps S, --train-seqs N --train-seq-len L --train-steps S. Figures and what the shares
+// mean: docs/experiments/native-families-bench.md.
 // Progress on stderr; one JSON line last on stdout.
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -13,6 +20,8 @@ import { buildOpenblasProgram, OpenblasTimer } from "./native/openblas.ts";
 import { measureEngine } from "./native/engine-throughput.ts";
 import { DEFAULT_TRACE, runPrefixTrace } from "./native/prefix-trace.ts";
 import { measureTraining } from "./native/train-throughput.ts";
+import { DEFAULT_FAMILY_OPTIONS, measureFamily, type FamilyResult } from "./native/families.ts";
+import type { Arch } from "../native/presets.ts";
 
 type Kind = "nt" | "nn" | "tn";
 interface Shape {
@@ -33,6 +42,33 @@ const window = arg("window", 0.08);
 const rounds = arg("rounds", 3);
 const avx2Only = process.argv.includes("--avx2");
 const gemmOnly = process.argv.includes("--gemm-only");
+const familiesOnly = process.argv.includes("--families-only");
+const familiesArg = (() => {
+  const i = process.argv.indexOf("--families");
+  return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : "llama3,qwen3";
+})();
+const families = familiesArg === "none" ? [] : (familiesArg.split(",") as Arch[]);
+const familyParts = (() => {
+  const i = process.argv.indexOf("--family-parts");
+  const v = i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]!.split(",") : ["decode", "train"];
+  return { decode: v.includes("decode"), train: v.includes("train") };
+})();
+for (const f of families)
+  if (f !== "llama3" && f !== "qwen3") {
+    process.stderr.write(`--families: unknown family '${f}'; give llama3, qwen3, both (llama3,qwen3) or none\n`);
+    process.exit(2);
+  }
+const familyOptions = {
+  ...DEFAULT_FAMILY_OPTIONS,
+  batch: arg("decode-batch", DEFAULT_FAMILY_OPTIONS.batch),
+  context: arg("decode-context", DEFAULT_FAMILY_OPTIONS.context),
+  decodeSteps: arg("decode-steps", DEFAULT_FAMILY_OPTIONS.decodeSteps),
+  trainSeqs: arg("train-seqs", DEFAULT_FAMILY_OPTIONS.trainSeqs),
+  trainSeqLen: arg("train-seq-len", DEFAULT_FAMILY_OPTIONS.trainSeqLen),
+  trainSteps: arg("train-steps", DEFAULT_FAMILY_OPTIONS.trainSteps),
+  threads,
+  rounds,
+};
 if (avx2Only) process.env.OOZE_NO_AVX512 = "1"; // read by the kernels on their first call
 const log = (msg: string): void => void process.stderr.write(`[bench native] ${msg}\n`);
 
@@ -166,6 +202,33 @@ else {
   log(openblasNote);
 }
 
+/**
+ * The 0.5b family shapes, one family at a time (each part in its own child process), with a fresh
+ * OpenBLAS baseline process for their GEMM lists.
+ */
+async function familiesSection(): Promise<Record<string, FamilyResult | string>> {
+  const out: Record<string, FamilyResult | string> = {};
+  if (families.length === 0) return out;
+  log(
+    `families (0.5b-shape): decode batch ${familyOptions.batch} at context ${familyOptions.context}; training ` +
+      `${familyOptions.trainSeqs} x ${familyOptions.trainSeqLen} tokens; threads ${threads} (OMP_NUM_THREADS) and OPENBLAS_NUM_THREADS=${threads}`,
+  );
+  const fblas = "path" in built ? new OpenblasTimer(built.path, threads) : null;
+  try {
+    for (const f of families) out[f] = await measureFamily(f, familyOptions, fblas, log, familyParts);
+  } finally {
+    fblas?.close();
+  }
+  return out;
+}
+
+if (familiesOnly) {
+  blas?.close();
+  const fam = await familiesSection();
+  process.stdout.write(`${JSON.stringify({ bench: "native", threads, openblas: openblasNote, families: fam })}\n`);
+  process.exit(0);
+}
+
 let train: Timed[];
 let decode: Timed[];
 try {
@@ -228,6 +291,8 @@ log(`training quickstart: ${trainQuick.tokensPerS.toFixed(0)} tokens/s (${trainQ
 const trainBig = await measureTraining("base100m", 2, 128, 2);
 log(`training base100m: ${trainBig.tokensPerS.toFixed(0)} tokens/s (${trainBig.stepMs.toFixed(0)} ms/step)`);
 
+const familyResults = await familiesSection();
+
 const result = {
   bench: "native",
   threads,
@@ -248,5 +313,6 @@ const result = {
   engine_note: engine.note,
   train_tokens_per_s: round(trainQuick.tokensPerS, 0),
   train_tokens_per_s_base100m: round(trainBig.tokensPerS, 0),
+  families: familyResults,
 };
 process.stdout.write(`${JSON.stringify(result)}\n`);

@@ -82,16 +82,28 @@ export class OpenblasTimer {
     this.lines.on("line", (line) => this.waiting.shift()?.(line));
   }
 
-  /** Seconds per call, averaged over a window of at least `window` seconds. */
-  time(kind: string, M: number, N: number, K: number, window: number): Promise<number> {
+  /**
+   * Seconds per call, averaged over a window of at least `window` seconds; with `copies` > 1 the calls
+   * cycle through that many distinct operand sets (operands from memory rather than cache).
+   */
+  async time(kind: string, M: number, N: number, K: number, window: number, copies = 1): Promise<number> {
+    return (await this.measure(kind, M, N, K, window, copies)).wall;
+  }
+
+  /**
+   * As time(), with the baseline process's CPU seconds per call beside the wall-clock seconds, each
+   * the best of `rounds` windows.
+   */
+  measure(kind: string, M: number, N: number, K: number, window: number, copies = 1, rounds = 1): Promise<{ wall: number; cpu: number }> {
     return new Promise((resolve, reject) => {
       const onExit = (code: number | null) => reject(new Error(`openblas_sgemm exited with ${code}`));
       this.child.once("exit", onExit);
       this.waiting.push((line) => {
         this.child.off("exit", onExit);
-        resolve(Number(line));
+        const [wall, cpu] = line.trim().split(/\s+/).map(Number);
+        resolve({ wall: wall!, cpu: cpu ?? wall! });
       });
-      this.child.stdin.write(`${kind} ${M} ${N} ${K} ${window}\n`);
+      this.child.stdin.write(`${kind} ${M} ${N} ${K} ${window} ${copies} ${rounds}\n`);
     });
   }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "kernels.h"
+#include "simd.h"
 
 namespace ooze {
 
@@ -45,6 +46,7 @@ void rmsnorm(const float* x, const float* w, float* out, int rows, int dim, floa
     const float* xr = x + static_cast<size_t>(r) * dim;
     float* o = out + static_cast<size_t>(r) * dim;
     double ss = 0;
+#pragma omp simd reduction(+ : ss)
     for (int i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     const float inv = 1.0f / std::sqrt(static_cast<float>(ss / dim) + eps);
     for (int i = 0; i < dim; ++i) o[i] = w[i] * (xr[i] * inv);
@@ -132,32 +134,33 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
       std::copy_n(ws.v.data() + sz(r, KV), KV, kv.value(l, slot));
     }
     // Causal attention: row at position p attends to positions first..p of its own sequence (first
-    // is 0, or the start of the sliding window).
+    // is 0, or the start of the sliding window). One task per (kv head, row): each key and value is
+    // read once for the query heads that share it, and rows sharing a prefix (a group of samples of
+    // one prompt) follow one another over the same keys while they are in cache.
 #pragma omp parallel for schedule(dynamic) if (attn_work > 65536)
-    for (int rh = 0; rh < R * NH; ++rh) {
-      const int r = rh / NH, h = rh % NH, g = h / group;
+    for (int gr = 0; gr < NKV * R; ++gr) {
+      const int g = gr / R, r = gr % R;
       const SeqChunk& ch = chunks[row_seq[r]];
-      const int npos = row_pos[r] + 1, first = attention_start(c, row_pos[r]);
+      const int npos = row_pos[r] + 1, first = attention_start(c, row_pos[r]), n = npos - first;
       thread_local std::vector<float> sc;
-      sc.resize(npos);
-      const float* q = ws.q.data() + sz(r, Q) + sz(h, D);
-      float mx = -INFINITY;
-      for (int t = first; t < npos; ++t) {
-        const float* k = kv.key(l, ch.slots[t]) + sz(g, D);
-        float s = 0;
-        for (int d = 0; d < D; ++d) s += q[d] * k[d];
-        sc[t] = s * scale;
-        mx = std::max(mx, sc[t]);
+      thread_local std::vector<const float*> vrow;
+      sc.resize(sz(group, n)), vrow.resize(n);
+      const float* q = ws.q.data() + sz(r, Q) + sz(g * group, D);
+      for (int t = 0; t < n; ++t) {
+        const int slot = ch.slots[first + t];
+        const float* k = kv.key(l, slot) + sz(g, D);
+        vrow[t] = kv.value(l, slot) + sz(g, D);
+        for (int j = 0; j < group; ++j) sc[sz(j, n) + t] = dot(q + sz(j, D), k, D) * scale;
       }
-      float sum = 0;
-      for (int t = first; t < npos; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
-      const float inv = 1.0f / sum;
-      float* o = ws.att.data() + sz(r, Q) + sz(h, D);
-      std::fill_n(o, D, 0.0f);
-      for (int t = first; t < npos; ++t) {
-        const float* v = kv.value(l, ch.slots[t]) + sz(g, D);
-        const float w = sc[t] * inv;
-        for (int d = 0; d < D; ++d) o[d] += w * v[d];
+      for (int j = 0; j < group; ++j) {
+        float* s = sc.data() + sz(j, n);
+        float mx = -INFINITY;
+        for (int t = 0; t < n; ++t) mx = std::max(mx, s[t]);
+        float sum = 0;
+        for (int t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - mx));
+        const float inv = 1.0f / sum;
+        for (int t = 0; t < n; ++t) s[t] *= inv;
+        weighted_rows(vrow.data(), s, n, D, ws.att.data() + sz(r, Q) + sz(g * group + j, D));
       }
     }
     matmul_nt(ws.att.data(), L.o_proj, ws.x.data(), R, H, Q, true);  // residual

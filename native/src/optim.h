@@ -58,9 +58,11 @@ OptimResult adamw_step(const Model& m, float* params, float* grads, AdamWState& 
 /**
  * adamw_step over several parameter sets at once (the policy and the critic's value head): one global
  * gradient norm over all of them, one clip coefficient, then each set's AdamW update. A non-finite
- * norm skips every set. The result's step is the first set's.
+ * norm skips every set. The result's step is the first set's. With `zero_grads`, the update leaves
+ * every gradient 0 instead of clipped (one pass over the grads fewer for a caller that zeroes them
+ * next); a skipped step leaves them as they were.
  */
-OptimResult adamw_step_sets(const std::vector<ParamSet>& sets, const AdamWConfig& c);
+OptimResult adamw_step_sets(const std::vector<ParamSet>& sets, const AdamWConfig& c, bool zero_grads = false);
 
 /**
  * Writes the state to `path` (magic "OOZEADAM", u32 format 1, u64 count, i64 step, then m and v as

@@ -118,6 +118,19 @@ int sample_token(const float* logits, int vocab, const SamplingParams& sp, int e
     float best = neg_inf;
     for (int i = 0; i < vocab; ++i)
       if (!(masking && is_stop_token(sp, eos_id, i)) && (chosen < 0 || scratch[i] > best)) best = scratch[i], chosen = i;
+  } else if (!masking && sp.top_k <= 0 && !(sp.top_p < 1.0f)) {
+    // The whole vocabulary, unfiltered (RL rollouts): draw from w directly. Same sum, same order and
+    // the same draw as the candidate path below, without building the candidate list.
+    const double u = rng.uniform() * z;
+    double acc = 0;
+    chosen = vocab - 1;
+    for (int i = 0; i < vocab; ++i) {
+      acc += w[i];
+      if (u < acc) {
+        chosen = i;
+        break;
+      }
+    }
   } else {
     thread_local std::vector<Cand> c;
     c.clear();

@@ -6,13 +6,27 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <omp.h>
 
 #include "kernels.h"
+#include "simd.h"
 
 namespace ooze {
 namespace {
 
-constexpr int kLogitRows = 32;  // rows of logits held at once
+/**
+ * Rows of lm_head logits held at most at once: as many as fit in 64 MiB, 32 to 512. Smaller chunks
+ * cost GEMM efficiency: each chunk reads all of lm_head for its nt and nn products and reads and
+ * writes all of its gradient for the tn one (at a 152k vocabulary, 32-row chunks ran the nt product
+ * at half the speed of 110-row ones).
+ */
+int logit_rows(int vocab) { return std::clamp((16 << 20) / std::max(vocab, 1), 32, 512); }
+
+/** Rows per chunk for n rows: chunks of at most logit_rows(vocab), as equal as can be (no small tail chunk). */
+int chunk_rows(int n, int vocab) {
+  const int most = logit_rows(vocab), chunks = std::max(1, (n + most - 1) / most);
+  return std::max(1, (n + chunks - 1) / chunks);
+}
 
 /** Shapes and per-token bookkeeping shared by forward and backward. */
 struct Dims {
@@ -21,6 +35,7 @@ struct Dims {
   std::vector<int> pos, start, end;  // per token: position, its sequence's [start, end)
   std::vector<float> cos, sin;       // [max_pos, hd/2]
   std::vector<int> pred_rows;        // tokens p whose next token p+1 is in the same sequence
+  std::vector<int> cu;               // the batch's cu_seqlens: sequence s is tokens [cu[s], cu[s+1])
 
   Dims(const LlamaConfig& c, const PackedBatch& b) {
     T = b.num_tokens(), H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
@@ -29,6 +44,7 @@ struct Dims {
     scale = 1.0f / std::sqrt(static_cast<float>(hd));
     eps = c.rms_norm_eps;
     pos.resize(T), start.resize(T), end.resize(T);
+    cu.assign(b.cu_seqlens.begin(), b.cu_seqlens.end());
     int max_len = 1;
     for (int s = 0; s < b.num_seqs(); ++s) {
       int a = b.cu_seqlens[s], e = b.cu_seqlens[s + 1];
@@ -81,6 +97,7 @@ void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int T, i
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<size_t>(t) * H;
     double ss = 0;
+#pragma omp simd reduction(+ : ss)
     for (int i = 0; i < H; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     float r = 1.0f / std::sqrt(static_cast<float>(ss / H) + eps);
     rstd[t] = r;
@@ -89,7 +106,7 @@ void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int T, i
   }
 }
 
-/** dx (+)= RMSNorm backward; dw accumulated serially per column block to avoid races. */
+/** dx (+)= RMSNorm backward; dw accumulated per block of columns (one thread each) to avoid races. */
 void rmsnorm_bwd(const float* dy, const float* x, const float* rstd, const float* w, float* dw, float* dx,
                  int T, int H, bool accumulate) {
 #pragma omp parallel for schedule(static) if (T * H > 16384)
@@ -99,6 +116,7 @@ void rmsnorm_bwd(const float* dy, const float* x, const float* rstd, const float
     float* out = dx + static_cast<size_t>(t) * H;
     const float r = rstd[t];
     double dot = 0;
+#pragma omp simd reduction(+ : dot)
     for (int i = 0; i < H; ++i) dot += static_cast<double>(dr[i] * w[i]) * (xr[i] * r);
     const float m = static_cast<float>(dot / H);
     for (int i = 0; i < H; ++i) {
@@ -106,11 +124,20 @@ void rmsnorm_bwd(const float* dy, const float* x, const float* rstd, const float
       out[i] = accumulate ? out[i] + v : v;
     }
   }
+  // dw[i] += Σ_t dy[t,i]·x[t,i]·rstd[t], each column summed in t order, over blocks of columns so
+  // that rows are read contiguously.
+  constexpr int CB = 256;
 #pragma omp parallel for schedule(static) if (T * H > 16384)
-  for (int i = 0; i < H; ++i) {
-    double s = 0;
-    for (int t = 0; t < T; ++t) s += static_cast<double>(dy[static_cast<size_t>(t) * H + i]) * x[static_cast<size_t>(t) * H + i] * rstd[t];
-    dw[i] += static_cast<float>(s);
+  for (int i0 = 0; i0 < H; i0 += CB) {
+    const int nb = std::min(CB, H - i0);
+    double acc[CB] = {};
+    for (int t = 0; t < T; ++t) {
+      const float* dr = dy + static_cast<size_t>(t) * H + i0;
+      const float* xr = x + static_cast<size_t>(t) * H + i0;
+      const double r = rstd[t];
+      for (int i = 0; i < nb; ++i) acc[i] += static_cast<double>(dr[i]) * xr[i] * r;
+    }
+    for (int i = 0; i < nb; ++i) dw[i0 + i] += static_cast<float>(acc[i]);
   }
 }
 
@@ -132,121 +159,170 @@ void rope(float* x, const Dims& d, int heads, bool inverse) {
   }
 }
 
+/**
+ * Attention runs per (sequence, kv head) on that head's keys and values gathered into contiguous
+ * [n, hd] matrices, over blocks of kAttnRows queries: the scores, the weighted values and, backward,
+ * every gradient product are matmuls through the shared kernels (masked to each query's keys).
+ */
+constexpr int kAttnRows = 72;  // queries per block (a multiple of both micro-kernels' rows, 12 and 6)
+
+/** dst[r, :] = src[(a + r) * ld + c0 ...] for r < n, w floats a row. */
+void gather_rows(const float* src, int ld, int a, int n, int c0, int w, float* dst) {
+  for (int r = 0; r < n; ++r) std::memcpy(dst + static_cast<size_t>(r) * w, src + static_cast<size_t>(a + r) * ld + c0, sizeof(float) * w);
+}
+
+/** dst[(a + r) * ld + c0 ...] = src[r, :] for r < n. */
+void scatter_rows(const float* src, int n, int w, float* dst, int ld, int a, int c0) {
+  for (int r = 0; r < n; ++r) std::memcpy(dst + static_cast<size_t>(a + r) * ld + c0, src + static_cast<size_t>(r) * w, sizeof(float) * w);
+}
+
 /** Causal attention within each sequence; writes att [T,Q] and lse [T,nh]. */
 void attention_fwd(const Dims& d, const float* q, const float* k, const float* v, float* att, float* lse) {
+  const int ns = static_cast<int>(d.cu.size()) - 1, hd = d.hd;
 #pragma omp parallel
   {
-    std::vector<float> sc(d.T > 0 ? d.T : 1);
-#pragma omp for collapse(2) schedule(dynamic, 8)
-    for (int t = 0; t < d.T; ++t) {
-      for (int h = 0; h < d.nh; ++h) {
-        const int g = h / d.grp, a = d.first_key(t);
-        const float* qr = q + static_cast<size_t>(t) * d.Q + h * d.hd;
-        float mx = -INFINITY;
-        for (int j = a; j <= t; ++j) {
-          const float* kr = k + static_cast<size_t>(j) * d.KV + g * d.hd;
-          float s = 0;
-#pragma omp simd reduction(+ : s)
-          for (int e = 0; e < d.hd; ++e) s += qr[e] * kr[e];
-          s *= d.scale;
-          sc[j - a] = s;
-          mx = std::max(mx, s);
+    if (omp_get_num_threads() > 1) omp_set_num_threads(1);  // tasks in parallel, their matmuls on one thread each
+    std::vector<float> Kg, Vg, Qh, S, O;
+#pragma omp for schedule(dynamic)
+    for (int task = 0; task < ns * d.nkv; ++task) {
+      const int s = task / d.nkv, g = task % d.nkv, a = d.cu[s], n = d.cu[s + 1] - a;
+      if (n <= 0) continue;
+      const size_t nh_ = static_cast<size_t>(n) * hd;
+      Kg.resize(nh_), Vg.resize(nh_), Qh.resize(nh_);
+      S.resize(static_cast<size_t>(std::min(n, kAttnRows)) * n), O.resize(static_cast<size_t>(kAttnRows) * hd);
+      gather_rows(k, d.KV, a, n, g * hd, hd, Kg.data());
+      gather_rows(v, d.KV, a, n, g * hd, hd, Vg.data());
+      for (int h = g * d.grp; h < (g + 1) * d.grp; ++h) {
+        gather_rows(q, d.Q, a, n, h * hd, hd, Qh.data());
+        for (int i0 = 0; i0 < n; i0 += kAttnRows) {
+          const int bq = std::min(kAttnRows, n - i0), k0 = d.first_key(a + i0) - a, nk = i0 + bq - k0;
+          matmul_nt(Qh.data() + static_cast<size_t>(i0) * hd, Kg.data() + static_cast<size_t>(k0) * hd, S.data(), bq, nk, hd, false);
+          for (int r = 0; r < bq; ++r) {
+            const int t = a + i0 + r, lo = d.first_key(t) - a - k0, hi = i0 + r - k0;  // keys [lo, hi]
+            float* sr = S.data() + static_cast<size_t>(r) * nk;
+            float mx = -INFINITY;
+            for (int j = lo; j <= hi; ++j) mx = std::max(mx, sr[j] *= d.scale);
+            float sum = 0;
+            for (int j = lo; j <= hi; ++j) sum += (sr[j] = std::exp(sr[j] - mx));
+            const float inv = 1.0f / sum;
+            for (int j = lo; j <= hi; ++j) sr[j] *= inv;
+            std::fill(sr, sr + lo, 0.0f);
+            std::fill(sr + hi + 1, sr + nk, 0.0f);
+            lse[static_cast<size_t>(t) * d.nh + h] = mx + std::log(sum);
+          }
+          matmul_nn(S.data(), Vg.data() + static_cast<size_t>(k0) * hd, O.data(), bq, hd, nk, false);
+          scatter_rows(O.data(), bq, hd, att, d.Q, a + i0, h * hd);
         }
-        float sum = 0;
-        for (int j = a; j <= t; ++j) sum += (sc[j - a] = std::exp(sc[j - a] - mx));
-        const float inv = 1.0f / sum;
-        float* o = att + static_cast<size_t>(t) * d.Q + h * d.hd;
-        std::fill(o, o + d.hd, 0.0f);
-        for (int j = a; j <= t; ++j) {
-          const float p = sc[j - a] * inv;
-          const float* vr = v + static_cast<size_t>(j) * d.KV + g * d.hd;
-          for (int e = 0; e < d.hd; ++e) o[e] += p * vr[e];
-        }
-        lse[static_cast<size_t>(t) * d.nh + h] = mx + std::log(sum);
       }
     }
   }
 }
 
 /**
- * Attention backward in two race-free passes: dq per (query, head), then dk/dv per (key, kv head).
- * Probabilities are recomputed from q, k and the saved log-sum-exp.
+ * Attention backward per (sequence, kv head), so that dk and dv of a head are summed by one task:
+ * probabilities recomputed from q, k and the saved log-sum-exp, then dq = dS·K, dK += dSᵀ·Q and
+ * dV += Pᵀ·dO per block of queries, with dS = P∘(dP − D)·scale, dP = dO·Vᵀ and D = dO·O per row.
  */
 void attention_bwd(const Dims& d, const float* q, const float* k, const float* v, const float* att,
                    const float* lse, const float* datt, float* dq, float* dk, float* dv) {
   std::vector<float> D(static_cast<size_t>(d.T) * d.nh);  // Σ_j p_j dp_j = datt · att
-#pragma omp parallel for collapse(2) schedule(dynamic, 8)
-  for (int t = 0; t < d.T; ++t) {
+#pragma omp parallel for schedule(static) if (static_cast<long>(d.T) * d.Q > 16384)
+  for (int t = 0; t < d.T; ++t)
     for (int h = 0; h < d.nh; ++h) {
-      const int g = h / d.grp, a = d.first_key(t);
       const size_t qo = static_cast<size_t>(t) * d.Q + h * d.hd;
-      float dsum = 0;
-#pragma omp simd reduction(+ : dsum)
-      for (int e = 0; e < d.hd; ++e) dsum += datt[qo + e] * att[qo + e];
-      D[static_cast<size_t>(t) * d.nh + h] = dsum;
-      const float l = lse[static_cast<size_t>(t) * d.nh + h];
-      float* dqr = dq + qo;
-      std::fill(dqr, dqr + d.hd, 0.0f);
-      for (int j = a; j <= t; ++j) {
-        const float* kr = k + static_cast<size_t>(j) * d.KV + g * d.hd;
-        const float* vr = v + static_cast<size_t>(j) * d.KV + g * d.hd;
-        float s = 0, dp = 0;
-#pragma omp simd reduction(+ : s, dp)
-        for (int e = 0; e < d.hd; ++e) s += q[qo + e] * kr[e], dp += datt[qo + e] * vr[e];
-        const float p = std::exp(s * d.scale - l);
-        const float ds = p * (dp - dsum) * d.scale;
-        for (int e = 0; e < d.hd; ++e) dqr[e] += ds * kr[e];
-      }
+      D[static_cast<size_t>(t) * d.nh + h] = dot(datt + qo, att + qo, d.hd);
     }
-  }
-#pragma omp parallel for collapse(2) schedule(dynamic, 8)
-  for (int j = 0; j < d.T; ++j) {
-    for (int g = 0; g < d.nkv; ++g) {
-      const size_t ko = static_cast<size_t>(j) * d.KV + g * d.hd;
-      float* dkr = dk + ko;
-      float* dvr = dv + ko;
-      std::fill(dkr, dkr + d.hd, 0.0f);
-      std::fill(dvr, dvr + d.hd, 0.0f);
+  const int ns = static_cast<int>(d.cu.size()) - 1, hd = d.hd;
+#pragma omp parallel
+  {
+    if (omp_get_num_threads() > 1) omp_set_num_threads(1);
+    std::vector<float> Kg, Vg, dKg, dVg, Qh, dOh, S, dS, dQb;
+#pragma omp for schedule(dynamic)
+    for (int task = 0; task < ns * d.nkv; ++task) {
+      const int s = task / d.nkv, g = task % d.nkv, a = d.cu[s], n = d.cu[s + 1] - a;
+      if (n <= 0) continue;
+      const size_t nh_ = static_cast<size_t>(n) * hd;
+      Kg.resize(nh_), Vg.resize(nh_), Qh.resize(nh_), dOh.resize(nh_);
+      dKg.assign(nh_, 0.0f), dVg.assign(nh_, 0.0f);
+      const size_t sb = static_cast<size_t>(std::min(n, kAttnRows)) * n;
+      S.resize(sb), dS.resize(sb), dQb.resize(static_cast<size_t>(kAttnRows) * hd);
+      gather_rows(k, d.KV, a, n, g * hd, hd, Kg.data());
+      gather_rows(v, d.KV, a, n, g * hd, hd, Vg.data());
       for (int h = g * d.grp; h < (g + 1) * d.grp; ++h) {
-        for (int t = j; t < d.last_query(j); ++t) {
-          const size_t qo = static_cast<size_t>(t) * d.Q + h * d.hd;
-          float s = 0, dp = 0;
-#pragma omp simd reduction(+ : s, dp)
-          for (int e = 0; e < d.hd; ++e) s += q[qo + e] * k[ko + e], dp += datt[qo + e] * v[ko + e];
-          const float p = std::exp(s * d.scale - lse[static_cast<size_t>(t) * d.nh + h]);
-          const float ds = p * (dp - D[static_cast<size_t>(t) * d.nh + h]) * d.scale;
-          for (int e = 0; e < d.hd; ++e) dkr[e] += ds * q[qo + e], dvr[e] += p * datt[qo + e];
+        gather_rows(q, d.Q, a, n, h * hd, hd, Qh.data());
+        gather_rows(datt, d.Q, a, n, h * hd, hd, dOh.data());
+        for (int i0 = 0; i0 < n; i0 += kAttnRows) {
+          const int bq = std::min(kAttnRows, n - i0), k0 = d.first_key(a + i0) - a, nk = i0 + bq - k0;
+          const float* Qb = Qh.data() + static_cast<size_t>(i0) * hd;
+          const float* dOb = dOh.data() + static_cast<size_t>(i0) * hd;
+          matmul_nt(Qb, Kg.data() + static_cast<size_t>(k0) * hd, S.data(), bq, nk, hd, false);    // scores
+          matmul_nt(dOb, Vg.data() + static_cast<size_t>(k0) * hd, dS.data(), bq, nk, hd, false);  // dP
+          for (int r = 0; r < bq; ++r) {
+            const int t = a + i0 + r, lo = d.first_key(t) - a - k0, hi = i0 + r - k0;
+            const float l = lse[static_cast<size_t>(t) * d.nh + h], Dt = D[static_cast<size_t>(t) * d.nh + h];
+            float* pr = S.data() + static_cast<size_t>(r) * nk;
+            float* dr = dS.data() + static_cast<size_t>(r) * nk;
+            for (int j = lo; j <= hi; ++j) {
+              const float p = std::exp(pr[j] * d.scale - l);
+              pr[j] = p;
+              dr[j] = p * (dr[j] - Dt) * d.scale;
+            }
+            std::fill(pr, pr + lo, 0.0f), std::fill(pr + hi + 1, pr + nk, 0.0f);
+            std::fill(dr, dr + lo, 0.0f), std::fill(dr + hi + 1, dr + nk, 0.0f);
+          }
+          matmul_nn(dS.data(), Kg.data() + static_cast<size_t>(k0) * hd, dQb.data(), bq, hd, nk, false);
+          scatter_rows(dQb.data(), bq, hd, dq, d.Q, a + i0, h * hd);
+          matmul_tn(dS.data(), Qb, dKg.data() + static_cast<size_t>(k0) * hd, nk, hd, bq, true);
+          matmul_tn(S.data(), dOb, dVg.data() + static_cast<size_t>(k0) * hd, nk, hd, bq, true);
         }
       }
+      scatter_rows(dKg.data(), n, hd, dk, d.KV, a, g * hd);
+      scatter_rows(dVg.data(), n, hd, dv, d.KV, a, g * hd);
     }
   }
 }
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-/**
- * One chunk of lm_head rows: logits = xnf[rows]·Wᵀ / τ, then per row the log-softmax. Writes the
- * target's logprob, the entropy and the log-sum-exp of each row to lp/ent/lse_out (indexed by row
- * in chunk); `logits` ([n, V]) is left holding logits / τ.
- */
-void logits_chunk(const Dims& d, const float* xnf, const float* W, const int* rows, int n, const int32_t* tokens,
-                  float temperature, std::vector<float>& xbuf, std::vector<float>& logits, float* lp, float* ent,
-                  float* lse_out) {
+/** One chunk of lm_head rows: logits[n, V] = xnf[rows]·Wᵀ / τ (the rows gathered into xbuf). */
+void lm_logits(const Dims& d, const float* xnf, const float* W, const int* rows, int n, float temperature,
+               std::vector<float>& xbuf, std::vector<float>& logits) {
   for (int r = 0; r < n; ++r)
     std::memcpy(xbuf.data() + static_cast<size_t>(r) * d.H, xnf + static_cast<size_t>(rows[r]) * d.H, sizeof(float) * d.H);
   matmul_nt(xbuf.data(), W, logits.data(), n, d.V, d.H, false);
   const float invt = 1.0f / temperature;
+  if (invt == 1.0f) return;
+  const size_t nv = static_cast<size_t>(n) * d.V;
+#pragma omp parallel for schedule(static) if (nv > 65536)
+  for (size_t i = 0; i < nv; ++i) logits[i] *= invt;
+}
+
+/**
+ * The log-softmax of each row of `logits` ([n, V], already / τ): the target's logprob, the entropy
+ * and the log-sum-exp, to lp/ent/lse_out (indexed by row in chunk). Sums in fp64, four partial sums.
+ */
+void row_stats(const Dims& d, const std::vector<float>& logits, const int* rows, int n, const int32_t* tokens, float* lp,
+               float* ent, float* lse_out) {
 #pragma omp parallel for schedule(static) if (static_cast<long>(n) * d.V > 16384)
   for (int r = 0; r < n; ++r) {
-    float* z = logits.data() + static_cast<size_t>(r) * d.V;
-    float mx = -INFINITY;
-    for (int c = 0; c < d.V; ++c) mx = std::max(mx, z[c] *= invt);
-    double sum = 0;
-    for (int c = 0; c < d.V; ++c) sum += std::exp(z[c] - mx);
-    const double lse = mx + std::log(sum);
+    const float* z = logits.data() + static_cast<size_t>(r) * d.V;
+    const float mx = max_of(z, d.V);
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int c = 0;
+    for (; c + 4 <= d.V; c += 4) {
+      s0 += std::exp(z[c] - mx), s1 += std::exp(z[c + 1] - mx);
+      s2 += std::exp(z[c + 2] - mx), s3 += std::exp(z[c + 3] - mx);
+    }
+    for (; c < d.V; ++c) s0 += std::exp(z[c] - mx);
+    const double lse = mx + std::log((s0 + s1) + (s2 + s3));
     const float lsef = static_cast<float>(lse);
-    double pz = 0;
-    for (int c = 0; c < d.V; ++c) pz += std::exp(z[c] - lsef) * z[c];
+    s0 = s1 = s2 = s3 = 0;
+    for (c = 0; c + 4 <= d.V; c += 4) {
+      s0 += std::exp(z[c] - lsef) * z[c], s1 += std::exp(z[c + 1] - lsef) * z[c + 1];
+      s2 += std::exp(z[c + 2] - lsef) * z[c + 2], s3 += std::exp(z[c + 3] - lsef) * z[c + 3];
+    }
+    for (; c < d.V; ++c) s0 += std::exp(z[c] - lsef) * z[c];
+    const double pz = (s0 + s1) + (s2 + s3);
     lp[r] = static_cast<float>(z[tokens[rows[r] + 1]] - lse);
     ent[r] = static_cast<float>(lse - pz);
     lse_out[r] = static_cast<float>(lse);
@@ -279,7 +355,7 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
   std::vector<float> x(TH), tmp(TH);
   for (int t = 0; t < T; ++t)
     std::memcpy(x.data() + static_cast<size_t>(t) * H, P.embed_tokens + static_cast<size_t>(b.tokens[t]) * H, sizeof(float) * H);
-  if (acts) acts->layers.assign(m.cfg.num_hidden_layers, LayerActs{});
+  if (acts) acts->layers.resize(m.cfg.num_hidden_layers);  // every field is resized below: buffers reused
   LayerActs scratch;
   std::vector<float> act(static_cast<size_t>(T) * d.I);
   for (int l = 0; l < m.cfg.num_hidden_layers; ++l) {
@@ -327,15 +403,17 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
   for (int p : d.pred_rows)
     if (!want || want[p + 1]) rows.push_back(p);
   const int n_rows = static_cast<int>(rows.size());
-  const int R = std::min<int>(kLogitRows, std::max<int>(1, n_rows));
+  const int R = chunk_rows(n_rows, d.V);
   std::vector<float> xbuf(static_cast<size_t>(R) * H), logits(static_cast<size_t>(R) * d.V), lp(R), ent(R), lse(R);
+  if (acts) acts->row_lse.assign(T, NAN), acts->row_ent.assign(T, NAN);
   for (int c0 = 0; c0 < n_rows; c0 += R) {
     const int n = std::min(R, n_rows - c0);
-    logits_chunk(d, xnf.data(), P.lm_head, rows.data() + c0, n, b.tokens.data(), temperature, xbuf, logits, lp.data(),
-                 ent.data(), lse.data());
+    lm_logits(d, xnf.data(), P.lm_head, rows.data() + c0, n, temperature, xbuf, logits);
+    row_stats(d, logits, rows.data() + c0, n, b.tokens.data(), lp.data(), ent.data(), lse.data());
     for (int r = 0; r < n; ++r) {
       logprobs[rows[c0 + r] + 1] = lp[r];
       entropy[rows[c0 + r] + 1] = ent[r];
+      if (acts) acts->row_lse[rows[c0 + r]] = lse[r], acts->row_ent[rows[c0 + r]] = ent[r];
     }
   }
   if (head && head->values) {
@@ -368,15 +446,21 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
   for (int p : d.pred_rows)
     if (dlogprobs[p + 1] != 0.0f || dentropy[p + 1] != 0.0f) rows.push_back(p);
   std::vector<float> dxnf(TH, 0.0f);
-  const int R = std::min<int>(kLogitRows, std::max<int>(1, static_cast<int>(rows.size())));
+  const int R = chunk_rows(static_cast<int>(rows.size()), d.V);
   std::vector<float> xbuf(static_cast<size_t>(R) * H), logits(static_cast<size_t>(R) * d.V), lp(R), ent(R), lse(R);
   std::vector<float> dxbuf(static_cast<size_t>(R) * H);
   const float invt = 1.0f / temperature;
   for (int c0 = 0; c0 < static_cast<int>(rows.size()); c0 += R) {
     const int n = std::min(R, static_cast<int>(rows.size()) - c0);
     const int* rr = rows.data() + c0;
-    logits_chunk(d, A.xnf.data(), P.lm_head, rr, n, b.tokens.data(), temperature, xbuf, logits, lp.data(), ent.data(),
-                 lse.data());
+    lm_logits(d, A.xnf.data(), P.lm_head, rr, n, temperature, xbuf, logits);
+    // The forward's log-sum-exp and entropy of these rows when it computed them (same logits), else anew.
+    bool saved = A.row_lse.size() == static_cast<size_t>(T);
+    for (int r = 0; saved && r < n; ++r) saved = !std::isnan(A.row_lse[rr[r]]);
+    if (saved)
+      for (int r = 0; r < n; ++r) lse[r] = A.row_lse[rr[r]], ent[r] = A.row_ent[rr[r]];
+    else
+      row_stats(d, logits, rr, n, b.tokens.data(), lp.data(), ent.data(), lse.data());
 #pragma omp parallel for schedule(static) if (static_cast<long>(n) * d.V > 16384)
     for (int r = 0; r < n; ++r) {
       // dz_c = g_lp (1[c=y] - p_c) - g_ent p_c (log p_c + H); dlogits = dz / τ.

@@ -51,6 +51,8 @@ struct Activations {
   std::vector<float> x_final;  // [T,H] residual stream before the final norm
   std::vector<float> rstdf;    // [T]
   std::vector<float> xnf;      // [T,H] final norm output, input of lm_head
+  std::vector<float> row_lse;  // [T] log-sum-exp of the lm_head row at token i (predicting i+1); NaN where not computed
+  std::vector<float> row_ent;  // [T] that row's entropy (the backward reuses both instead of recomputing them)
 };
 
 /**

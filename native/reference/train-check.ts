@@ -56,6 +56,25 @@ export function checkTensor(name: string, actual: ArrayLike<number>, expected: A
   return `${name}: ${bad}/${actual.length} differ (atol ${atol}, rtol ${rtol}); worst |diff| ${worst} at ${worstAt}; first: ${first.join(", ")}`;
 }
 
+/** Random upstream gradients in [-0.5, 0.5) at every position that has a logprob (not a sequence's first token). */
+export function randomUpstream(cu: Int32Array, T: number, seed: number): { dl: Float32Array; de: Float32Array } {
+  const r = mulberry32(seed);
+  const dl = new Float32Array(T), de = new Float32Array(T);
+  for (let s = 0; s + 1 < cu.length; s++)
+    for (let i = cu[s]! + 1; i < cu[s + 1]!; i++) (dl[i] = r() - 0.5), (de[i] = r() - 0.5);
+  return { dl, de };
+}
+
+/** checkTensor over every tensor of `cfg`'s layout: the reports of those that differ (empty when all agree). */
+export function checkGrads(cfg: TrainModelConfig, actual: Float32Array, expected: Float64Array, atol: number, rtol: number): string[] {
+  const errors: string[] = [];
+  for (const ts of tensorLayout(cfg).tensors) {
+    const e = checkTensor(ts.name, actual.subarray(ts.offset, ts.offset + ts.numel), expected.subarray(ts.offset, ts.offset + ts.numel), atol, rtol);
+    if (e) errors.push(e);
+  }
+  return errors;
+}
+
 /** Max |a − b|. */
 export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let m = 0;

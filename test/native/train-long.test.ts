@@ -4,8 +4,8 @@
 // window (Mistral) narrower than a block, so that blocks start past a sequence's first key.
 import { describe, expect, it } from "vitest";
 import type { LlamaHfConfig } from "../../native/index.d.ts";
-import { referenceForwardBackward, tensorLayout } from "../../native/reference/train.ts";
-import { checkTensor, randomPacked, randomParams, rng, tinyTrainConfig } from "../../native/reference/train-check.ts";
+import { referenceForwardBackward } from "../../native/reference/train.ts";
+import { checkGrads, checkTensor, randomPacked, randomParams, randomUpstream, tinyTrainConfig } from "../../native/reference/train-check.ts";
 import { Trainer } from "../../native/trainer.ts";
 
 const LENGTHS = [170, 1, 75, 40]; // three blocks, one token, two blocks, one block
@@ -34,18 +34,10 @@ describe.each(configs)("%s over multi-block sequences", (_name, cfg) => {
 
   it("every parameter's gradient equals the reference's (atol 3e-5 + rtol 1e-3)", async () => {
     const t = await Trainer.create({ config: cfg, params, seed: null });
-    const r = rng(7);
-    const dl = new Float32Array(T), de = new Float32Array(T);
-    for (let s = 0; s + 1 < batch.cuSeqlens.length; s++)
-      for (let i = batch.cuSeqlens[s]! + 1; i < batch.cuSeqlens[s + 1]!; i++) (dl[i] = r() - 0.5), (de[i] = r() - 0.5);
+    const { dl, de } = randomUpstream(batch.cuSeqlens, T, 7);
     await t.backward(batch, TEMP, dl, de);
     const got = await t.getGrads();
     const ref = referenceForwardBackward(cfg, params, batch, TEMP, { dLogprobs: dl, dEntropy: de });
-    const errors: string[] = [];
-    for (const ts of tensorLayout(cfg).tensors) {
-      const e = checkTensor(ts.name, got.subarray(ts.offset, ts.offset + ts.numel), ref.grads!.subarray(ts.offset, ts.offset + ts.numel), 3e-5, 1e-3);
-      if (e) errors.push(e);
-    }
-    expect(errors).toEqual([]);
+    expect(checkGrads(cfg, got, ref.grads!, 3e-5, 1e-3)).toEqual([]);
   });
 });

@@ -10,10 +10,12 @@ import { initModelDir } from "../../native/model-dir.ts";
 import { PRESETS } from "../../native/presets.ts";
 import { referenceForwardBackward, tensorLayout } from "../../native/reference/train.ts";
 import {
+  checkGrads,
   checkTensor,
   maxAbsDiff,
   randomPacked,
   randomParams,
+  randomUpstream,
   rng,
   tinyTrainConfig,
 } from "../../native/reference/train-check.ts";
@@ -23,13 +25,7 @@ const LENGTHS = [6, 1, 9, 4]; // includes a one-token sequence (no logprob at al
 const TEMP = 0.8;
 
 /** Random upstream gradients at every position that has a logprob (not a sequence's first token). */
-function upstream(cu: Int32Array, T: number, seed: number): { dl: Float32Array; de: Float32Array } {
-  const r = rng(seed);
-  const dl = new Float32Array(T), de = new Float32Array(T);
-  for (let s = 0; s + 1 < cu.length; s++)
-    for (let i = cu[s]! + 1; i < cu[s + 1]!; i++) (dl[i] = r() - 0.5), (de[i] = r() - 0.5);
-  return { dl, de };
-}
+const upstream = randomUpstream;
 
 describe.each([
   ["tied lm_head", true],
@@ -55,12 +51,7 @@ describe.each([
     await t.backward(batch, TEMP, dl, de);
     const got = await t.getGrads();
     const ref = referenceForwardBackward(cfg, params, batch, TEMP, { dLogprobs: dl, dEntropy: de });
-    const errors: string[] = [];
-    for (const ts of tensorLayout(cfg).tensors) {
-      const e = checkTensor(ts.name, got.subarray(ts.offset, ts.offset + ts.numel), ref.grads!.subarray(ts.offset, ts.offset + ts.numel), 3e-5, 1e-3);
-      if (e) errors.push(e);
-    }
-    expect(errors).toEqual([]);
+    expect(checkGrads(cfg, got, ref.grads!, 3e-5, 1e-3)).toEqual([]);
     // Gradients accumulate across calls.
     await t.backward(batch, TEMP, dl, de);
     const twice = await t.getGrads();

@@ -21,9 +21,13 @@ export type ErrorCode =
   | "ENGINE_MISMATCH" // an attached engine serves a different model
   | "NATIVE_ADDON_MISSING" // native/build was not built
   | "NATIVE_FAILED" // a native kernel reported an error
-  | "WORKER_DIED" // a native worker child process exited
+  | "WORKER_DIED" // a trainer worker child process exited
+  | "TORCH_SETUP" // the PyTorch worker's Python environment is missing or incomplete
+  | "TORCH_FAILED" // the PyTorch trainer worker reported an error
   | "CHECKPOINT_INVALID" // a model directory / safetensors file is malformed
   | "BAD_REQUEST" // an HTTP request to one of ooze's servers is invalid
+  | "SANDBOX_UNAVAILABLE" // this machine cannot make the agent sandbox (bwrap missing, namespaces not allowed)
+  | "AGENTS_UNPRODUCTIVE" // rounds in a row of agent episodes produced nothing trainable
   | "INTERNAL";
 
 /** Serialized form of an error on the wire: `{code, message, retryable, actor}`. */

@@ -47,6 +47,11 @@ export interface TrainerWorkerOptions {
   /** Extra environment for the child. */
   env?: Record<string, string>;
   /**
+   * The worker process to run instead of the native one: a program speaking the same protocol (the
+   * PyTorch worker: torch-env.ts torchWorkerCommand). Absent: the native worker.
+   */
+  command?: { file: string; args: string[]; env: Record<string, string> } | null;
+  /**
    * Give the trainer the critic's value head: every (re)started worker that loads no value head
    * from its restore point gets a zero one (default false).
    */
@@ -143,10 +148,11 @@ export class TrainerWorker {
   }
 
   private async boot(): Promise<void> {
-    const child = spawn(process.execPath, workerCommand(), {
+    const cmd = this.opts.command ?? null;
+    const child = spawn(cmd ? cmd.file : process.execPath, cmd ? cmd.args : workerCommand(), {
       cwd: packageRoot(),
       stdio: ["pipe", "pipe", "inherit"],
-      env: { ...process.env, ...this.opts.env },
+      env: { ...process.env, ...cmd?.env, ...this.opts.env },
     });
     this.child = child;
     const decoder = new FrameDecoder();

@@ -4,6 +4,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
+# the PyTorch trainer worker's tests need its Python environment (python/.venv, pip from the machine's
+# configured index; about 40 s the first time, a stamp check afterwards)
+node bin/ooze.mjs setup torch || exit 1
 report=$(mktemp -t ooze-vitest-XXXXXX.json)
 npx --no-install vitest run --reporter=default --reporter=json --outputFile="$report" "$@"
 rc=$?

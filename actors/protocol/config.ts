@@ -148,6 +148,31 @@ export const trainSchema = z
      * the engines returned. Off by default: it grows with the run.
      */
     recordTokens: z.boolean().default(false),
+    /**
+     * Which trainer worker trains: the native C++ worker (the default: no Python, CPU), or the
+     * PyTorch worker (python/ooze_torch: any transformers causal LM, CPU or CUDA, bf16 or fp32 with
+     * fp32 master weights, FSDP2 across `gpus` ranks). `ooze setup torch` prepares its Python.
+     */
+    trainer: z
+      .object({
+        backend: z.enum(["native", "torch"]).default("native"),
+        /** torch: auto = cuda when torch sees a GPU, else cpu. */
+        device: z.enum(["auto", "cpu", "cuda"]).default("auto"),
+        /** torch: compute precision (weights and optimizer stay fp32). */
+        dtype: z.enum(["fp32", "bf16"]).default("fp32"),
+        /** torch: ranks of the FSDP2 group (one GPU each on cuda; processes over gloo on cpu). */
+        gpus: z.number().int().min(1).default(1),
+        /** torch: recompute each layer's activations in the backward (less memory, more time). */
+        gradientCheckpointing: z.boolean().default(false),
+        /** torch: CPU threads per rank (null: torch's default). */
+        threads: z.number().int().min(1).nullable().default(null),
+      })
+      .strict()
+      .prefault({})
+      .superRefine((t, ctx) => {
+        if (t.backend === "native" && (t.device !== "auto" || t.dtype !== "fp32" || t.gpus !== 1 || t.gradientCheckpointing))
+          ctx.addIssue({ code: "custom", message: "device, dtype, gpus and gradientCheckpointing apply to backend: torch (the native worker trains fp32 on CPU)" });
+      }),
     /** Training micro-batch size in tokens (bounds activation memory); null = whole batch. */
     microBatchTokens: z.number().int().min(1).nullable().default(null),
     /**

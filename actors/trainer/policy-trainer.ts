@@ -10,6 +10,7 @@ import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { initModelDir } from "../../native/model-dir.ts";
 import { CRITIC_DIR, TrainerWorker } from "../../native/worker/client.ts";
+import { ensureTorchEnv, torchWorkerCommand } from "../../native/worker/torch-env.ts";
 import { packSamples, type TrainerSource, type TrainStepMetrics } from "../../native/trainer.ts";
 import { computeGae, explainedVariance, type AdvantageWhitening, type GaeSample } from "../../src/algorithms/gae.ts";
 import { OozeError } from "../../src/errors.ts";
@@ -44,6 +45,8 @@ export interface PpoConfig {
 
 /** Loss and optimizer settings of the trainer. */
 export interface PolicyTrainerConfig {
+  /** Which worker trains (absent: the native one). */
+  worker?: TrainConfig["trainer"];
   /** PPO with a critic (values, GAE, value loss); null: the samples' own (group) advantages. */
   ppo?: PpoConfig | null;
   lr: number;
@@ -111,6 +114,7 @@ export function policyTrainerConfig(t: TrainConfig): PolicyTrainerConfig {
     entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, entropyCoefMax: t.entropyCoefMax,
     entropyTargetFinal: t.entropyTargetFinal, entropyTargetSteps: t.entropyTargetSteps, temperature: t.temperature,
     microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep, ppo: t.algorithm === "ppo" ? t.ppo : null,
+    worker: t.trainer,
   };
 }
 
@@ -169,10 +173,18 @@ export class PolicyTrainer {
    * critic is a value head on the policy (shared), or a second model in the same worker (separate)
    * loaded from modelDir/critic when there is one (a resumed run), else started fresh.
    */
-  static async start(opts: { modelDir: string; version: number; weightsRoot: string; config: PolicyTrainerConfig; onRestart?: (reason: string) => void }): Promise<PolicyTrainer> {
+  static async start(opts: {
+    modelDir: string; version: number; weightsRoot: string; config: PolicyTrainerConfig;
+    onRestart?: (reason: string) => void; log?: (line: string) => void;
+  }): Promise<PolicyTrainer> {
     const ppo = opts.config.ppo ?? null;
     const separate = ppo?.critic === "separate";
+    const w = opts.config.worker;
+    const command = w?.backend === "torch"
+      ? torchWorkerCommand(await ensureTorchEnv(opts.log), { device: w.device, dtype: w.dtype, gpus: w.gpus, gradientCheckpointing: w.gradientCheckpointing, threads: w.threads ?? 0 })
+      : null;
     const worker = await TrainerWorker.start({
+      command,
       source: { modelDir: opts.modelDir },
       maxRestarts: 20,
       onRestart: (e) => opts.onRestart?.(e.reason),

@@ -68,8 +68,9 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
             weightsRoot: from.weightsRoot,
             config,
             onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
+            log: (line) => ctx.log.info(`torch setup: ${line}`),
           });
-      ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version}`);
+      ctx.log.info(`trainer: ${t.trainer.backend} worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version}`);
       try {
         await ensureTrainStreams(env.bus, env.names, env.train);
         const versions = await (await VersionsKv.open(env.bus, env.names)).follow();

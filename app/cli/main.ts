@@ -45,6 +45,7 @@ await Promise.all([
   lazy(() => import("./commands/fuzz.ts")),
   lazy(() => import("./commands/dash.ts")),
   lazy(() => import("./commands/sft.ts")),
+  lazy(() => import("./commands/setup.ts")),
 ]);
 
 try {

@@ -131,6 +131,22 @@ function adopt(out: string, job: string): void {
   if (j.job !== job) writeFileSync(marker, JSON.stringify({ ...j, job }));
 }
 
+/**
+ * The PyTorch worker's Python environment is made ready (installed on first use) and the model
+ * directory checked before any actor starts: a missing Python, wheel or loadable model fails the job
+ * here, with the fix, not after rollouts began.
+ */
+async function preflightTrainer(train: TrainConfig, file: string | null, log: (line: string) => void): Promise<void> {
+  if (train.trainer.backend !== "torch") return;
+  const { ensureTorchEnv, checkTorchModel } = await import("../../native/worker/torch-env.ts");
+  const python = await ensureTorchEnv((line) => log(`[torch setup] ${line}`));
+  const model = train.model;
+  if (model !== undefined) {
+    const dir = isAbsolute(model) ? model : resolve(file ? dirname(file) : process.cwd(), model);
+    checkTorchModel(python, dir);
+  }
+}
+
 /** Runs (or resumes) a training job to its end; resolves with its summary. */
 export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
   const out = resolve(o.out);
@@ -151,6 +167,7 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
   if (o.resume) adopt(out, job);
   const names = jobNames(job);
   const topology = trainTopology(o.topology, o.train, o.engines, out);
+  await preflightTrainer(o.train, o.topology.file ?? null, log);
   const server = o.nats ? null : await startNatsServer({ host: topology.nats.host, maxPayload: topology.nats.maxPayload });
   const nats = o.nats ?? { url: server!.url, token: server!.token, replicas: 1 };
   const nodes: RunningNode[] = [];

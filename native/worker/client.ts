@@ -254,6 +254,10 @@ export class TrainerWorker {
   logprobs(batch: NativePackedBatch, temperature = 1): Promise<NativeForward> {
     return this.call("logprobs", [batch, temperature]);
   }
+  /** Replaces (or creates) the value head: hidden_size + 1 floats, weight then bias. Not part of the restore point. */
+  setValueHead(params: Float32Array): Promise<void> {
+    return this.call("setValueHead", [params]);
+  }
   /** The value head's params, grads and AdamW step, or null (see Trainer.getValueHead). */
   getValueHead(): Promise<{ params: Float32Array; grads: Float32Array; step: number } | null> {
     return this.call("getValueHead", []);

@@ -3,7 +3,7 @@
 // index, or the interpreter OOZE_TORCH_PYTHON names (a GPU machine's own CUDA build of torch). The
 // embedded default (the native worker) never needs any of it.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OozeError } from "../../src/errors.ts";
 import { packageRoot } from "../../src/package-root.ts";
@@ -67,6 +67,27 @@ export async function ensureTorchEnv(log: (line: string) => void = () => undefin
     return python;
   }
   if (torchEnvReady()) return python;
+  // one installer at a time (two test files, or two jobs, starting together): the others wait for it
+  const lock = `${torchVenvDir()}.lock`;
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      break;
+    } catch {
+      const age = Date.now() - (existsSync(lock) ? statSync(lock).mtimeMs : 0);
+      if (age > 15 * 60_000) rmSync(lock, { recursive: true, force: true }); // left by an installer that died
+      else await new Promise((r) => setTimeout(r, 1000));
+      if (torchEnvReady()) return python;
+    }
+  }
+  try {
+    return await install(python, log);
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
+  }
+}
+
+async function install(python: string, log: (line: string) => void): Promise<string> {
   const venv = torchVenvDir();
   if (!existsSync(python)) {
     const base = process.env.OOZE_PYTHON ?? "python3";
@@ -139,4 +160,16 @@ export function torchWorkerCommand(python: string, s: TorchWorkerSettings): { fi
   return { file: python, args, env: { PYTHONPATH: pp ? `${torchPackageDir()}:${pp}` : torchPackageDir(), PYTHONUNBUFFERED: "1",
     // no hub access, no progress bars on the job's stderr
     HF_HUB_OFFLINE: "1", HF_HUB_DISABLE_PROGRESS_BARS: "1", TRANSFORMERS_VERBOSITY: "error" } };
+}
+
+/**
+ * Checks, without loading weights, that the PyTorch worker can build `modelDir`'s model (transformers
+ * knows its architecture, it has weight files); returns the model class, or throws naming the directory.
+ */
+export function checkTorchModel(python: string, modelDir: string): string {
+  const { file, args, env } = torchWorkerCommand(python, { device: "cpu", dtype: "fp32", gpus: 1, gradientCheckpointing: false });
+  const r = spawnSync(file, [...args, "--check-model", modelDir], { encoding: "utf8", env: { ...process.env, ...env } });
+  if (r.error) throw new OozeError("TORCH_SETUP", `cannot run ${file}: ${r.error.message}`);
+  if (r.status !== 0) throw new OozeError("CHECKPOINT_INVALID", (r.stderr.trim().split("\n").pop() ?? `${modelDir}: the torch worker cannot load it`) + " (train.trainer.backend: torch)");
+  return r.stdout.trim();
 }

@@ -21,7 +21,10 @@ def main() -> None:
     ap.add_argument("--attn", default="sdpa", help="transformers attn_implementation (sdpa, eager, flash_attention_2)")
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0: torch's default)")
+    ap.add_argument("--check-model", metavar="DIR", help="check that transformers can build DIR's model, print its class, and exit")
     args = ap.parse_args()
+    if args.check_model:
+        sys.exit(check_model(args.check_model))
 
     # stdout carries frames only
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
@@ -125,6 +128,27 @@ def main() -> None:
         import torch.distributed as dist
 
         dist.destroy_process_group()
+
+
+def check_model(d: str) -> int:
+    """Exit status 0 and the model class when transformers knows d's architecture and d has weights;
+    else 1 and why on stderr (before a job starts any rollout)."""
+    import glob
+
+    from .model import hf_config, read_config
+
+    try:
+        cfg = read_config(d)
+        from transformers import AutoModelForCausalLM
+
+        cls = AutoModelForCausalLM._model_mapping[type(hf_config(cfg))]
+        if not glob.glob(os.path.join(d, "*.safetensors")) and not glob.glob(os.path.join(d, "*.bin")):
+            raise ValueError(f"{d}: no weights (*.safetensors or *.bin)")
+    except Exception as e:  # noqa: BLE001
+        print(f"{d}: transformers cannot load this model: {e}", file=sys.stderr)
+        return 1
+    print(cls.__name__)
+    return 0
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ class LossConfig:
 
     @staticmethod
     def parse(raw: dict | None) -> "LossConfig":
-        c = {**DEFAULTS, **{k: v for k, v in (raw or {}).items() if v is not None or k in ("epsClipC", "tisCap", "normalizer")}}
+        c = {**DEFAULTS, **{k: v for k, v in (raw or {}).items() if v is not None or k in ("epsClipC", "tisCap", "normalizer", "valueClip")}}
         cfg = LossConfig(
             eps_clip=float(c["epsClip"]), eps_clip_high=float(c["epsClipHigh"]), eps_clip_c=float(c["epsClipC"] or 0),
             kl_coef=float(c["klCoef"]), kl_type=str(c["klType"]), entropy_coef=float(c["entropyCoef"]),

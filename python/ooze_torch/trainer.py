@@ -52,12 +52,8 @@ class TorchTrainer:
         return torch.bfloat16 if self.dtype == "bf16" and not self.g.distributed else None
 
     def init(self, source: dict) -> dict:
-        if "modelDir" in source:
-            d = source["modelDir"]
-            try:
-                self._adopt(M.load_model(d, self.attn), M.read_config(d))
-            except ValueError as e:
-                raise WorkerError("CHECKPOINT_INVALID", str(e)) from e
+        if "modelDir" in source:  # with its optimizer.bin and value_head.bin when there are
+            self.load(source["modelDir"])
         else:
             cfg = dict(source.get("config") or {})
             self._adopt(M.model_from_config(cfg, self.attn, source.get("seed")), cfg)
@@ -80,6 +76,8 @@ class TorchTrainer:
             fully_shard(net, mesh=self.g.mesh, mp_policy=mp)
         else:
             net.to(self.g.device)
+        # a config.json that names its model (a config given without model_type is a Llama's)
+        config = {"model_type": model.config.model_type, "architectures": [type(model).__name__], **config}
         self.model, self.net, self.config = model, net, config
         self.head, self.step, self.head_step = None, 0, 0
         self.reset_optimizer()

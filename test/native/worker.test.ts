@@ -1,6 +1,7 @@
 // Crash containment: the trainer runs in a child process; SIGKILL and SIGSEGV of the child reject the
 // call in flight with a retryable WORKER_DIED, the supervisor restarts it, and the new worker's params
-// equal the last restore point (a saved checkpoint dir, or params it was given).
+// equal the last restore point (a saved checkpoint dir, or params it was given). The faults run against
+// both workers: the native one and the PyTorch one (python/ooze_torch), which speak one protocol.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -10,6 +11,7 @@ import { checkTensor, randomPacked, tinyTrainConfig } from "../../native/referen
 import { packSamples, Trainer } from "../../native/trainer.ts";
 import { TrainerWorker } from "../../native/worker/client.ts";
 import { waitUntil } from "../harness/index.ts";
+import { torchCommand } from "../harness/torch.ts";
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -21,10 +23,11 @@ const batch = packSamples([
 ]);
 
 /** Starts a worker whose restarts can be awaited one by one. */
-async function startWorker(): Promise<{ w: TrainerWorker; nextRestart: () => Promise<number> }> {
+async function startWorker(backend: "native" | "torch" = "native"): Promise<{ w: TrainerWorker; nextRestart: () => Promise<number> }> {
   const waiters: ((n: number) => void)[] = [];
   const w = await TrainerWorker.start({
     source: { config: cfg, params: null, seed: 3 },
+    command: backend === "torch" ? await torchCommand() : null,
     onRestart: (e) => waiters.shift()?.(e.restarts),
   });
   return { w, nextRestart: () => new Promise<number>((res) => waiters.push(res)) };
@@ -40,7 +43,7 @@ async function expectWorkerDied(p: Promise<unknown>): Promise<void> {
   expect((err as OozeError).retryable).toBe(true);
 }
 
-describe("TrainerWorker", () => {
+describe("TrainerWorker (native)", () => {
   it("serves the Trainer's calls from another process with the same results", async () => {
     const { w } = await startWorker();
     try {
@@ -63,8 +66,11 @@ describe("TrainerWorker", () => {
     }
   });
 
+});
+
+describe.each(["native", "torch"] as const)("TrainerWorker faults (%s worker)", (backend) => {
   it("SIGKILL: the call in flight rejects with WORKER_DIED and the restarted worker holds the saved checkpoint and optimizer", async () => {
-    const { w, nextRestart } = await startWorker();
+    const { w, nextRestart } = await startWorker(backend);
     try {
       await w.trainStep(batch, {}, { lr: 1e-2 });
       const dir = mkdtempSync(join(tmpdir(), "ooze-worker-"));
@@ -89,7 +95,7 @@ describe("TrainerWorker", () => {
   });
 
   it("SIGSEGV: restarts from the last params it was given, and calls made during the restart wait for it", async () => {
-    const { w, nextRestart } = await startWorker();
+    const { w, nextRestart } = await startWorker(backend);
     try {
       const given = (await w.getParams()).map((v, i) => v + (i % 7) * 1e-3);
       await w.setParams(given);
@@ -113,7 +119,7 @@ describe("TrainerWorker", () => {
   });
 
   it("close() ends the child process", async () => {
-    const { w } = await startWorker();
+    const { w } = await startWorker(backend);
     const pid = w.pid!;
     await w.close();
     await waitUntil(

@@ -19,6 +19,7 @@ interface TrainOptions {
   maxSeconds?: string;
   mode?: string;
   seed?: string;
+  trainer?: string;
   quiet?: boolean;
   verbose?: boolean;
   dash?: boolean;
@@ -44,6 +45,7 @@ export function register(program: Command) {
     .option("--max-seconds <s>", "override train.maxSeconds (stop after this much wall time)")
     .option("--mode <mode>", "override train.mode (sync | async | fully_async)")
     .option("--seed <n>", "override train.seed (prompts, sampling and the model's initialisation)")
+    .option("--trainer <backend>", "override train.trainer.backend (native | torch: the PyTorch worker, set up on first use)")
     .option("--quiet", "no progress bar or per-step lines")
     .option("--verbose", "every actor's log lines (default: warnings and errors)")
     .option("--dash", "serve the dashboard (app/dash) while the job runs; its URL is printed")
@@ -63,6 +65,10 @@ export function register(program: Command) {
         if (opts.mode !== "sync" && opts.mode !== "async" && opts.mode !== "fully_async")
           throw new OozeError("CONFIG_INVALID", `--mode must be sync, async or fully_async (got '${opts.mode}')`);
         train.mode = opts.mode;
+      }
+      if (opts.trainer !== undefined) {
+        if (opts.trainer !== "native" && opts.trainer !== "torch") throw new OozeError("CONFIG_INVALID", `--trainer must be native or torch (got '${opts.trainer}')`);
+        train.trainer = { ...train.trainer, backend: opts.trainer };
       }
       if (opts.resume && opts.out && opts.resume !== opts.out) throw new OozeError("CONFIG_INVALID", "give either --out or --resume (the run directory), not both");
       const out = opts.resume ?? opts.out ?? `runs/${topo.name}`;

@@ -1,0 +1,218 @@
+// Both trainer workers against one set of golden vectors (test/fixtures/trainer-golden: losses and
+// gradients from the float64 references), the PyTorch worker's logprobs against the native engine's
+// sampled ones on a shared fp32 checkpoint (on-policy), a 2-rank FSDP2 group over gloo against one
+// process, the loss of one rank of a group, and the clear errors of a model or Python it cannot use.
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Unpackr } from "msgpackr";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createNativeBackend } from "../../native/engine.ts";
+import { initFamilyModelDir, initModelDir } from "../../native/model-dir.ts";
+import { checkTensor } from "../../native/reference/train-check.ts";
+import { packSamples, type NativeLossMetrics, type NativeTrainBatch } from "../../native/trainer.ts";
+import { TrainerWorker } from "../../native/worker/client.ts";
+import { checkTorchModel, ensureTorchEnv } from "../../native/worker/torch-env.ts";
+import type { BackendSampling, TokenEvent } from "../../src/engine/backend.ts";
+import { OozeError } from "../../src/errors.ts";
+import { torchCommand, torchPython } from "../harness/torch.ts";
+
+interface GoldenCase {
+  name: string;
+  critic: boolean;
+  loss: Record<string, unknown>;
+  metrics: Record<string, number>;
+  grads: Float32Array;
+  headGrads: Float32Array | null;
+}
+interface Golden {
+  config: Record<string, unknown> & { vocab_size: number };
+  params: Float32Array;
+  valueHead: Float32Array;
+  temperature: number;
+  batch: Required<NativeTrainBatch> & { rolloutLogprobs: Float32Array; refLogprobs: Float32Array; oldValues: Float32Array; returns: Float32Array };
+  forward: { logprobs: Float32Array; entropy: Float32Array; values: Float32Array };
+  cases: GoldenCase[];
+}
+
+const golden = new Unpackr({ moreTypes: true, useRecords: false }).unpack(
+  readFileSync(new URL("../fixtures/trainer-golden/golden.msgpack", import.meta.url)),
+) as Golden;
+
+const root = mkdtempSync(join(tmpdir(), "ooze-torch-worker-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+beforeAll(async () => void (await torchPython()), 240_000); // a fresh machine installs the venv first
+
+const start = async (backend: "native" | "torch", opts: Partial<Parameters<typeof TrainerWorker.start>[0]> = {}) =>
+  TrainerWorker.start({
+    source: { config: golden.config, params: golden.params, seed: null },
+    command: backend === "torch" ? await torchCommand() : null,
+    ...opts,
+  });
+
+describe.each(["native", "torch"] as const)("golden vectors: %s worker", (backend) => {
+  it("lays out its parameters as the native trainer does, and every loss and gradient equals the float64 reference's", async () => {
+    const w = await start(backend);
+    try {
+      const info = await w.info();
+      const native = await start("native");
+      expect(info.tensors).toEqual((await native.info()).tensors);
+      await native.close();
+      await w.setValueHead(golden.valueHead);
+      const b = golden.batch;
+      const fwd = await w.logprobs({ tokens: b.tokens, cuSeqlens: b.cuSeqlens }, golden.temperature);
+      expect(checkTensor("logprobs", fwd.logprobs, golden.forward.logprobs, 2e-5, 0)).toBe("");
+      expect(checkTensor("entropy", fwd.entropy, golden.forward.entropy, 2e-5, 0)).toBe("");
+      expect(checkTensor("values", fwd.values!, golden.forward.values, 2e-5, 0)).toBe("");
+      const problems: string[] = [];
+      for (const c of golden.cases) {
+        await w.zeroGrads();
+        const loss = c.loss as { tisCap: number | null; klCoef: number };
+        const batch: NativeTrainBatch = {
+          tokens: b.tokens, cuSeqlens: b.cuSeqlens, lossMask: b.lossMask, advantages: b.advantages, oldLogprobs: b.oldLogprobs,
+          rolloutLogprobs: loss.tisCap ? b.rolloutLogprobs : null, refLogprobs: loss.klCoef ? b.refLogprobs : null,
+          oldValues: c.critic ? b.oldValues : null, returns: c.critic ? b.returns : null,
+        };
+        const m = await w.accumulate(batch, c.loss);
+        for (const [k, want] of Object.entries(c.metrics)) {
+          const got = m[k as keyof NativeLossMetrics];
+          if (!(Math.abs(got - want) <= 1e-5 + 1e-4 * Math.abs(want))) problems.push(`${c.name}: ${k} ${got} vs ${want}`);
+        }
+        const grads = await w.getGrads();
+        for (const t of info.tensors) {
+          const n = t.shape.reduce((a, x) => a * x, 1);
+          const e = checkTensor(`${c.name}: ${t.name}`, grads.subarray(t.offset, t.offset + n), c.grads.subarray(t.offset, t.offset + n), 3e-5, 1e-3);
+          if (e) problems.push(e);
+        }
+        const head = (await w.getValueHead())!.grads;
+        const e = checkTensor(`${c.name}: value head`, head, c.headGrads ?? new Float32Array(head.length), 3e-5, 1e-3);
+        if (e) problems.push(e);
+      }
+      expect(problems).toEqual([]);
+    } finally {
+      await w.close();
+    }
+  }, 120_000);
+});
+
+const sampling: BackendSampling = { maxNewTokens: 12, temperature: 0.8, topP: 1, topK: -1, minNewTokens: 0, stopTokenIds: [], ignoreEos: true, seed: 5 };
+
+describe("the PyTorch worker on a shared fp32 checkpoint", () => {
+  it("gives the native engine's sampled logprobs within 1e-5 (Llama 3 and Qwen3 shapes)", async () => {
+    let w: TrainerWorker | null = null;
+    try {
+      for (const arch of ["llama3", "qwen3"]) {
+        const dir = join(root, arch);
+        await initFamilyModelDir({ arch, size: "tiny", outDir: dir, seed: 4, tokenizerDir: null });
+        if (arch === "llama3") expect(checkTorchModel(await torchPython(), dir)).toBe("LlamaForCausalLM");
+        const engine = createNativeBackend({ modelDir: dir, maxRunning: 4 });
+        const prompts = [[1, 5, 9, 3], [2, 7, 7, 7, 7, 8, 1], [4]].map((p) => Int32Array.from(p));
+        prompts.forEach((p, i) => engine.add(`r${i}`, p, { ...sampling, seed: 5 + i }));
+        const events: TokenEvent[] = [];
+        while (engine.running() > 0) events.push(...(await engine.step()));
+        engine.close();
+        const batch = packSamples(prompts.map((p, i) => {
+          const evs = events.filter((e) => e.rid === `r${i}`);
+          return { tokens: Int32Array.from([...p, ...evs.map((e) => e.tokenId)]), responseLength: evs.length, lossMask: new Uint8Array(evs.length).fill(1), rolloutLogprobs: Float32Array.from(evs.map((e) => e.logprob)), advantage: 0 };
+        }));
+        // one worker: started on the first model, the second one loaded into it
+        if (w) await w.load(dir);
+        else w = await TrainerWorker.start({ source: { modelDir: dir }, command: await torchCommand() });
+        const fwd = await w.logprobs(batch, sampling.temperature);
+        let worst = 0;
+        for (let i = 0; i < batch.lossMask.length; i++) if (batch.lossMask[i]) worst = Math.max(worst, Math.abs(fwd.logprobs[i]! - batch.rolloutLogprobs![i]!));
+        expect(worst, `${arch}: worst |torch − engine| logprob`).toBeLessThanOrEqual(1e-5);
+      }
+    } finally {
+      await w?.close();
+    }
+  }, 120_000);
+});
+
+const samples = [
+  { tokens: Int32Array.from([1, 5, 9, 3, 4, 7, 8]), responseLength: 4, lossMask: Uint8Array.from([1, 1, 0, 1]), rolloutLogprobs: null, advantage: 1 },
+  { tokens: Int32Array.from([2, 6, 11, 12, 13]), responseLength: 3, lossMask: Uint8Array.from([1, 1, 1]), rolloutLogprobs: null, advantage: -0.5 },
+  { tokens: Int32Array.from([3, 3, 8, 1, 1, 2, 9, 4]), responseLength: 5, lossMask: Uint8Array.from([1, 1, 1, 1, 1]), rolloutLogprobs: null, advantage: 0.25 },
+];
+
+describe("FSDP2 across ranks (gloo on CPU)", () => {
+  it("2 ranks give the loss and parameters of 1 rank after 3 steps (1e-5); their checkpoint resumes natively; SIGKILL of rank 1 restarts the group from it", async () => {
+    const batch = packSamples(samples);
+    const waiters: ((n: number) => void)[] = [];
+    const start = async (gpus: number) => TrainerWorker.start({
+      source: { config: golden.config, params: golden.params, seed: null }, command: await torchCommand({ gpus }), valueHead: true,
+      onRestart: (e) => waiters.shift()?.(e.restarts),
+    });
+    const train = async (w: TrainerWorker, dir: string) => {
+      const losses: number[] = [];
+      for (let s = 0; s < 3; s++) losses.push((await w.trainStep(batch, { temperature: 0.9, entropyCoef: 0.01 }, { lr: 1e-2, weightDecay: 0.1 })).loss);
+      await w.save(dir, "3", { optimizer: true });
+      return { losses, params: await w.getParams(), head: (await w.getValueHead())!.params };
+    };
+    const w1 = await start(1);
+    const one = await train(w1, join(root, "fsdp-1")).finally(() => w1.close());
+    const w2 = await start(2);
+    try {
+      const dir = join(root, "fsdp-2");
+      const two = await train(w2, dir);
+      for (let s = 0; s < 3; s++) expect(Math.abs(two.losses[s]! - one.losses[s]!)).toBeLessThanOrEqual(1e-5);
+      expect(checkTensor("params", two.params, one.params, 1e-5, 0)).toBe("");
+      expect(checkTensor("value head", two.head, one.head, 1e-5, 0)).toBe("");
+      // the group's checkpoint is an HF directory with the native optimizer state: the native worker resumes it
+      const native = await TrainerWorker.start({ source: { modelDir: dir } });
+      try {
+        expect((await native.info()).step).toBe(3);
+        expect(checkTensor("params loaded natively", await native.getParams(), two.params, 0, 0)).toBe("");
+      } finally {
+        await native.close();
+      }
+      // one rank lost mid-call is the whole worker lost: restarted, as a group, from the checkpoint
+      await w2.trainStep(batch, {}, { lr: 1e-2 });
+      const rank1 = childrenOf(w2.pid!);
+      expect(rank1).toHaveLength(1);
+      const restarted = new Promise<number>((res) => waiters.push(res));
+      const inFlight = w2.hangForTest();
+      process.kill(rank1[0]!, "SIGKILL");
+      const err = await inFlight.then(() => null, (e: unknown) => e);
+      expect(err).toMatchObject({ code: "WORKER_DIED", retryable: true });
+      expect(await restarted).toBe(1);
+      expect(childrenOf(w2.pid!)).toHaveLength(1);
+      expect(checkTensor("params after the restart", await w2.getParams(), two.params, 0, 0)).toBe("");
+      expect((await w2.info()).step).toBe(3);
+    } finally {
+      await w2.close();
+    }
+  }, 240_000);
+});
+
+/** Pids whose parent is `pid` (Linux /proc). */
+function childrenOf(pid: number): number[] {
+  const text = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim();
+  return text ? text.split(/\s+/).map(Number) : [];
+}
+
+describe("errors a user can act on", () => {
+  it("a model directory torch cannot load, and an interpreter that is not there, name the path and the fix", async () => {
+    const bad = join(root, "not-a-model");
+    await initModelDir("tiny", bad, 1);
+    const cfg = JSON.parse(readFileSync(join(bad, "config.json"), "utf8"));
+    writeFileSync(join(bad, "config.json"), JSON.stringify({ ...cfg, model_type: "no_such_family" }));
+    expect(() => checkTorchModel(python(), bad)).toThrow(new RegExp(`${bad}: transformers cannot load this model`));
+    const err = await TrainerWorker.start({ source: { modelDir: bad }, command: await torchCommand(), maxRestarts: 0 }).then(() => null, (e: unknown) => e);
+    expect(err).toBeInstanceOf(OozeError);
+    expect((err as OozeError).code).toBe("CHECKPOINT_INVALID");
+    expect((err as OozeError).message).toContain(bad);
+    const saved = process.env.OOZE_TORCH_PYTHON;
+    process.env.OOZE_TORCH_PYTHON = join(root, "no-python");
+    try {
+      await expect(ensureTorchEnv()).rejects.toThrow(/OOZE_TORCH_PYTHON=.*no-python: no such file/);
+    } finally {
+      if (saved === undefined) delete process.env.OOZE_TORCH_PYTHON;
+      else process.env.OOZE_TORCH_PYTHON = saved;
+    }
+  }, 60_000);
+});
+
+let pythonPath = "";
+beforeAll(async () => void (pythonPath = await torchPython()));
+const python = () => pythonPath;

@@ -70,7 +70,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
             onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
             log: (line) => ctx.log.info(`torch setup: ${line}`),
           });
-      ctx.log.info(`trainer: ${t.trainer.backend} worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version}`);
+      ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} (${t.trainer.backend}) at weight version ${trainer.version}`);
       try {
         await ensureTrainStreams(env.bus, env.names, env.train);
         const versions = await (await VersionsKv.open(env.bus, env.names)).follow();

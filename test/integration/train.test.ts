@@ -154,11 +154,12 @@ describe("ooze train", () => {
     expect(readFileSync(join(out, "checkpoints", "step-000002", "tokenizer_config.json"), "utf8")).toBe(readFileSync(join(model, "tokenizer_config.json"), "utf8"));
   }, 60_000);
 
-  it("a SIGKILLed trainer worker restarts; no sample is lost or trained twice; --resume continues the data stream", async () => {
+  it.each(["native", "torch"] as const)("a SIGKILLed trainer worker (%s) restarts; no sample is lost or trained twice; --resume continues the data stream", async (backend) => {
     const out = join(tmp(), "run");
     const lines: string[] = [];
     let killed: number | null = null;
-    const s1 = await train(out, { steps: 3 }, {
+    const trainer = trainSchema.shape.trainer.parse({ backend, ...(backend === "torch" ? { device: "cpu", threads: 1 } : {}) });
+    const s1 = await train(out, { steps: 3, trainer }, {
       lines,
       onStep: (m) => {
         if (m.step !== 1) return;
@@ -174,7 +175,7 @@ describe("ooze train", () => {
     checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
 
     // resume to 5 steps in a new job: same data stream, one record per step
-    const s2 = await train(out, { steps: 5 }, { resume: true });
+    const s2 = await train(out, { steps: 5, trainer }, { resume: true });
     expect(s2.steps).toBe(5);
     const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
     expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4, 5]);

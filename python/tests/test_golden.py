@@ -66,6 +66,45 @@ class GoldenVectors(unittest.TestCase):
         self.assertEqual([p for p in problems if p], [])
 
 
+class Precision(unittest.TestCase):
+    """bf16 compute (fp32 master weights) and gradient checkpointing against plain fp32."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(GOLDEN, "rb") as f:
+            cls.g = decode_body(f.read())
+
+    def step(self, dtype: str, ckpt: bool):
+        g, b = self.g, self.g["batch"]
+        t = TorchTrainer(Group(0, 1, pick_device(DEVICE, 0)), dtype, "sdpa", ckpt)
+        t.init({"config": g["config"], "params": g["params"], "seed": None})
+        calls = []
+        t.model.model.layers[0].self_attn.register_forward_pre_hook(lambda *_: calls.append(1))
+        batch = {k: b[k] for k in ("tokens", "cuSeqlens", "lossMask", "advantages", "oldLogprobs")}
+        m = t.train_step(batch, {"temperature": g["temperature"]}, {"lr": 1e-3})
+        self.attention_calls = len(calls)  # 2 with checkpointing: the backward ran the layer again
+        return m, t.get_params()
+
+    def test_gradient_checkpointing_changes_nothing(self):
+        m1, p1 = self.step("fp32", False)
+        self.assertEqual(self.attention_calls, 1)
+        m2, p2 = self.step("fp32", True)
+        self.assertEqual(self.attention_calls, 2)
+        self.assertAlmostEqual(m1["loss"], m2["loss"], delta=1e-6)
+        self.assertAlmostEqual(m1["gradNorm"], m2["gradNorm"], delta=1e-5 * max(1.0, m1["gradNorm"]))
+        self.assertEqual(close("params", p2, p1, 1e-6, 0), "")
+
+    def test_bf16_is_near_fp32_and_keeps_fp32_weights(self):
+        (m1, p1), (m2, p2) = self.step("fp32", False), self.step("bf16", False)
+        self.assertEqual(p2.dtype, np.float32)
+        self.assertLess(abs(m1["loss"] - m2["loss"]), 2e-2 + 2e-2 * abs(m1["loss"]))
+        self.assertLess(abs(m1["gradNorm"] - m2["gradNorm"]), 0.05 * m1["gradNorm"])
+        # one AdamW step at lr 1e-3 moves each weight by about lr: bf16's noise must not change its direction much
+        moved1, moved2 = p1 - self.g["params"], p2 - self.g["params"]
+        agree = float(np.mean(np.sign(moved1) == np.sign(moved2)))
+        self.assertGreater(agree, 0.8)
+
+
 class Wire(unittest.TestCase):
     def test_typed_arrays_round_trip(self):
         msg = {"id": 7, "a": np.arange(5, dtype=np.float32), "b": np.array([1, 0, 1], dtype=np.uint8), "c": np.array([-3, 4], dtype=np.int32), "d": None}

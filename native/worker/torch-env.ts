@@ -21,11 +21,21 @@ export function torchVenvDir(): string {
 /** The modules the worker imports, with the pip requirement that provides each. */
 const MODULES: [module: string, pkg: string][] = [["torch", "torch"], ["transformers", "transformers"], ["safetensors", "safetensors"], ["msgpack", "msgpack"], ["numpy", "numpy"]];
 
-/** Where the interpreter comes from: OOZE_TORCH_PYTHON, else the package's venv. */
-export function torchPython(): { python: string; fromEnv: boolean } {
+/** A virtual environment and the requirements file it is made from (the package's own by default). */
+export interface TorchEnvPlace {
+  venv: string;
+  requirements: string;
+}
+
+function defaultPlace(): TorchEnvPlace {
+  return { venv: torchVenvDir(), requirements: join(torchPackageDir(), "requirements.txt") };
+}
+
+/** Where the interpreter comes from: OOZE_TORCH_PYTHON, else the venv. */
+export function torchPython(place: TorchEnvPlace = defaultPlace()): { python: string; fromEnv: boolean } {
   const env = process.env.OOZE_TORCH_PYTHON;
   if (env) return { python: env, fromEnv: true };
-  return { python: join(torchVenvDir(), "bin", "python"), fromEnv: false };
+  return { python: join(place.venv, "bin", "python"), fromEnv: false };
 }
 
 /** The modules an interpreter cannot import (empty: all there). */
@@ -38,18 +48,18 @@ export function missingModules(python: string): string[] {
 }
 
 /** The requirements file's text, recorded in the venv after a successful install. */
-function requirements(): string {
-  return readFileSync(join(torchPackageDir(), "requirements.txt"), "utf8");
+function requirements(place: TorchEnvPlace): string {
+  return readFileSync(place.requirements, "utf8");
 }
 
 const STAMP = ".ooze-requirements";
 
 /** Whether the venv holds exactly the current requirements (no pip run needed). */
-export function torchEnvReady(): boolean {
-  const { python, fromEnv } = torchPython();
+export function torchEnvReady(place: TorchEnvPlace = defaultPlace()): boolean {
+  const { python, fromEnv } = torchPython(place);
   if (fromEnv) return existsSync(python);
-  const stamp = join(torchVenvDir(), STAMP);
-  return existsSync(python) && existsSync(stamp) && readFileSync(stamp, "utf8") === requirements();
+  const stamp = join(place.venv, STAMP);
+  return existsSync(python) && existsSync(stamp) && readFileSync(stamp, "utf8") === requirements(place);
 }
 
 /**
@@ -58,17 +68,17 @@ export function torchEnvReady(): boolean {
  * python/requirements.txt into it (skipped when the venv already holds exactly those). Progress goes to
  * `log`; a failure says what was missing and how to fix it.
  */
-export async function ensureTorchEnv(log: (line: string) => void = () => undefined): Promise<string> {
-  const { python, fromEnv } = torchPython();
+export async function ensureTorchEnv(log: (line: string) => void = () => undefined, place: TorchEnvPlace = defaultPlace()): Promise<string> {
+  const { python, fromEnv } = torchPython(place);
   if (fromEnv) {
     if (!existsSync(python)) throw new OozeError("TORCH_SETUP", `OOZE_TORCH_PYTHON=${python}: no such file`);
     const missing = missingModules(python);
     if (missing.length) throw new OozeError("TORCH_SETUP", `OOZE_TORCH_PYTHON=${python} cannot import ${missing.join(", ")}: install them into that environment (pip install ${missing.join(" ")}), or unset OOZE_TORCH_PYTHON to let ooze make its own`);
     return python;
   }
-  if (torchEnvReady()) return python;
+  if (torchEnvReady(place)) return python;
   // one installer at a time (two test files, or two jobs, starting together): the others wait for it
-  const lock = `${torchVenvDir()}.lock`;
+  const lock = `${place.venv}.lock`;
   for (;;) {
     try {
       mkdirSync(lock);
@@ -77,18 +87,18 @@ export async function ensureTorchEnv(log: (line: string) => void = () => undefin
       const age = Date.now() - (existsSync(lock) ? statSync(lock).mtimeMs : 0);
       if (age > 15 * 60_000) rmSync(lock, { recursive: true, force: true }); // left by an installer that died
       else await new Promise((r) => setTimeout(r, 1000));
-      if (torchEnvReady()) return python;
+      if (torchEnvReady(place)) return python;
     }
   }
   try {
-    return await install(python, log);
+    return await install(python, log, place);
   } finally {
     rmSync(lock, { recursive: true, force: true });
   }
 }
 
-async function install(python: string, log: (line: string) => void): Promise<string> {
-  const venv = torchVenvDir();
+async function install(python: string, log: (line: string) => void, place: TorchEnvPlace): Promise<string> {
+  const venv = place.venv;
   if (!existsSync(python)) {
     const base = process.env.OOZE_PYTHON ?? "python3";
     log(`creating a Python virtual environment in ${venv} (with ${base})`);
@@ -97,8 +107,8 @@ async function install(python: string, log: (line: string) => void): Promise<str
         ? `${base} cannot create virtual environments: install Debian's python3-venv (apt-get install python3-venv)`
         : `'${base} -m venv ${venv}' failed${/ENOENT/.test(out) ? `: ${base} is not on PATH (install python3, or set OOZE_PYTHON to an interpreter)` : ""}`);
   }
-  const req = join(torchPackageDir(), "requirements.txt");
-  log(`installing ${requirementNames().join(", ")} into ${venv} with pip (from the machine's configured package index)`);
+  const req = place.requirements;
+  log(`installing ${requirementNames(place).join(", ")} into ${venv} with pip (from the machine's configured package index)`);
   // --retries 0: an unreachable index fails at once and pip goes on to the next configured one
   await run(python, ["-m", "pip", "install", "--disable-pip-version-check", "--retries", "0", "--progress-bar", "off", "-r", req], log, (out) => {
     const missing = [...out.matchAll(/No matching distribution found for ([^\s]+)/g)].map((m) => m[1]!);
@@ -108,13 +118,13 @@ async function install(python: string, log: (line: string) => void): Promise<str
   });
   const missing = missingModules(python);
   if (missing.length) throw new OozeError("TORCH_SETUP", `after pip install, ${python} still cannot import ${missing.join(", ")}`);
-  writeFileSync(join(venv, STAMP), requirements());
+  writeFileSync(join(venv, STAMP), requirements(place));
   log(`ready: ${python}`);
   return python;
 }
 
-function requirementNames(): string[] {
-  return requirements().split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
+function requirementNames(place: TorchEnvPlace): string[] {
+  return requirements(place).split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
 }
 
 /** Runs a command, passing each output line to log; rejects with why(output) on failure. */

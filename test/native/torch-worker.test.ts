@@ -192,7 +192,7 @@ function childrenOf(pid: number): number[] {
 }
 
 describe("errors a user can act on", () => {
-  it("a model directory torch cannot load, and an interpreter that is not there, name the path and the fix", async () => {
+  it("a model directory torch cannot load, a package the index lacks, and an interpreter that is not there: each named, with the fix", async () => {
     const bad = join(root, "not-a-model");
     await initModelDir("tiny", bad, 1);
     const cfg = JSON.parse(readFileSync(join(bad, "config.json"), "utf8"));
@@ -202,6 +202,10 @@ describe("errors a user can act on", () => {
     expect(err).toBeInstanceOf(OozeError);
     expect((err as OozeError).code).toBe("CHECKPOINT_INVALID");
     expect((err as OozeError).message).toContain(bad);
+    // a package the configured index does not have: pip's answer, named, and the fix
+    const requirements = join(root, "requirements.txt");
+    writeFileSync(requirements, "ooze-no-such-package==1.0\n");
+    await expect(ensureTorchEnv(() => undefined, { venv: join(root, "venv"), requirements })).rejects.toThrow(/pip found no ooze-no-such-package==1.0 in the configured package index/);
     const saved = process.env.OOZE_TORCH_PYTHON;
     process.env.OOZE_TORCH_PYTHON = join(root, "no-python");
     try {

@@ -30,7 +30,34 @@ export const bufferActorConfig = z.object({
   ackWaitMs: z.number().int().min(500).default(30_000),
   /** Group messages held unacked until their batch is published, at most (≥ a step's groups, refills included). */
   maxAckPending: z.number().int().min(1).default(10_000),
+  /**
+   * Rounds in a row that may yield no trainable sample (every episode failed, every group filtered)
+   * before the job stops with the reason (AGENTS_UNPRODUCTIVE, exit status non-zero). Each such round
+   * is logged with its first episodes' errors.
+   */
+  maxEmptyRounds: z.number().int().min(1).default(10),
 });
+
+/**
+ * Why a round produced nothing to train: its episodes' errors, most frequent first (with counts),
+ * and how many groups the filter dropped.
+ */
+export function emptyRoundReason(samples: Iterable<Sample>, filtered: number): string {
+  const errors = new Map<string, number>();
+  let failed = 0;
+  let total = 0;
+  for (const s of samples) {
+    total++;
+    if (s.status !== "failed") continue;
+    failed++;
+    const e = typeof s.metadata.error === "string" ? s.metadata.error : "failed (no reason recorded)";
+    errors.set(e, (errors.get(e) ?? 0) + 1);
+  }
+  const top = [...errors].sort((a, b) => b[1] - a[1]).slice(0, 3).map(([e, n]) => `"${e.slice(0, 240)}" (×${n})`);
+  const parts = [`${failed} of ${total} samples failed${top.length ? `: ${top.join("; ")}` : ""}`];
+  if (filtered > 0 && failed < total) parts.push(`${filtered} group(s) dropped by the filter (all rewards equal)`);
+  return parts.join("; ");
+}
 
 /** The round of rollouts that becomes the next batch. */
 interface Round {
@@ -41,6 +68,9 @@ interface Round {
   started: number;
   promptTokens: number;
   cachedTokens: number;
+  /** Samples of `all` already summarised in an empty round's warning, and the filter's count then. */
+  reported: number;
+  droppedBefore: number;
 }
 
 interface BufferState {
@@ -90,7 +120,12 @@ class Feeder implements FeederLike {
   private floor = 0;
   private round: Round | null = null;
   private emptyRounds = 0;
-  constructor(private readonly env: LoopEnv, private readonly path: string, private readonly log: (l: string) => void) {
+  constructor(
+    private readonly env: LoopEnv,
+    private readonly path: string,
+    private readonly log: (l: string) => void,
+    private readonly maxEmptyRounds = 10,
+  ) {
     const t = env.train;
     this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, maxStaleness: null });
   }
@@ -118,7 +153,7 @@ class Feeder implements FeederLike {
   }
 
   private openRound(): Round {
-    this.round ??= { all: new Map(), acks: [], refills: 0, started: performance.now(), promptTokens: 0, cachedTokens: 0 };
+    this.round ??= { all: new Map(), acks: [], refills: 0, started: performance.now(), promptTokens: 0, cachedTokens: 0, reported: 0, droppedBefore: this.groups.stats.dropped };
     return this.round;
   }
 
@@ -174,7 +209,22 @@ class Feeder implements FeederLike {
     }
     const { batch } = this.groups.takeBatch(this.synced?.version ?? 0, { partial: true });
     if (!batch) {
-      if (++this.emptyRounds > 10) throw new OozeError("INTERNAL", `buffer: ${this.emptyRounds} rounds in a row produced no trainable group (every episode failed or was filtered)`);
+      // This round's part: the samples and filtered groups since the last empty round was reported.
+      const why = emptyRoundReason([...round.all.values()].slice(round.reported), this.groups.stats.dropped - round.droppedBefore);
+      round.reported = round.all.size;
+      round.droppedBefore = this.groups.stats.dropped;
+      this.emptyRounds++;
+      this.log(`buffer: WARNING round ${this.emptyRounds} in a row produced no trainable sample: ${why}`);
+      if (this.emptyRounds >= this.maxEmptyRounds) {
+        // No restart can cure this (the same agent fails the same way): the job stops, saying why.
+        throw new OozeError(
+          "AGENTS_UNPRODUCTIVE",
+          `${this.emptyRounds} rounds in a row produced no trainable sample (every episode failed or every group was filtered): ${why}. ` +
+            "Run the agent command by hand in an episode's setting (train.agent.keepWorkdirs: true keeps its workdir), fix it, and start again; " +
+            "the buffer's config.maxEmptyRounds sets how many such rounds are allowed",
+          { retryable: false },
+        );
+      }
       round.refills = 0;
       return this.feed(t.promptsPerStep);
     }
@@ -265,7 +315,7 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
               publishBatch: (b) => publishBatch(env, ctx.path, b),
               log,
             }))
-          : new Serial(new Feeder(env, ctx.path, log));
+          : new Serial(new Feeder(env, ctx.path, (l) => (l.includes("WARNING") ? ctx.log.warn(l) : log(l)), cfg.maxEmptyRounds));
       // The start position may wait for the trainer: found in the background, first in the chain.
       void feeder.run((f) => startingPosition(env, log).then((from) => f.start(from))).catch((e: unknown) => fail(e));
       const versions = await VersionsKv.open(env.bus, env.names);

@@ -12,6 +12,42 @@ const command = {
   env: z.record(z.string(), z.string()).default({}),
 };
 
+/** A sandbox that is on: its limits and what it shows (defaults filled in by `sandboxSchema`). */
+const sandboxOn = z
+  .object({
+    /** `gateway`: a network namespace where only the episode's gateway session is reachable; `host`: the machine's network. */
+    network: z.enum(["gateway", "host"]).default("gateway"),
+    /**
+     * Memory per process (RLIMIT_DATA: heap and private writable mappings), MiB. Not RLIMIT_AS:
+     * Node reserves gigabytes of address space it never touches (WebAssembly guard regions), and
+     * undici's HTTP parser, which the `openai` and Anthropic SDKs use, fails to start under it.
+     */
+    memoryMB: z.number().int().min(64).default(4096),
+    /** Processes and threads of the sandbox (RLIMIT_NPROC of its own uid). */
+    pids: z.number().int().min(8).default(256),
+    /** CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL). */
+    cpuSeconds: z.number().int().min(1).default(600),
+    /** Largest file a process may write (RLIMIT_FSIZE: SIGXFSZ), MiB. */
+    fileSizeMB: z.number().int().min(1).default(1024),
+    /** Open files per process (RLIMIT_NOFILE). */
+    openFiles: z.number().int().min(16).default(1024),
+    /** Size of the sandbox's private /tmp and of its /dev/shm (each a tmpfs, in memory), MiB. */
+    tmpMB: z.number().int().min(1).default(256),
+    /** Most bytes of stdout + stderr an episode may print before its sandbox is ended, MiB. */
+    outputMB: z.number().int().min(1).default(64),
+    /** More paths visible read-only (relative to the topology's directory): the system and the program's directory are. */
+    readOnlyPaths: z.array(z.string().min(1)).default([]),
+    /** Paths visible and writable besides the workdir and /tmp (relative to the topology's directory). */
+    writablePaths: z.array(z.string().min(1)).default([]),
+  })
+  .strict();
+/**
+ * Schema of `train.agent.sandbox` (actors/environment/agent/sandbox.ts, docs/sandbox.md): the
+ * confinement every agent and reward command runs in. Omitted: all defaults. `none` (written out)
+ * runs them unconfined, as ooze's user, with a warning at start.
+ */
+export const sandboxSchema = z.union([z.literal("none"), sandboxOn]);
+
 /** Schema of `train.agent.reward`: a command run in the episode's workdir after the agent exits. */
 export const rewardCommandSchema = z
   .object({
@@ -42,11 +78,15 @@ export const agentSchema = z
     reward: rewardCommandSchema.optional(),
     /** Keep each episode's temporary directory (workdir, transcript, agent output) for debugging; its path goes in the sample's metadata. */
     keepWorkdirs: z.boolean().default(false),
+    /** The confinement of the agent and reward commands (on by default); `none` only when written out. */
+    sandbox: sandboxSchema.default(() => sandboxOn.parse({})),
   })
   .strict();
 
 /** The `train.agent` section, defaults filled in. */
 export type AgentConfig = z.infer<typeof agentSchema>;
+/** The `train.agent.sandbox` section, defaults filled in. */
+export type SandboxConfig = z.infer<typeof sandboxSchema>;
 /** The `train.agent.reward` section. */
 export type RewardCommandConfig = z.infer<typeof rewardCommandSchema>;
 

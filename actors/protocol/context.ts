@@ -7,7 +7,7 @@ import { dirname } from "node:path";
 import { z } from "zod";
 import { defineActor, remoteLayer, type ActorContext, type ActorDefinition, type ActorSystem } from "../../src/actor/index.ts";
 import { newMessageId } from "../../src/codec/index.ts";
-import { OozeError, toOozeError } from "../../src/errors.ts";
+import { OozeError, toOozeError, type ErrorCode } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import type { Bus } from "../../src/transport/bus.ts";
 import type { JobNames } from "../../src/transport/names.ts";
@@ -27,7 +27,17 @@ export interface LoopEnv {
 }
 
 /** Messages every loop actor accepts: a background task of `incarnation` failed (→ crash, restart by its supervisor). */
-export const loopControl = z.object({ op: z.literal("failed"), error: z.string(), incarnation: z.string() });
+export const loopControl = z.object({
+  op: z.literal("failed"), error: z.string(), incarnation: z.string(),
+  /** Set for a failure no restart can cure (ESCALATE_AT_ONCE): its code, and the crash escalates. */
+  code: z.string().optional(),
+});
+
+/**
+ * Codes of background failures that a restart cannot cure: the actor's crash escalates at once (the
+ * job stops with the error) instead of restarting into the same failure again.
+ */
+export const ESCALATE_AT_ONCE: readonly ErrorCode[] = ["AGENTS_UNPRODUCTIVE", "SANDBOX_UNAVAILABLE"];
 /** A loop actor's control message. */
 export type LoopControl = z.infer<typeof loopControl>;
 
@@ -76,9 +86,10 @@ function failer(ctx: ActorContext<LoopControl>): { incarnation: string; fail(e: 
     fail(e) {
       if (sent) return;
       sent = true;
-      const msg = toOozeError(e).message;
-      ctx.log.error(msg);
-      ctx.self.tell({ op: "failed", error: msg, incarnation });
+      const err = toOozeError(e);
+      ctx.log.error(err.message);
+      const fatal = !err.retryable && ESCALATE_AT_ONCE.includes(err.code);
+      ctx.self.tell({ op: "failed", error: err.message, incarnation, ...(fatal ? { code: err.code } : {}) });
     },
   };
 }
@@ -123,6 +134,7 @@ export function defineLoopActor<S, C extends z.ZodObject>(system: ActorSystem, t
     },
     handle(state, msg) {
       if (msg.incarnation !== state.incarnation) return state; // about an incarnation already restarted
+      if (msg.code !== undefined) throw new OozeError(msg.code as ErrorCode, `${spec.role}: ${msg.error}`, { retryable: false });
       throw new OozeError("ACTOR_CRASHED", `${spec.role}: ${msg.error}`, { retryable: true });
     },
     onStop: (state, ctx) => spec.onStop(state.own, ctx),

@@ -126,7 +126,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
         for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
         await ensureTrainStreams(bus, names, train);
         // train.agent: episodes are agent processes talking to a gateway over this fleet (actors/environment/agent)
-        if (agent) agents = await startAgentRollout({ ...train, agent }, env.baseDir, gen.countingFleet());
+        if (agent) agents = await startAgentRollout({ ...train, agent }, env.baseDir, gen.countingFleet(), (l) => ctx.log.warn(l));
       } catch (e) {
         await gen.close();
         throw e;
@@ -157,6 +157,8 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
     },
     async onStop(state) {
       await state.stopFollowing();
+      // Running agent episodes end first (their sandboxes killed), so the consumer's wait for handlers is short.
+      await state.agents?.stop();
       await state.consumer.stop();
       await state.agents?.close();
       await state.gen.close();

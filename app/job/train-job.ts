@@ -132,11 +132,17 @@ function adopt(out: string, job: string): void {
 }
 
 /**
- * The PyTorch worker's Python environment is made ready (installed on first use) and the model
- * directory checked before any actor starts: a missing Python, wheel or loadable model fails the job
- * here, with the fix, not after rollouts began.
+ * Checked before any actor starts, so that what cannot work fails the job here with the fix, not
+ * after rollouts began: the agent sandbox (when agents run sandboxed), and for the PyTorch worker its
+ * Python environment (installed on first use) and the model directory.
  */
-async function preflightTrainer(train: TrainConfig, file: string | null, log: (line: string) => void): Promise<void> {
+async function preflight(train: TrainConfig, file: string | null, log: (line: string) => void): Promise<void> {
+  // agent and reward commands run sandboxed unless written out otherwise: a machine that cannot make
+  // the sandbox refuses the job here, saying what is missing
+  if (train.agent && train.agent.sandbox !== "none") {
+    const { assertSandboxWorks } = await import("../../actors/environment/agent/sandbox.ts");
+    assertSandboxWorks();
+  }
   if (train.trainer.backend !== "torch") return;
   const { ensureTorchEnv, checkTorchModel } = await import("../../native/worker/torch-env.ts");
   const python = await ensureTorchEnv((line) => log(`[torch setup] ${line}`));
@@ -167,7 +173,7 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
   if (o.resume) adopt(out, job);
   const names = jobNames(job);
   const topology = trainTopology(o.topology, o.train, o.engines, out);
-  await preflightTrainer(o.train, o.topology.file ?? null, log);
+  await preflight(o.train, o.topology.file ?? null, log);
   const server = o.nats ? null : await startNatsServer({ host: topology.nats.host, maxPayload: topology.nats.maxPayload });
   const nats = o.nats ?? { url: server!.url, token: server!.token, replicas: 1 };
   const nodes: RunningNode[] = [];

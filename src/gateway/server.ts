@@ -5,7 +5,7 @@
 // samples.
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from "node:net";
 import { OozeError } from "../errors.ts";
 import { anthropicModelsBody, AnthropicStream, messageBody } from "./anthropic.ts";
 import { GatewayError } from "./errors.ts";
@@ -88,6 +88,10 @@ export class Gateway {
   private readonly maxBody: number;
   private readonly ctx: ConstructorParameters<typeof Session>[3];
   private base = "";
+  /** Sessions served on a Unix socket of their own (listenSession), and the connections that came through each. */
+  private readonly own = new Map<string, { server: NetServer; conns: Set<Socket> }>();
+  /** A connection that came through a session's own socket → that session: it may address no other. */
+  private readonly boundTo = new WeakMap<Socket, string>();
 
   private constructor(
     private readonly server: Server,
@@ -151,11 +155,38 @@ export class Gateway {
     return this.sessions.get(id)?.stats ?? null;
   }
 
+  /**
+   * Serves session `id` on a Unix socket at `path` as well (an agent sandbox's one endpoint, forwarded
+   * to its loopback): a request arriving through it may address this session only (another session's
+   * URL answers 404 as an unknown one, whatever key it carries). The socket goes with the session.
+   */
+  async listenSession(id: string, path: string): Promise<void> {
+    if (!this.sessions.has(id)) throw new OozeError("CONFIG_INVALID", `gateway.listenSession: no open session '${id}'`);
+    const conns = new Set<Socket>();
+    const server = createNetServer((sock) => {
+      this.boundTo.set(sock, id);
+      conns.add(sock);
+      sock.once("close", () => conns.delete(sock));
+      this.server.emit("connection", sock);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", (e) => reject(new OozeError("CONFIG_INVALID", `gateway: cannot listen on the Unix socket ${path} for session ${id}: ${e.message}`, { cause: e })));
+      server.listen(path, () => resolve());
+    });
+    this.own.set(id, { server, conns });
+  }
+
   /** Closes a session: later requests get 404; returns one sample per trajectory segment. */
   closeSession(id: string): SessionReport {
     const s = this.sessions.get(id);
     if (!s) throw new OozeError("CONFIG_INVALID", `gateway.closeSession: no open session '${id}'`);
     this.sessions.delete(id);
+    const own = this.own.get(id);
+    if (own) {
+      this.own.delete(id);
+      own.server.close();
+      for (const c of own.conns) c.destroy();
+    }
     this.ctx.generator.endSession?.(id);
     return s.close();
   }
@@ -179,7 +210,8 @@ export class Gateway {
     const fail = (e: GatewayError) => send(res, e.status, anthropic ? e.anthropic() : e.openai());
     try {
       if (!m) throw new GatewayError("not_found", `no such endpoint: ${req.method ?? "GET"} ${path}; sessions are served under /s/<session>/v1 (chat/completions, messages, responses, models)`);
-      const session = this.sessions.get(m[1]!);
+      const only = this.boundTo.get(req.socket);
+      const session = only === undefined || only === m[1] ? this.sessions.get(m[1]!) : undefined;
       if (!session) throw new GatewayError("not_found", `unknown or closed session '${m[1]}'`);
       const key = presentedKey(req);
       if (key === null) throw new GatewayError("authentication", "no API key: send the session's key as 'Authorization: Bearer <key>' or 'x-api-key: <key>'");

@@ -113,6 +113,8 @@ export class Session {
   private readonly segments: Segment[] = [];
   private readonly inFlight = new Set<AbortController>();
   private turns = 0;
+  /** Generation attempts (rid and seed numbering): a turn the engines failed is not a turn, but its rid is not reused. */
+  private attempts = 0;
   private sampledTokens = 0;
   requests = 0;
   error: string | null = null;
@@ -154,7 +156,8 @@ export class Session {
     }
     let maxNew = Math.min(req.maxTokens ?? this.ctx.defaultMaxTokens, room);
     if (s.maxTokens !== undefined) maxNew = Math.min(maxNew, s.maxTokens - this.sampledTokens);
-    const turnNo = this.turns++;
+    this.turns++;
+    const turnNo = this.attempts++;
     const sampling: WireSamplingParams = {
       max_new_tokens: maxNew,
       temperature: s.temperature ?? req.temperature ?? 1,
@@ -201,6 +204,9 @@ export class Session {
       return choice;
     });
     const failed = settled.find((x): x is PromiseRejectedResult => x.status === "rejected");
+    // No engine sampled anything (the fleet's re-dispatches to other engines spent): not the policy's
+    // turn, so not charged to maxTurns — the agent's retry of the 503 gets its turn back.
+    if (results.every((r) => r === null)) this.turns--;
     if (failed) {
       const e = failed.reason as Error;
       throw this.fatal(new GatewayError("engine", `no engine could serve the request: ${e.message}`, null, { cause: e }));

@@ -22,7 +22,11 @@ export interface FaultyCommand {
   stats(): Record<"ok" | CommandFault, number>;
 }
 
-/** Writes the wrapper `NAME.sh` and its mode and call-log files into `dir` (an existing directory). */
+/**
+ * Writes the wrapper `NAME.sh` and its mode and call-log files into `dir` (an existing directory). An
+ * agent or reward command run in ooze's sandbox (the default) sees `dir` read-only: list it in
+ * `train.agent.sandbox.writablePaths` so the wrapper can log its calls (give it a directory of its own).
+ */
 export function createFaultyCommand(dir: string, name: string): FaultyCommand {
   const path = join(dir, `${name}.sh`);
   const mode = join(dir, `${name}.mode`);
@@ -45,6 +49,9 @@ export function createFaultyCommand(dir: string, name: string): FaultyCommand {
   );
   chmodSync(path, 0o755);
   writeFileSync(mode, "");
+  // the call log exists and is writable by anyone: the sandbox runs the command as a fresh unprivileged uid
+  writeFileSync(calls, "");
+  chmodSync(calls, 0o666);
   return {
     path,
     wrap: (command, args = []) => ({ command: path, args: [command, ...args] }),

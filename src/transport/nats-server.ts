@@ -8,6 +8,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { OozeError } from "../errors.ts";
+import { markOwner, sweepDeadOwners } from "../owned-dirs.ts";
 
 /** Options of `startNatsServer`. */
 export interface NatsServerOptions {
@@ -175,7 +176,11 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   const maxPayload = opts.maxPayload === undefined ? 8 * 1024 * 1024 : opts.maxPayload;
   const jetstream = opts.jetstream ?? true;
   const readyTimeoutMs = opts.readyTimeoutMs ?? 20_000;
+  // The config (with the token) lives in a directory only this user reads (mkdtemp: 0700), removed at
+  // stop; what a SIGKILLed job left is removed here, by the next start (owned-dirs.ts).
+  sweepDeadOwners("ooze-nats-");
   const workDir = mkdtempSync(join(tmpdir(), "ooze-nats-"));
+  markOwner(workDir);
   const ownStore = opts.storeDir === undefined;
   const storeDir = opts.storeDir ?? join(workDir, "store");
   const confPath = join(workDir, "nats.conf");
@@ -318,7 +323,7 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
       stopped = true;
       await stopProc();
       live.delete(entry);
-      rmSync(ownStore ? workDir : confPath, { recursive: true, force: true });
+      rmSync(workDir, { recursive: true, force: true }); // the config, and the store when it is ours
     },
     kill: (signal: NodeJS.Signals = "SIGKILL") => {
       if (proc?.alive) killPid(proc.pid, signal);

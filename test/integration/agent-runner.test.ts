@@ -3,6 +3,7 @@
 // file the reward checks (a reward command and a reward module), and the sample numbering of
 // episodes that yield more segments than their index range holds.
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -25,15 +26,23 @@ afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 function standInGateway(segments = 1): SessionHost & { opened: string[]; closed: string[] } {
   const opened: string[] = [];
   const closed: string[] = [];
+  const sockets = new Map<string, Server>();
   return {
     opened, closed,
+    // The sandbox's endpoint: a socket that answers nothing (these agents make no request).
+    async listenSession(id, path) {
+      const srv = createServer((c) => c.end());
+      await new Promise<void>((r) => srv.listen(path, r));
+      sockets.set(id, srv);
+    },
     openSession(s) {
       opened.push(s.episodeId);
       const id = `sess-${s.episodeId}`;
-      return { id, openaiBaseUrl: `http://127.0.0.1:9/s/${id}/v1`, anthropicBaseUrl: `http://127.0.0.1:9/s/${id}`, apiKey: `key-${id}` };
+      return { id, openaiBaseUrl: `http://127.0.0.1:9999/s/${id}/v1`, anthropicBaseUrl: `http://127.0.0.1:9999/s/${id}`, apiKey: `key-${id}` };
     },
     closeSession(id) {
       closed.push(id);
+      sockets.get(id)?.close();
       const samples: Sample[] = [];
       for (let k = 0; k < segments; k++) {
         const b = new SampleBuilder(0, 0, "gw", null, [1, 2, 3]);
@@ -66,7 +75,8 @@ describe("runAgentEpisode", () => {
   it("kills the whole process group of an agent that hangs past its timeout (SIGTERM ignored → SIGKILL)", async () => {
     const gw = standInGateway();
     const pidfile = join(scratch, "hang-pids.json");
-    const agent = agentSchema.parse({ command: process.execPath, args: [join(fixtures, "hang.mjs")], env: { PIDFILE: pidfile }, timeoutS: 4, killGraceS: 0.2 });
+    // Unconfined (the process-group path); the sandboxed one is test/integration/sandbox-hostile.test.ts's.
+    const agent = agentSchema.parse({ command: process.execPath, args: [join(fixtures, "hang.mjs")], env: { PIDFILE: pidfile }, timeoutS: 4, killGraceS: 0.2, sandbox: "none" });
     const samples = await runAgentEpisode({ sessions: gw, task, agent, baseDir: fixtures }, spec(91, 0));
     expect(samples[0]!.status).toBe("failed");
     expect(String(samples[0]!.metadata.error)).toContain("timed out after 4 s");
@@ -104,7 +114,7 @@ describe("runAgentEpisode", () => {
     expect(readFileSync(join(root, "work", "notes/readme.txt"), "utf8")).toBe("task files land here\n");
     const seen = JSON.parse(readFileSync(join(root, "work", "env.json"), "utf8")) as { env: Record<string, string>; argv: string[]; cwd: string };
     expect(seen.env).toEqual({
-      OPENAI_BASE_URL: "http://127.0.0.1:9/s/sess-r24/v1", OPENAI_API_KEY: "key-sess-r24", ANTHROPIC_BASE_URL: "http://127.0.0.1:9/s/sess-r24",
+      OPENAI_BASE_URL: "http://127.0.0.1:9999/s/sess-r24/v1", OPENAI_API_KEY: "key-sess-r24", ANTHROPIC_BASE_URL: "http://127.0.0.1:9999/s/sess-r24",
       ANTHROPIC_API_KEY: "key-sess-r24", OOZE_TASK: "write 21 to answer.txt", OOZE_WORKDIR: join(root, "work"), OOZE_EPISODE: "r24", EXTRA: "x",
     });
     expect(seen.argv).toEqual(["--task", "write 21 to answer.txt", "--episode", "r24"]);
@@ -126,7 +136,7 @@ describe("runAgentEpisode", () => {
     const agent = agentSchema.parse({ command: "./no-such-agent.sh" });
     const samples = await runAgentEpisode({ sessions: standInGateway(), task, agent, baseDir: fixtures }, spec(6, 0));
     expect(samples[0]!.status).toBe("failed");
-    expect(String(samples[0]!.metadata.error)).toMatch(/agent could not start: .*ENOENT/);
+    expect(String(samples[0]!.metadata.error)).toMatch(/agent could not start: .*no-such-agent\.sh: No such file or directory/);
   });
 });
 

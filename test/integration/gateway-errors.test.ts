@@ -187,6 +187,26 @@ describe("gateway: errors", () => {
     expect(rep.samples).toEqual([]);
   });
 
+  it("does not charge a request no engine served to the session's turns: the agent's retry of a 503 is served", async () => {
+    const later = new Fleet({ healthIntervalMs: 0, requestTimeoutMs: 200 });
+    const g = await Gateway.start({ fleet: later, contextLength: 96, model: "m" });
+    try {
+      const s = g.openSession({ episodeId: "e", groupIndex: 0, maxTurns: 1 });
+      const ai = new OpenAI({ baseURL: s.openaiBaseUrl, apiKey: s.apiKey, maxRetries: 0 });
+      expect((await openaiError(ai.chat.completions.create({ model: "m", messages: user("hi") }))).status).toBe(503);
+      await later.attach(fake.url); // an engine comes back
+      fake.script("/generate", { kind: "tokens", ids: ids("ok") });
+      const r = await ai.chat.completions.create({ model: "m", messages: user("hi") });
+      expect(r.choices[0]!.message.content).toBe("ok");
+      const spent = await openaiError(ai.chat.completions.create({ model: "m", messages: user("again") }));
+      expect(spent.error).toMatchObject({ code: "session_limit_exceeded" }); // the one turn is the served one
+      expect(g.closeSession(s.id).samples).toHaveLength(1);
+    } finally {
+      await g.close();
+      await later.close();
+    }
+  });
+
   it("refuses a body over the size limit with 413", async () => {
     const small = await Gateway.start({ fleet, contextLength: 96, maxBodyBytes: 1024, model: "m" });
     try {

@@ -1,7 +1,9 @@
 // `ooze train` on an agent topology (a real CLI process: embedded NATS, engine and trainer worker
 // children, agent processes through the gateway): episodes yield one or two samples, and every
 // step trains exactly the samples its prompts produced, numbered group · slots + episode ·
-// maxSegments + segment (slots = samplesPerPrompt × maxSegments = 6 here).
+// maxSegments + segment (slots = samplesPerPrompt × maxSegments = 6 here). And a job whose agent
+// never calls the model: it says why each round produced nothing and stops, exit status non-zero,
+// after the buffer's maxEmptyRounds (no crash loop).
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -25,4 +27,15 @@ it("trains variable samples per prompt: episode 0 of each group one segment, epi
   expect(metrics.map((m) => m.samples)).toEqual([6, 6]);
   // rewards: 1 for the two samples of each two-segment episode, 0 for the single one → 2/3
   for (const m of metrics) expect(m.reward_mean).toBeCloseTo(2 / 3, 9);
+});
+
+it("stops a job whose agent makes no model request, with the episodes' error, exit status non-zero", () => {
+  const out = join(dir, "silent");
+  const r = spawnSync(process.execPath, ["bin/ooze.mjs", "train", "test/fixtures/topologies/agent-silent.yaml", "--out", out], { encoding: "utf8", timeout: 300_000 });
+  const text = `${r.stdout}\n${r.stderr}`;
+  expect(r.status, text).not.toBe(0);
+  // each round: the step's groups and their refills, every episode failed the same way
+  expect(text).toMatch(/round 1 in a row produced no trainable sample: (\d+) of \1 samples failed: "the agent made no model request" \(×\1\)/);
+  expect(text).toMatch(/\[AGENTS_UNPRODUCTIVE\] buffer: 2 rounds in a row produced no trainable sample .*"the agent made no model request"/);
+  expect(text).not.toMatch(/restart in \d+ ms/);
 });

@@ -9,7 +9,7 @@
 // deadline (a hung command does not hang the job), and — an invariant of this test written over the
 // job's metrics and the command's call log — episodes fail only when their command met a fault, and
 // every faulted call failed its episode. Runs: propertyRuns(2).
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -39,7 +39,10 @@ describe("agent commands that crash or hang (ooze/testing)", () => {
       { kinds: ["command"], commands: ["agent"], horizonMs: 2_500, maxForMs: 1_500, maxFaults: 3 },
       async (schedule) => {
         const dir = join(root, `case-${n++}`);
-        const cmd = createFaultyCommand(root, `agent-${n}`);
+        // The wrapper in a directory of its own, writable from the agent's sandbox (its call log).
+        const cmdDir = join(root, `command-${n}`);
+        mkdirSync(cmdDir);
+        const cmd = createFaultyCommand(cmdDir, `agent-${n}`);
         const agent = cmd.wrap(join(fixtures, "segments.mjs"));
         const file = join(root, `agent-${n}.yaml`);
         writeFileSync(
@@ -50,7 +53,7 @@ describe("agent commands that crash or hang (ooze/testing)", () => {
             "engines: { count: 1 }",
             "train:",
             `  task: ${JSON.stringify(join(fixtures, "segments-task.ts"))}`,
-            `  agent: { command: ${JSON.stringify(agent.command)}, args: ${JSON.stringify(agent.args)}, timeoutS: 10, killGraceS: 0.5, maxSegments: 3 }`,
+            `  agent: { command: ${JSON.stringify(agent.command)}, args: ${JSON.stringify(agent.args)}, timeoutS: 10, killGraceS: 0.5, maxSegments: 3, sandbox: { writablePaths: [${JSON.stringify(cmdDir)}] } }`,
             "  preset: tiny",
             "  steps: 4",
             "  promptsPerStep: 2",

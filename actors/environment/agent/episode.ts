@@ -4,12 +4,16 @@
 // reward()), and the session's samples numbered in the episode's own index range. A crash, a
 // timeout or a failing reward yields the episode's samples as `failed` (one
 // placeholder when it produced none), the reason in metadata: never a thrown error, never a stuck step.
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+// Unless the topology says `sandbox: none`, the agent and the reward command run in a sandbox each
+// (sandbox.ts): the workdir and the episode's own gateway session are all they reach.
+import { chmod, chown, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, resolve } from "node:path";
+import { markOwner } from "../../../src/owned-dirs.ts";
 import type { Sample } from "../../../src/sample.ts";
 import type { AgentConfig, RewardCommandConfig } from "../../protocol/agent-config.ts";
 import { runProcess, type ProcessResult } from "./process.ts";
+import { programPaths, resolvePaths, sandboxArgv, sandboxIds, sandboxTools, type SandboxSettings } from "./sandbox.ts";
 import type { AgentPrompt, AgentTask, RewardResult, Transcript } from "./task.ts";
 
 /** What an episode needs of the gateway (src/gateway Gateway): one session per episode. */
@@ -21,6 +25,8 @@ export interface SessionHost {
     apiKey: string;
   };
   closeSession(id: string): { samples: Sample[]; requests: number; error: string | null };
+  /** Serves the session alone on a Unix socket (the sandbox's one endpoint); needed with `sandbox.network: gateway`. */
+  listenSession?(id: string, path: string): Promise<void>;
 }
 
 /** Everything an episode runs with (one per rollout). */
@@ -60,12 +66,19 @@ function commandPath(cmd: string, baseDir: string): string {
   return isAbsolute(cmd) || !cmd.includes("/") ? cmd : resolve(baseDir, cmd);
 }
 
+/** What a signal from a sandbox's limits means. */
+const LIMIT_SIGNALS: Partial<Record<string, string>> = {
+  SIGXCPU: " (its cpuSeconds limit)",
+  SIGXFSZ: " (its fileSizeMB limit: a file too large)",
+};
+
 /** Why a process run counts as failed, or null. */
-function processFailure(what: string, r: ProcessResult, timeoutS: number): string | null {
+function processFailure(what: string, r: ProcessResult, timeoutS: number, sandbox: SandboxSettings | null = null): string | null {
   if (r.spawnError) return `${what} could not start: ${r.spawnError}`;
-  if (r.timedOut) return `${what} timed out after ${timeoutS} s (process group killed)`;
+  if (r.outputExceeded) return `${what} printed more than ${sandbox?.outputMB ?? 64} MiB on stdout and stderr (stopped)`;
+  if (r.timedOut) return `${what} timed out after ${timeoutS} s (${sandbox ? "sandbox" : "process group"} killed)`;
   if (r.aborted) return `${what} was abandoned (rollout stopping)`;
-  if (r.signal) return `${what} was killed by ${r.signal}`;
+  if (r.signal) return `${what} was killed by ${r.signal}${LIMIT_SIGNALS[r.signal] ?? ""}${errorLine(r.stderr) ? `: ${errorLine(r.stderr)}` : ""}`;
   if (r.exitCode !== 0) return `${what} exited with code ${r.exitCode}${errorLine(r.stderr) ? `: ${errorLine(r.stderr)}` : ""}`;
   return null;
 }
@@ -87,7 +100,11 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
   const rolloutId = `r${spec.firstIndex}`;
   const prompt = task.prompt(spec.groupIndex, spec.seed);
   const root = await mkdtemp(join(tmpdir(), `ooze-agent-${spec.groupIndex}-${spec.episode}-`));
+  markOwner(root); // a SIGKILLed job's episode directories are removed by the next start (rollout-hook.ts)
   const workdir = join(root, "work");
+  const box = agent.sandbox === "none" ? null : agent.sandbox;
+  // The sandbox's own uid (ooze as root), owner of the workdir; the episode directory only lets it through.
+  const ids = box ? sandboxIds() : null;
   let failure: string | null = null;
   let samples: Sample[] = [];
   let requests = 0;
@@ -104,22 +121,34 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
       await mkdir(dirname(p), { recursive: true });
       await writeFile(p, content);
     }
+    if (ids) {
+      await chmod(root, 0o711);
+      await chownTree(workdir, ids.uid, ids.gid);
+    }
     const session = deps.sessions.openSession({
       episodeId: rolloutId, groupIndex: spec.groupIndex, maxTurns: agent.maxTurns, maxTokens: agent.maxTokens,
       temperature: spec.temperature, samplingSeed: spec.samplingSeed,
     });
-    const vars = { task: prompt.task, workdir, episode: rolloutId };
-    const env: NodeJS.ProcessEnv = {};
-    for (const k of INHERITED) if (process.env[k] !== undefined) env[k] = process.env[k];
-    Object.assign(env, agent.env, {
-      OPENAI_BASE_URL: session.openaiBaseUrl, OPENAI_API_KEY: session.apiKey,
-      ANTHROPIC_BASE_URL: session.anthropicBaseUrl, ANTHROPIC_API_KEY: session.apiKey,
-      OOZE_TASK: prompt.task, OOZE_WORKDIR: workdir, OOZE_EPISODE: rolloutId,
-    });
     try {
+      const vars = { task: prompt.task, workdir, episode: rolloutId };
+      const env: NodeJS.ProcessEnv = {};
+      for (const k of INHERITED) if (process.env[k] !== undefined) env[k] = process.env[k];
+      Object.assign(env, agent.env, box ? { HOME: "/tmp", TMPDIR: "/tmp" } : {}, {
+        OPENAI_BASE_URL: session.openaiBaseUrl, OPENAI_API_KEY: session.apiKey,
+        ANTHROPIC_BASE_URL: session.anthropicBaseUrl, ANTHROPIC_API_KEY: session.apiKey,
+        OOZE_TASK: prompt.task, OOZE_WORKDIR: workdir, OOZE_EPISODE: rolloutId,
+      });
+      let gateway: { socket: string; port: number } | null = null;
+      if (box?.network === "gateway") {
+        if (!deps.sessions.listenSession) throw new Error("sandbox.network is 'gateway' but the session host serves no per-session socket");
+        const socket = join(root, "gateway.sock");
+        await deps.sessions.listenSession(session.id, socket);
+        if (ids) await chown(socket, ids.uid, ids.gid);
+        gateway = { socket, port: Number(new URL(session.openaiBaseUrl).port) };
+      }
+      const run = commandLine(agent.command, agent.args.map((a) => expand(a, vars)), deps.baseDir, box, workdir, gateway, [], ids);
       result = await runProcess({
-        command: commandPath(agent.command, deps.baseDir), args: agent.args.map((a) => expand(a, vars)), cwd: workdir, env,
-        stdin: prompt.task, timeoutMs: agent.timeoutS * 1000, killGraceMs: agent.killGraceS * 1000,
+        ...run, cwd: workdir, env, stdin: prompt.task, timeoutMs: agent.timeoutS * 1000, killGraceMs: agent.killGraceS * 1000,
         ...(spec.signal ? { signal: spec.signal } : {}),
       });
     } finally {
@@ -127,7 +156,7 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
       samples = closed.samples;
       requests = closed.requests;
       gatewayError = closed.error;
-      failure = processFailure("agent", result ?? failedStart(), agent.timeoutS);
+      failure = processFailure("agent", result ?? failedStart(), agent.timeoutS, box);
     }
     if (!failure && samples.length === 0) failure = "the agent made no model request";
     if (!failure) {
@@ -136,7 +165,7 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
         stdout: result!.stdout, stderr: result!.stderr, exitCode: result!.exitCode,
       };
       const r = agent.reward
-        ? await rewardByCommand(agent.reward, deps.baseDir, root, workdir, prompt, transcript)
+        ? await rewardByCommand(agent.reward, deps.baseDir, root, workdir, prompt, transcript, box, ids)
         : task.reward
           ? await rewardByModule(task, workdir, prompt, transcript)
           : { error: `task '${task.name}' has no reward() and train.agent.reward is not set` };
@@ -156,7 +185,32 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
 }
 
 function failedStart(): ProcessResult {
-  return { exitCode: null, signal: null, timedOut: false, aborted: false, spawnError: "not started", stdout: "", stderr: "", pgid: null, seconds: 0 };
+  return { exitCode: null, signal: null, timedOut: false, aborted: false, spawnError: "not started", stdout: "", stderr: "", pgid: null, seconds: 0, outputExceeded: false };
+}
+
+/** The program to spawn: the command itself, or (sandboxed) bwrap around it, with its output limit. */
+function commandLine(
+  command: string, args: string[], baseDir: string, box: SandboxSettings | null, workdir: string,
+  gateway: { socket: string; port: number } | null, readOnly: string[], ids: { uid: number; gid: number } | null,
+): { command: string; args: string[]; sandboxed?: boolean; maxTotalOutputBytes?: number } {
+  const cmd = commandPath(command, baseDir);
+  if (!box) return { command: cmd, args };
+  const argv = sandboxArgv({
+    settings: box, tools: sandboxTools(), workdir, gateway, ids,
+    readOnly: [...programPaths(cmd, args, resolvePaths(box.readOnlyPaths, baseDir, "readOnlyPaths")), ...readOnly],
+    writable: resolvePaths(box.writablePaths, baseDir, "writablePaths"),
+  }, cmd, args);
+  return { command: argv[0]!, args: argv.slice(1), sandboxed: true, maxTotalOutputBytes: box.outputMB * 1024 * 1024 };
+}
+
+/** Gives `dir` and everything in it to the sandbox's uid. */
+async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
+  await chown(dir, uid, gid);
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) await chownTree(p, uid, gid);
+    else await chown(p, uid, gid);
+  }
 }
 
 interface Outcome {
@@ -201,19 +255,20 @@ export function numberSamples(samples: Sample[], spec: AgentEpisodeSpec, rollout
 /** The reward command's verdict: its last stdout line if a number, else exit 0 → 1, other → 0. */
 async function rewardByCommand(
   cmd: RewardCommandConfig, baseDir: string, root: string, workdir: string, prompt: AgentPrompt, transcript: Transcript,
+  box: SandboxSettings | null, ids: { uid: number; gid: number } | null,
 ): Promise<{ reward: number; success: boolean | null } | { error: string }> {
   const file = join(root, "transcript.json");
   await writeFile(file, JSON.stringify({ task: prompt.task, text: transcript.text, stdout: transcript.stdout, exitCode: transcript.exitCode }));
   const env: NodeJS.ProcessEnv = {};
   for (const k of INHERITED) if (process.env[k] !== undefined) env[k] = process.env[k];
-  Object.assign(env, cmd.env, { OOZE_TASK: prompt.task, OOZE_WORKDIR: workdir, OOZE_TRANSCRIPT: file });
+  Object.assign(env, cmd.env, box ? { HOME: "/tmp", TMPDIR: "/tmp" } : {}, { OOZE_TASK: prompt.task, OOZE_WORKDIR: workdir, OOZE_TRANSCRIPT: file });
   const vars = { task: prompt.task, workdir, episode: "" };
-  const r = await runProcess({
-    command: commandPath(cmd.command, baseDir), args: cmd.args.map((a) => expand(a, vars)), cwd: workdir, env, stdin: "",
-    timeoutMs: cmd.timeoutS * 1000, killGraceMs: 1000,
-  });
+  // Sandboxed like the agent, with no network at all; the transcript is shown read-only.
+  const run = commandLine(cmd.command, cmd.args.map((a) => expand(a, vars)), baseDir, box ? { ...box, network: "gateway" } : null, workdir, null, [file], ids);
+  const r = await runProcess({ ...run, cwd: workdir, env, stdin: "", timeoutMs: cmd.timeoutS * 1000, killGraceMs: 1000 });
   if (r.spawnError) return { error: `reward command could not start: ${r.spawnError}` };
   if (r.timedOut) return { error: `reward command timed out after ${cmd.timeoutS} s` };
+  if (r.outputExceeded) return { error: `reward command printed more than ${box?.outputMB ?? 64} MiB (stopped)` };
   const last = lastLine(r.stdout);
   if (last !== "" && Number.isFinite(Number(last))) return { reward: Number(last), success: r.exitCode === 0 };
   return { reward: r.exitCode === 0 ? 1 : 0, success: r.exitCode === 0 };

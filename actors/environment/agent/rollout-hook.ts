@@ -11,8 +11,10 @@ import { readModelConfig } from "../../../native/model-dir.ts";
 import { PRESETS, isPresetName } from "../../../native/presets.ts";
 import type { TrainConfig } from "../../protocol/config.ts";
 import { OozeError } from "../../../src/errors.ts";
+import { sweepDeadOwners } from "../../../src/owned-dirs.ts";
 import type { AgentConfig } from "../../protocol/agent-config.ts";
 import { runAgentGroup } from "./group.ts";
+import { assertSandboxWorks } from "./sandbox.ts";
 import { loadAgentTask } from "./task.ts";
 
 /** A rollout's agent environment: runs prompt groups of agent episodes. */
@@ -20,11 +22,22 @@ export interface AgentRollout {
   readonly gateway: Gateway;
   /** The group's episodes (prompt message: `samples` sample indices from firstSample = episodes × maxSegments). */
   group(p: { groupIndex: number; firstSample: number; samples: number }, onSample?: (s: Sample) => void, signal?: AbortSignal): Promise<Sample[]>;
+  /**
+   * Ends every running episode (their sandboxes or process groups: SIGTERM, SIGKILL after killGraceS)
+   * and resolves once all are gone; the groups they belonged to reject (ACTOR_STOPPED), so their
+   * prompts are redelivered, not recorded as failed.
+   */
+  stop(): Promise<void>;
+  /** stop(), then the gateway. */
   close(): Promise<void>;
 }
 
 /** Starts the gateway and loads the agent task for a topology's `train:` section (train.agent set). */
-export async function startAgentRollout(train: TrainConfig & { agent: AgentConfig }, baseDir: string, fleet: Generator): Promise<AgentRollout> {
+export async function startAgentRollout(train: TrainConfig & { agent: AgentConfig }, baseDir: string, fleet: Generator, log: (line: string) => void = () => undefined): Promise<AgentRollout> {
+  // The sandbox is checked before anything runs: a machine that cannot make it refuses the job, saying why.
+  if (train.agent.sandbox === "none") log("rollout: WARNING train.agent.sandbox is 'none': agent and reward commands run unconfined, as ooze's user (they can read its files, the NATS token, and other episodes' sessions)");
+  else assertSandboxWorks();
+  for (const d of sweepDeadOwners("ooze-agent-")) log(`rollout: removed ${d}, an episode directory a job that is gone left behind`);
   const task = await loadAgentTask(train.task, train.taskConfig, baseDir);
   const modelDir = train.model === undefined ? null : isAbsolute(train.model) ? train.model : resolve(baseDir, train.model);
   let contextLength: number;
@@ -35,12 +48,30 @@ export async function startAgentRollout(train: TrainConfig & { agent: AgentConfi
   const gateway = await Gateway.start({ fleet, contextLength, ...(hf ? { tokenizer: hf.tokenizer, chatTemplate: hf.chatTemplate } : {}) });
   const decode = hf ? (ids: Int32Array) => hf.tokenizer.decode(ids, false) : (ids: Int32Array) => decodeBytes(ids, false);
   const deps = { sessions: gateway, task, agent: train.agent, baseDir, decode };
+  const stopping = new AbortController();
+  const running = new Set<Promise<unknown>>();
+  const stop = async () => {
+    stopping.abort();
+    await Promise.allSettled([...running]);
+  };
   return {
     gateway,
     group(p, onSample, signal) {
+      if (stopping.signal.aborted) return Promise.reject(new OozeError("ACTOR_STOPPED", `rollout stopping: group ${p.groupIndex} is left for the next rollout`));
       const episodes = Math.max(1, Math.floor(p.samples / train.agent.maxSegments));
-      return runAgentGroup(deps, { groupIndex: p.groupIndex, firstSample: p.firstSample, episodes, seed: train.seed, temperature: train.temperature, ...(signal ? { signal } : {}) }, onSample);
+      const sig = signal ? AbortSignal.any([signal, stopping.signal]) : stopping.signal;
+      const run = runAgentGroup(deps, { groupIndex: p.groupIndex, firstSample: p.firstSample, episodes, seed: train.seed, temperature: train.temperature, signal: sig }, onSample).then((samples) => {
+        if (stopping.signal.aborted) throw new OozeError("ACTOR_STOPPED", `rollout stopping: the episodes of group ${p.groupIndex} were ended; its prompt is redelivered`);
+        return samples;
+      });
+      running.add(run);
+      void run.then(() => running.delete(run), () => running.delete(run));
+      return run;
     },
-    close: () => gateway.close(),
+    stop,
+    close: async () => {
+      await stop();
+      await gateway.close();
+    },
   };
 }

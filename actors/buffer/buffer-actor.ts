@@ -11,6 +11,7 @@
 // the last batch on BATCHES (in a new job, e.g. `ooze train --resume`, from the position the trainer
 // announces with its weights), and re-fed prompts are deduplicated by their msgID.
 import type { ActorSystem } from "../../src/actor/index.ts";
+import { recordBufferBatch } from "../protocol/loop-metrics.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Topology } from "../../src/topology/schema.ts";
@@ -267,6 +268,7 @@ async function publishPrompt(env: LoopEnv, path: string, g: PendingGroup, step: 
 async function publishBatch(env: LoopEnv, path: string, body: BatchBody): Promise<void> {
   const full = { pending: [], requeued: [], requeuedPrompts: [], trainedPrompts: [], droppedPrompts: [], ...body };
   await publish(env.bus, env.names.trainBatches, batchMsg, full, `batch-${body.step}`, path);
+  recordBufferBatch(env.job, path, { generated: body.stats.generated, trained: body.samples.length, dropped: body.dropped.length, groups: body.groups.length });
 }
 
 /**

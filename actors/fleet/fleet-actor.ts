@@ -25,6 +25,7 @@ import { fullObjectName } from "../weight-sync/full-store.ts";
 import { EmbeddedEngine, killOrphan } from "./embedded.ts";
 import { LocalWeights } from "./local-weights.ts";
 import { fleetMsg, type FleetMsg, type FleetReply } from "../protocol/fleet-messages.ts";
+import { watchFleet } from "../protocol/loop-metrics.ts";
 
 /** The fleet actor's `config` in a topology. */
 export const fleetConfig = z.looseObject({
@@ -72,6 +73,8 @@ interface FleetState {
   registry: FleetRegistry | null;
   /** Local copies of full checkpoints fetched from the object store. */
   weights: LocalWeights;
+  /** Stops reporting this fleet's engines to Prometheus. */
+  unwatch: () => void;
 }
 
 type UpdateMsg = Extract<FleetMsg, { op: "updateWeights" }>;
@@ -222,7 +225,11 @@ export function fleetActor(system: ActorSystem) {
       }
       local.set(job, fleet);
       ctx.log.info(`fleet: ${fleet.list().length} engines (${embedded.length} embedded)`);
-      return { fleet, bus, embedded, job, registry, weights };
+      const unwatch = watchFleet(job, ctx.path, () => {
+        const es = fleet.list();
+        return { healthy: es.filter((e) => e.healthy).length, total: es.length, requests: es.reduce((n, e) => n + e.inFlight, 0) };
+      });
+      return { fleet, bus, embedded, job, registry, weights, unwatch };
     },
     async handle(state, msg, ctx) {
       const { fleet } = state;
@@ -254,6 +261,7 @@ export function fleetActor(system: ActorSystem) {
       return state;
     },
     async onStop(state) {
+      state.unwatch();
       if (local.get(state.job) === state.fleet) local.delete(state.job);
       for (const e of state.embedded) if (e.url) await state.fleet.detach(e.url).catch(() => {});
       await Promise.all(state.embedded.map((e) => e.stop()));

@@ -7,6 +7,7 @@
 // at the end, and then (stopWhenDone) tells every node of the job to drain and stop. A trainer
 // restarted in the same job (its process died) continues from its latest checkpoint and trains the
 // batches after it again, replayed from BATCHES.
+import { recordTrainerStep } from "../protocol/loop-metrics.ts";
 import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { z } from "zod";
@@ -77,8 +78,8 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
         const announce = (step: number, position: Position) =>
           publish(env.bus, env.names.trainWeights, weightsMsg, { version: trainer.version, modelDir: trainer.modelDir, step, position }, `weights-${step}`, ctx.path);
         await announce(from.step, from.position);
-        const publishMetrics = (m: StepMetrics) =>
-          publish(env.bus, env.names.trainMetrics, stepMetricsMsg, { step: m.step, metrics: m as unknown as Record<string, number | number[]> }, `metrics-${m.step}`, ctx.path);
+        const publishMetrics = (m: StepMetrics) => (recordTrainerStep(env.job, ctx.path, m),
+          publish(env.bus, env.names.trainMetrics, stepMetricsMsg, { step: m.step, metrics: m as unknown as Record<string, number | number[]> }, `metrics-${m.step}`, ctx.path));
         const run = new Run(env, cfg, out, paths, trainer, versions, announce, publishMetrics, from.step, (l) => ctx.log.info(l));
         // A resumed trainer trains again the batches after its checkpoint (still on BATCHES).
         const startSeq = from.resumed ? await seqAfterStep(env.bus, env.names.streamBatches, batchRegistry, (m) => m.body.step, from.step) : undefined;

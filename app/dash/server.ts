@@ -9,6 +9,7 @@ import { readFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { createRequire } from "node:module";
 import type { AddressInfo } from "node:net";
+import { counter, gauge, newRegistry, sendMetrics } from "../../src/metrics.ts";
 import { OozeError } from "../../src/errors.ts";
 import type { DashHub, DashUpdate } from "./hub.ts";
 
@@ -128,6 +129,10 @@ export async function startDashServer(o: DashServerOptions): Promise<DashServer>
   const { page, assets } = loadAssets();
   const html = page.replaceAll("{{TOKEN}}", encodeURIComponent(token));
   const streams = new Set<ServerResponse>();
+  // GET /metrics (token required, as everywhere: Prometheus sends it as a bearer token)
+  const registry = newRegistry();
+  gauge(registry, "ooze_dash_clients", "Browsers with the live event stream open.", [], (g) => g.set(streams.size));
+  const requests = counter(registry, "ooze_dash_requests_total", "Requests answered, by route and status code.", ["route", "code"]);
 
   const openStream = (res: ServerResponse) => {
     res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-store", connection: "keep-alive" });
@@ -154,6 +159,7 @@ export async function startDashServer(o: DashServerOptions): Promise<DashServer>
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? "/", "http://dash.invalid");
+    res.once("finish", () => requests.inc({ route: assets.has(url.pathname) ? "asset" : url.pathname.startsWith("/api/") || ["/", "/events", "/metrics"].includes(url.pathname) ? url.pathname : "other", code: String(res.statusCode) }));
     if (!sameToken(tokenOf(req, url), token)) return send(res, 401, "text/plain; charset=utf-8", "401 Unauthorized\n");
     const route = `${req.method ?? "GET"} ${url.pathname}`;
     const asset = req.method === "GET" ? assets.get(url.pathname) : undefined;
@@ -163,6 +169,8 @@ export async function startDashServer(o: DashServerOptions): Promise<DashServer>
         return send(res, 200, "text/html; charset=utf-8", html);
       case "GET /events":
         return openStream(res);
+      case "GET /metrics":
+        return sendMetrics(res, registry);
       case "GET /api/state":
         return sendJson(res, 200, o.hub.snapshot());
       case "POST /api/engines/attach":

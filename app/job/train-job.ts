@@ -192,7 +192,11 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
           }
         },
       });
-      for (const h of topology.hosts) nodes.push(await startNode({ topology, host: h.name, job, bus, resolveKind, log: actorLog }));
+      for (const h of topology.hosts) {
+        const node = await startNode({ topology, host: h.name, job, bus, resolveKind, log: actorLog });
+        nodes.push(node);
+        if (node.metricsUrl) actorLog(`[${job}/${h.name}] info metrics: ${node.metricsUrl}`);
+      }
       const crashActor = (name: string): boolean => {
         for (const n of nodes) {
           const a = n.system.list().find((x) => x.path === name || x.path.startsWith(`${name}/`));

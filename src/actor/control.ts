@@ -31,6 +31,8 @@ export interface PsReply {
   pid: number;
   actors: ActorInfo[];
   failure: WireError | null;
+  /** The node process's Prometheus endpoint (http://host:port/metrics), or null when it serves none. */
+  metrics: string | null;
 }
 
 /** Answer to `down`. */
@@ -46,7 +48,7 @@ const requestSchema = z.discriminatedUnion("op", [
 ]);
 
 /** Serves the control subject of `node` for a system with a bus attached; returns the unsubscribe. */
-export function serveControl(system: ActorSystem, node: string, opts: { onDown?: () => void | Promise<void> } = {}): () => void {
+export function serveControl(system: ActorSystem, node: string, opts: { onDown?: () => void | Promise<void>; metricsUrl?: () => string | null } = {}): () => void {
   const { bus, names } = remoteLayer(system);
   const sub = bus.subscribe(names.control(node), {
     handler: async (m) => {
@@ -56,7 +58,7 @@ export function serveControl(system: ActorSystem, node: string, opts: { onDown?:
         const env = decodeEnvelope(m.data, CONTROL_KIND);
         const req = requestSchema.parse(env.body);
         if (req.op === "ps") {
-          reply = { ok: true, value: { node, system: system.name, pid: process.pid, actors: system.list(), failure: system.failure?.toWire() ?? null } satisfies PsReply };
+          reply = { ok: true, value: { node, system: system.name, pid: process.pid, actors: system.list(), failure: system.failure?.toWire() ?? null, metrics: opts.metricsUrl?.() ?? null } satisfies PsReply };
         } else if (req.op === "crash") {
           const crashed = system.crash(req.actor, req.reason ?? `crashed by a control request to node '${node}'`);
           reply = { ok: true, value: { node, actor: req.actor, crashed } satisfies CrashReply };

@@ -7,6 +7,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
 import { OozeError } from "../errors.ts";
+import { counter, gauge, histogram, newRegistry, sendMetrics } from "../metrics.ts";
 import type { InferenceBackend } from "./backend.ts";
 import { lengthRefusal, limitsOfContext, outputCap, type LengthLimits } from "./limits.ts";
 import { badRequestBody, parseGenerateRequest, type GenerateItem, type WireGenerateResponse, type WireMetaInfo } from "./protocol.ts";
@@ -164,6 +165,29 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
   let updateChain: Promise<unknown> = Promise.resolve();
   let port = 0;
 
+  // Prometheus metrics, named as SGLang names its own (sglang:*, label model_name), at GET /metrics.
+  const registry = newRegistry();
+  const modelName = modelPath; // the served model's name, as at start (weight updates keep it)
+  const m = {
+    promptTokens: counter(registry, "sglang:prompt_tokens_total", "Number of prefill tokens processed.", ["model_name"]),
+    generationTokens: counter(registry, "sglang:generation_tokens_total", "Number of generation tokens processed.", ["model_name"]),
+    cachedTokens: counter(registry, "sglang:cached_tokens_total", "Number of prompt tokens served from the prefix cache.", ["model_name"]),
+    requests: counter(registry, "sglang:num_requests_total", "Number of requests finished.", ["model_name"]),
+    ttft: histogram(registry, "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ["model_name"]),
+    e2e: histogram(registry, "sglang:e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds.", ["model_name"]),
+    errors: counter(registry, "ooze_engine_http_errors_total", "Requests answered with an HTTP error, by status code.", ["model_name", "code"]),
+  };
+  gauge(registry, "sglang:num_running_reqs", "The number of running requests.", ["model_name"], (g) => g.set({ model_name: modelName }, sched.counts(maxRunning).running));
+  gauge(registry, "sglang:num_queue_reqs", "The number of requests in the waiting queue.", ["model_name"], (g) => g.set({ model_name: modelName }, sched.counts(maxRunning).waiting));
+  gauge(registry, "sglang:token_usage", "The token usage (share of the KV budget in use).", ["model_name"], (g) => {
+    const st = backend.cacheStats();
+    g.set({ model_name: modelName }, st.budgetTokens > 0 ? st.cachedTokens / st.budgetTokens : 0);
+  });
+  gauge(registry, "sglang:cache_hit_rate", "The prefix cache hit rate (prompt tokens served from the cache).", ["model_name"], (g) => {
+    const st = backend.cacheStats();
+    g.set({ model_name: modelName }, st.promptTokens > 0 ? st.hitTokens / st.promptTokens : 0);
+  });
+
   /** Requests the scheduler refused for their length (streamed: answered with an abort finish reason carrying status 400). */
   const refused = new WeakSet<SchedRequest>();
 
@@ -211,7 +235,19 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       const outs = recs.map((r, i) => responseOf(items[i]!, r, t0, null));
       send(res, 200, isBatch ? outs : outs[0]);
     };
+    const firstToken = new Set<SchedRequest>();
     const onUpdate = (i: number) => (r: SchedRequest) => {
+      if (r.outIds.length > 0 && !firstToken.has(r)) {
+        firstToken.add(r);
+        m.ttft.observe({ model_name: modelName }, (performance.now() - t0) / 1000);
+      }
+      if (r.state === "done" && !refused.has(r)) {
+        m.requests.inc({ model_name: modelName });
+        m.promptTokens.inc({ model_name: modelName }, r.promptIds.length);
+        m.cachedTokens.inc({ model_name: modelName }, r.cachedTokens);
+        m.generationTokens.inc({ model_name: modelName }, r.outIds.length);
+        m.e2e.observe({ model_name: modelName }, (performance.now() - t0) / 1000);
+      }
       if (stream && !res.destroyed) {
         if (r.error !== null) res.write(`data: ${JSON.stringify({ error: { message: r.error } })}\n\n`);
         else res.write(`data: ${JSON.stringify(responseOf(items[i]!, r, t0, isBatch ? i : null))}\n\n`);
@@ -431,6 +467,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
     return [200, null];
   });
   route(["/v1/loads", "/get_loads"], ["GET"], async () => [200, loads()]);
+  route(["/metrics"], ["GET"], async (_q, res) => sendMetrics(res, registry));
 
   const server = createServer((req, res) => {
     void (async () => {
@@ -450,7 +487,11 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
         const out = await r.handler(req, res, body);
         if (out) send(res, out[0], out[1]);
       } catch (e) {
-        if (e instanceof HttpError) return send(res, e.status, e.body);
+        if (e instanceof HttpError) {
+          m.errors.inc({ model_name: modelName, code: String(e.status) });
+          return send(res, e.status, e.body);
+        }
+        m.errors.inc({ model_name: modelName, code: "500" });
         const message = e instanceof Error ? e.message : String(e);
         if (res.headersSent) res.destroy();
         else send(res, 500, { error: { message } });

@@ -7,6 +7,7 @@ import { randomBytes, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from "node:net";
 import { OozeError } from "../errors.ts";
+import { counter, gauge, histogram, newRegistry, sendMetrics, type Counter, type Histogram, type Registry } from "../metrics.ts";
 import { anthropicModelsBody, AnthropicStream, messageBody } from "./anthropic.ts";
 import { GatewayError } from "./errors.ts";
 import { parseAnthropicRequest, parseOpenAIRequest } from "./messages.ts";
@@ -86,6 +87,11 @@ export class Gateway {
   /** POST /v1/responses: a translation onto the chat path, with the sessions' stored responses. */
   private readonly responses: ResponsesApi;
   private readonly maxBody: number;
+  /** Prometheus metrics, served at GET /metrics on the main listener. */
+  private readonly metrics: {
+    registry: Registry; requests: Counter<string>; seconds: Histogram<string>;
+    promptTokens: Counter<string>; cachedTokens: Counter<string>; completionTokens: Counter<string>;
+  };
   private readonly ctx: ConstructorParameters<typeof Session>[3];
   private base = "";
   /** Sessions served on a Unix socket of their own (listenSession), and the connections that came through each. */
@@ -107,6 +113,16 @@ export class Gateway {
     this.format = ReplyFormat.of(this.template, this.template instanceof JinjaChatTemplate ? this.template.source : null, opts.replyFormat);
     this.responses = new ResponsesApi(this.tokenizer, this.format);
     this.maxBody = opts.maxBodyBytes ?? 32 * 1024 * 1024;
+    const reg = newRegistry();
+    gauge(reg, "ooze_gateway_sessions_open", "Agent sessions open.", [], (g) => g.set(this.sessions.size));
+    this.metrics = {
+      registry: reg,
+      requests: counter(reg, "ooze_gateway_requests_total", "Requests answered, by API and HTTP status code.", ["api", "code"]),
+      seconds: histogram(reg, "ooze_gateway_request_duration_seconds", "Time to the whole answer (a stream's end), by API.", ["api"]),
+      promptTokens: counter(reg, "ooze_gateway_prompt_tokens_total", "Prompt tokens of the turns sent to the engines."),
+      cachedTokens: counter(reg, "ooze_gateway_cached_tokens_total", "Prompt tokens the engines served from their prefix cache."),
+      completionTokens: counter(reg, "ooze_gateway_completion_tokens_total", "Tokens the engines sampled for the turns."),
+    };
     if (!Number.isInteger(opts.contextLength) || opts.contextLength < 2) {
       throw new OozeError("CONFIG_INVALID", `gateway: contextLength must be an integer ≥ 2 (got ${String(opts.contextLength)})`);
     }
@@ -204,6 +220,14 @@ export class Gateway {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? "/").split("?")[0]!;
+    // Prometheus scrapes the main listener; a session's own socket (an agent's sandbox) serves its session only.
+    if (path === "/metrics" && req.method === "GET" && !this.boundTo.has(req.socket)) return sendMetrics(res, this.metrics.registry);
+    const t0 = performance.now();
+    const api = /\/v1\/(chat\/completions|messages|responses|models)\/?$/.exec(path)?.[1] ?? "other";
+    res.once("finish", () => {
+      this.metrics.requests.inc({ api, code: String(res.statusCode) });
+      this.metrics.seconds.observe({ api }, (performance.now() - t0) / 1000);
+    });
     const m = /^\/s\/([^/]+)\/v1\/(chat\/completions|messages|responses|models)\/?$/.exec(path);
     // Which dialect to answer errors in: by path, else by the key header the SDK sent.
     const anthropic = m ? m[2] === "messages" || (m[2] === "models" && req.headers["x-api-key"] !== undefined) : req.headers["x-api-key"] !== undefined;
@@ -289,6 +313,9 @@ export class Gateway {
         if (stream && !res.writableEnded) return stream.fail(ge);
         throw ge;
       }
+      this.metrics.promptTokens.inc(result.promptTokens);
+      this.metrics.cachedTokens.inc(result.cachedTokens);
+      this.metrics.completionTokens.inc(result.choices.reduce((n, c) => n + c.ids.length, 0));
       if (res.destroyed) return;
       if (stream) stream.finish(result);
       else {

@@ -16,6 +16,7 @@ import {
   type StartedActor,
 } from "../actor/index.ts";
 import { OozeError } from "../errors.ts";
+import { gauge, processMetrics, startMetricsServer, type MetricsServer } from "../metrics.ts";
 import type { Bus } from "../transport/bus.ts";
 import type { ActorSpec, Topology } from "./schema.ts";
 
@@ -29,6 +30,8 @@ export interface RunningNode {
   readonly host: string;
   readonly system: ActorSystem;
   readonly actors: readonly StartedActor[];
+  /** The node's Prometheus endpoint (its process's metrics), or null when `metrics: false`. */
+  readonly metricsUrl: string | null;
   /** Resolves when the node has stopped (after `down`, `stop()` or a root escalation). */
   readonly stopped: Promise<{ reason: StopReason; error: OozeError | null }>;
   /** Drains (up to timeoutMs) and stops. */
@@ -48,7 +51,10 @@ export async function startNode(opts: {
   const log = opts.log ?? ((l: string) => process.stderr.write(`${l}\n`));
   if (!topology.hosts.some((h) => h.name === host))
     throw new OozeError("TOPOLOGY_INVALID", `topology '${topology.name}' has no host '${host}' (hosts: ${topology.hosts.map((h) => h.name).join(", ")})`);
+  const m = topology.metrics;
+  const metrics: MetricsServer | null = m === false ? null : await startMetricsServer(processMetrics(), m === true ? {} : m);
   const system = createSystem({ name: job, supervision: topology.supervision, log });
+  const unwatch = metrics ? watchActors(system) : () => undefined;
   await attachBus(system, bus, { job });
   const specs = topology.actors.map((a) => ({ ...a, config: { ...a.config, host, job } }));
   const byName = new Map(topology.actors.map((a) => [a.name, a]));
@@ -66,17 +72,41 @@ export async function startNode(opts: {
       for (const a of actors) await a.durable?.stop();
       if (reason === "stop") await system.drain({ timeoutMs });
       await system.stop();
+      unwatch();
+      await metrics?.close();
       resolveStopped({ reason, error });
     })();
     return stopping;
   };
   // `down` drains before answering (serveControl), then calls onDown.
-  const unserve = serveControl(system, host, { onDown: () => stop("down") });
+  const unserve = serveControl(system, host, { onDown: () => stop("down"), metricsUrl: () => metrics?.url ?? null });
   void system.escalation.then((e) => {
     log(`[${host}] ${e.message}`);
     void stop("escalated", 0, e);
   });
-  return { host, system, actors, stopped, stop: (t) => stop("stop", t) };
+  return { host, system, actors, metricsUrl: metrics?.url ?? null, stopped, stop: (t) => stop("stop", t) };
+}
+
+const systems = new Set<ActorSystem>();
+
+/**
+ * Every actor's supervision and mailbox figures (what `ooze ps` shows) as Prometheus series, read from
+ * the node systems of this process at each scrape.
+ */
+function watchActors(system: ActorSystem): () => void {
+  systems.add(system);
+  const r = processMetrics();
+  const each = (pick: (a: ReturnType<ActorSystem["list"]>[number]) => number) => (g: ReturnType<typeof gauge>) => {
+    g.reset();
+    for (const s of systems) for (const a of s.list()) g.set({ job: s.name, actor: a.path }, pick(a));
+  };
+  const L = ["job", "actor"];
+  gauge(r, "ooze_actor_restarts", "Restarts of the actor by its supervisor.", L, each((a) => a.restarts));
+  gauge(r, "ooze_actor_mailbox_depth", "Messages waiting in the actor's mailbox.", L, each((a) => a.mailboxDepth));
+  gauge(r, "ooze_actor_processed", "Messages the actor has handled.", L, each((a) => a.processed));
+  gauge(r, "ooze_actor_dead_letters", "Messages that could not be delivered to the actor (dead-lettered).", L, each((a) => a.deadLetters));
+  gauge(r, "ooze_actor_malformed", "Frames for the actor that failed to decode or validate.", L, each((a) => a.malformed));
+  return () => void systems.delete(system);
 }
 
 /** Asks one node for its actors (TimeoutError / ACTOR_NOT_FOUND when it does not answer). */

@@ -65,6 +65,15 @@ const dashSchema = z.union([
   z.object({ port: z.number().int().min(0).max(65535).optional(), host: z.string().min(1).optional() }).strict(),
 ]);
 
+/**
+ * `metrics:` — each node process serves its actors' Prometheus metrics at /metrics (loopback and a
+ * free port by default; its address is in `ooze ps`); false turns it off.
+ */
+const metricsSchema = z.union([
+  z.boolean(),
+  z.object({ port: z.number().int().min(0).max(65535).optional(), host: z.string().min(1).optional() }).strict(),
+]);
+
 export const topologySchema = z
   .object({
     name: nameSegment,
@@ -77,6 +86,7 @@ export const topologySchema = z
     engines: z.unknown().optional(),
     train: z.unknown().optional(),
     dash: dashSchema.optional(),
+    metrics: metricsSchema.default(true),
   })
   .strict();
 

@@ -45,7 +45,7 @@ async function runNodeCommand(opts: NodeOptions): Promise<number> {
   const replicas = resolveReplicas(target.url, false, opts.replicas, topology.nats.replicas);
   const bus = await connectBus({ url: target.url, ...(target.token ? { token: target.token } : {}), name: `ooze-node-${job}-${opts.host}`, largeBucket: jobNames(job).objLarge, replicas });
   const node = await startNode({ topology, host: opts.host, job, bus, resolveKind, log });
-  log(`running ${node.actors.map((a) => a.path).join(", ") || "no actors"} (pid ${process.pid})`);
+  log(`running ${node.actors.map((a) => a.path).join(", ") || "no actors"} (pid ${process.pid}${node.metricsUrl ? `, metrics ${node.metricsUrl}` : ""})`);
   const stop = () => void node.stop();
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);

@@ -16,10 +16,10 @@ export function register(program: Command) {
       const rec = findJob(opts.job);
       const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-ps", largeBucket: jobNames(rec.job).objLarge });
       const statuses = await Promise.all(
-        rec.hosts.map(async (host): Promise<{ host: string; pid: number; actors: ActorInfo[]; failure: string | null } | { host: string; error: string }> => {
+        rec.hosts.map(async (host): Promise<{ host: string; pid: number; metrics: string | null; actors: ActorInfo[]; failure: string | null } | { host: string; error: string }> => {
           try {
             const s = await nodeStatus(bus, rec.job, host);
-            return { host, pid: s.pid, actors: s.actors, failure: s.failure?.message ?? null };
+            return { host, pid: s.pid, metrics: s.metrics ?? null, actors: s.actors, failure: s.failure?.message ?? null };
           } catch (e) {
             return { host, error: (e as Error).message };
           }
@@ -36,6 +36,7 @@ export function register(program: Command) {
         if ("error" in s) rows.push([s.host, "-", `unreachable: ${s.error}`, "", "", "", ""]);
         else for (const a of s.actors) rows.push([s.host, a.path, a.status, String(a.restarts), String(a.mailboxDepth), String(a.processed), String(a.malformed)]);
       }
+      for (const s of statuses) if (!("error" in s) && s.metrics) console.log(`${s.host}: pid ${s.pid}, metrics ${s.metrics}`);
       const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
       for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd());
     });

@@ -1,4 +1,4 @@
-// Loop benchmark (`npm run bench -- loop [--steps N] [--reps R] [--staleness B] [--preset NAME] [--window G]`):
+// Loop benchmark (`npm run bench -- loop [--steps N] [--reps R] [--staleness B] [--preset NAME] [--window G] [--explorer K]`):
 // trained samples/s of `ooze train` — the loop's actors on an embedded NATS JetStream — in sync, async
 // (one step off-policy) and fully_async mode (partial rollout, staleness bound B = 2, the mode's
 // default) on a workload with heavy-tailed generation lengths, against the ideal overlap bound measured
@@ -18,6 +18,9 @@
 // launches stay within the bound's reach, so a long group delays its batch and none goes stale: the
 // trained prompts are sync's (a task whose lengths depend on the prompt only gives sync's trained
 // length). With lateGroups requeue stale groups are generated again (dropped after 3 tries).
+//
+// --explorer K: the trainer's explorer files keep K steps (train.explorer.keepSteps; default the
+// config's, 20; 0 writes none): run with 0 and without to see what writing them costs the loop.
 //
 // Trained samples/s: samples trained in steps 2..N over the wall time from the end of step 1 to the
 // end of step N (engine and worker start-up excluded), for every mode.
@@ -80,6 +83,7 @@ const prompts = 8;
 const samples = 8;
 const maxRunning = 128;
 const window = Number(arg("window", String(2 * prompts)));
+const explorerSteps = process.argv.includes("--explorer") ? Number(arg("explorer", "20")) : null;
 const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
 const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens: 8 };
 const root = mkdtempSync(join(tmpdir(), "ooze-bench-loop-"));
@@ -89,7 +93,7 @@ const engines = enginesSchema.parse({ count: 1, maxRunning, cacheTokens: 65536 }
 function trainConfig(mode: TrainConfig["mode"], maxStaleness = staleness): TrainConfig {
   return trainSchema.parse({
     mode, task, taskConfig, preset, steps, promptsPerStep: prompts, samplesPerPrompt: samples, lr: 0.003, checkpointEvery: 1000,
-    maxStaleness, maxInflightGroups: window,
+    maxStaleness, maxInflightGroups: window, ...(explorerSteps !== null ? { explorer: { keepSteps: explorerSteps } } : {}),
   });
 }
 
@@ -256,6 +260,7 @@ try {
   const phases = ["sync", "async", "fully_async", "generation_only", "training_only"] as const;
   console.log(
     JSON.stringify({
+      explorer_keep_steps: explorerSteps ?? trainConfig("sync").explorer.keepSteps,
       workload: `long-tail turns (Pareto alpha ${taskConfig.alpha}, 1-${taskConfig.maxTurns} turns of <=${taskConfig.turnTokens} tokens), preset ${preset}, ${prompts} prompts x ${samples} samples, ${steps} steps, 1 engine (maxRunning ${maxRunning}), OMP_NUM_THREADS=${process.env.OMP_NUM_THREADS}, ${repetitions} repetitions`,
       sync: r(m.sync),
       async: r(m.async),

@@ -21,7 +21,8 @@ import {
   type BatchBody, type GroupBody, type PendingGroup, type VersionRecord,
 } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, lastMessage, publish, scanStream, VersionsKv, type StreamConsumer } from "../protocol/streams.ts";
-import { ContinuousFeeder, statsOf, type FeederStart } from "./continuous.ts";
+import { ContinuousFeeder, failedOf, statsOf, type FeederStart } from "./continuous.ts";
+import { agentsUnproductive, emptyRoundReason } from "./empty-rounds.ts";
 import { GroupBuffer } from "./groups.ts";
 import { slotsPerPrompt } from "../protocol/agent-config.ts";
 import { z } from "zod";
@@ -39,26 +40,7 @@ export const bufferActorConfig = z.object({
   maxEmptyRounds: z.number().int().min(1).default(10),
 });
 
-/**
- * Why a round produced nothing to train: its episodes' errors, most frequent first (with counts),
- * and how many groups the filter dropped.
- */
-export function emptyRoundReason(samples: Iterable<Sample>, filtered: number): string {
-  const errors = new Map<string, number>();
-  let failed = 0;
-  let total = 0;
-  for (const s of samples) {
-    total++;
-    if (s.status !== "failed") continue;
-    failed++;
-    const e = typeof s.metadata.error === "string" ? s.metadata.error : "failed (no reason recorded)";
-    errors.set(e, (errors.get(e) ?? 0) + 1);
-  }
-  const top = [...errors].sort((a, b) => b[1] - a[1]).slice(0, 3).map(([e, n]) => `"${e.slice(0, 240)}" (×${n})`);
-  const parts = [`${failed} of ${total} samples failed${top.length ? `: ${top.join("; ")}` : ""}`];
-  if (filtered > 0 && failed < total) parts.push(`${filtered} group(s) dropped by the filter (all rewards equal)`);
-  return parts.join("; ");
-}
+export { emptyRoundReason } from "./empty-rounds.ts";
 
 /** The round of rollouts that becomes the next batch. */
 interface Round {
@@ -218,13 +200,7 @@ class Feeder implements FeederLike {
       this.log(`buffer: WARNING round ${this.emptyRounds} in a row produced no trainable sample: ${why}`);
       if (this.emptyRounds >= this.maxEmptyRounds) {
         // No restart can cure this (the same agent fails the same way): the job stops, saying why.
-        throw new OozeError(
-          "AGENTS_UNPRODUCTIVE",
-          `${this.emptyRounds} rounds in a row produced no trainable sample (every episode failed or every group was filtered): ${why}. ` +
-            "Run the agent command by hand in an episode's setting (train.agent.keepWorkdirs: true keeps its workdir), fix it, and start again; " +
-            "the buffer's config.maxEmptyRounds sets how many such rounds are allowed",
-          { retryable: false },
-        );
+        throw agentsUnproductive(this.emptyRounds, why);
       }
       round.refills = 0;
       return this.feed(t.promptsPerStep);
@@ -238,6 +214,7 @@ class Feeder implements FeederLike {
       samples: batch.samples,
       groups: batch.groups,
       dropped: all.filter((s) => !trained.has(s.index)).map((s) => s.index).sort((a, b) => a - b),
+      failedSamples: failedOf(all),
       stalenessMax: Math.max(0, batch.stalenessMax),
       nextPrompt: this.nextPrompt,
       nextSample: this.nextPrompt * slotsPerPrompt(t),
@@ -264,9 +241,10 @@ async function publishPrompt(env: LoopEnv, path: string, g: PendingGroup, step: 
   await publish(env.bus, env.names.trainPrompts, promptGroup, body, promptMsgId(g.prompt, g.attempt), path);
 }
 
-/** Publishes one batch to BATCHES (msgID `batch-<step>`). */
+/** Publishes one batch to BATCHES (msgID `batch-<step>`); its failed episodes only for the trainer's explorer (train.explorer). */
 async function publishBatch(env: LoopEnv, path: string, body: BatchBody): Promise<void> {
-  const full = { pending: [], requeued: [], requeuedPrompts: [], trainedPrompts: [], droppedPrompts: [], ...body };
+  const full = { pending: [], requeued: [], requeuedPrompts: [], trainedPrompts: [], droppedPrompts: [], ...body, failedSamples: [] as Sample[] };
+  if (env.train.explorer.keepSteps > 0) full.failedSamples = body.failedSamples ?? [];
   await publish(env.bus, env.names.trainBatches, batchMsg, full, `batch-${body.step}`, path);
   recordBufferBatch(env.job, path, { generated: body.stats.generated, trained: body.samples.length, dropped: body.dropped.length, groups: body.groups.length });
 }
@@ -315,8 +293,8 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
           ? new Serial(new ContinuousFeeder(env, {
               publishPrompt: (g, step) => publishPrompt(env, ctx.path, g, step),
               publishBatch: (b) => publishBatch(env, ctx.path, b),
-              log,
-            }))
+              log: (l) => (l.includes("WARNING") ? ctx.log.warn(l) : log(l)),
+            }, cfg.maxEmptyRounds))
           : new Serial(new Feeder(env, ctx.path, (l) => (l.includes("WARNING") ? ctx.log.warn(l) : log(l)), cfg.maxEmptyRounds));
       // The start position may wait for the trainer: found in the background, first in the chain.
       void feeder.run((f) => startingPosition(env, log).then((from) => f.start(from))).catch((e: unknown) => fail(e));

@@ -28,12 +28,17 @@
 // group are acked only with that batch, so a restarted buffer finds every undecided group again in
 // the streams (start()); groups found again have no known launch version and are cut in the order
 // they are found.
+//
+// A batch cut with no sample (every group since the last batch dropped: its episodes failed, or the
+// filter rejected it) is an empty round; after `maxEmptyRounds` of them in a row the job stops with
+// their reason (AGENTS_UNPRODUCTIVE, ./empty-rounds.ts), as sync mode does.
 import { oldestVersion, type Sample } from "../../src/sample.ts";
 import { fullyAsyncLimits } from "../protocol/config.ts";
 import { slotsPerPrompt } from "../protocol/agent-config.ts";
 import { rewardStats as rewardStatsOf } from "../protocol/metrics.ts";
 import type { LoopEnv } from "../protocol/context.ts";
-import type { BatchBody, GroupBody, PendingGroup, VersionRecord } from "../protocol/messages.ts";
+import { MAX_FAILED_SAMPLES, type BatchBody, type GroupBody, type PendingGroup, type VersionRecord } from "../protocol/messages.ts";
+import { agentsUnproductive, emptyRoundReason } from "./empty-rounds.ts";
 import { GroupBuffer, type Batch } from "./groups.ts";
 
 /** Times a prompt may be requeued as stale before it is dropped. */
@@ -109,8 +114,14 @@ export class ContinuousFeeder {
   private roundStart = performance.now();
   private promptTokens = 0;
   private cachedTokens = 0;
+  /** Batches in a row cut with no sample to train. */
+  private emptyRounds = 0;
 
-  constructor(private readonly env: Pick<LoopEnv, "train">, private readonly io: FeederIo) {
+  constructor(
+    private readonly env: Pick<LoopEnv, "train">,
+    private readonly io: FeederIo,
+    private readonly maxEmptyRounds = 10,
+  ) {
     const t = env.train;
     const limits = fullyAsyncLimits(t);
     this.bound = limits.maxStaleness;
@@ -324,6 +335,13 @@ export class ContinuousFeeder {
 
   private async publish(batch: Batch | null): Promise<void> {
     const step = this.batches + 1;
+    if ((batch?.samples.length ?? 0) === 0) {
+      const why = emptyRoundReason(this.filtered, this.filteredSinceBatch);
+      this.emptyRounds++;
+      this.io.log(`buffer: WARNING round ${this.emptyRounds} in a row produced no trainable sample: ${why}`);
+      // the groups stay unacked: the job stops here (escalated at once), not after one more empty step
+      if (this.emptyRounds >= this.maxEmptyRounds) throw agentsUnproductive(this.emptyRounds, why);
+    } else this.emptyRounds = 0;
     const trained = new Set(batch?.samples.map((s) => s.index) ?? []);
     const all: Sample[] = [...this.filtered];
     const dropped = [...this.dropped];
@@ -341,6 +359,7 @@ export class ContinuousFeeder {
       samples: batch?.samples ?? [],
       groups: batch?.groups ?? [],
       dropped: dropped.sort((a, b) => a - b),
+      failedSamples: failedOf(all),
       stalenessMax: Math.max(0, batch?.stalenessMax ?? 0),
       nextPrompt: this.nextPrompt,
       nextSample: this.nextSample,
@@ -375,6 +394,11 @@ export class ContinuousFeeder {
 }
 
 /** Reward, length and failure figures of a batch's decided samples (metrics.jsonl). */
+/** A batch's failed episodes, for the trainer's explorer (the first MAX_FAILED_SAMPLES). */
+export function failedOf(all: readonly Sample[]): Sample[] {
+  return all.filter((s) => s.status === "failed").slice(0, MAX_FAILED_SAMPLES);
+}
+
 export function statsOf(all: readonly Sample[]): Pick<BatchBody["stats"], "rewards" | "failed"> {
   return {
     rewards: rewardStatsOf(all),

@@ -149,6 +149,17 @@ export const trainSchema = z
      */
     recordTokens: z.boolean().default(false),
     /**
+     * The dashboard's trajectory explorer (app/dash/explorer.ts): the trainer writes each step's
+     * samples — trained ones with their advantage, and the step's failed episodes — to
+     * OUT/explorer/step-NNNNNNNN.jsonl (token ids, loss mask and logprobs as base64 typed arrays,
+     * weight-version spans, reward, group, status, metadata with agent transcripts), keeping the
+     * files of the newest keepSteps steps; keepSteps 0 writes none.
+     */
+    explorer: z
+      .object({ keepSteps: z.number().int().min(0).default(20) })
+      .strict()
+      .prefault({}),
+    /**
      * Which trainer worker trains: the native C++ worker (the default: no Python, CPU), or the
      * PyTorch worker (python/ooze_torch: any transformers causal LM, CPU or CUDA, bf16 or fp32 with
      * fp32 master weights, FSDP2 across `gpus` ranks). `ooze setup torch` prepares its Python.

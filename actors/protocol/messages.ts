@@ -135,12 +135,17 @@ export const batchMsg = defineMessage({
     /** fully_async: prompts trained in this batch, and prompts dropped (filter, failed, too stale too often) since the previous one. */
     trainedPrompts: z.array(index).default([]),
     droppedPrompts: z.array(index).default([]),
+    /** The batch's failed episodes in full (only with train.explorer on; at most MAX_FAILED_SAMPLES): the trainer's explorer files show them. */
+    failedSamples: z.array(sampleSchema).default([]),
     stats: rolloutStats,
   }),
 });
 
+/** Failed episodes a batch carries for the explorer at most (the rest are only counted and listed in `dropped`). */
+export const MAX_FAILED_SAMPLES = 16;
+
 type BatchFields = z.output<typeof batchMsg.schema>;
-type FullyAsyncFields = "pending" | "requeued" | "requeuedPrompts" | "trainedPrompts" | "droppedPrompts";
+type FullyAsyncFields = "pending" | "requeued" | "requeuedPrompts" | "trainedPrompts" | "droppedPrompts" | "failedSamples";
 /** A batch message's body (the fully_async fields default to empty). */
 export type BatchBody = Omit<BatchFields, FullyAsyncFields> & Partial<Pick<BatchFields, FullyAsyncFields>>;
 

@@ -3,7 +3,9 @@
 // (a batch is acked after its step is trained, saved and announced — once the previous version is on
 // the engines, so the next step trains while this one syncs; a redelivered batch of a step already
 // trained is skipped), writes OUT/metrics.jsonl, OUT/batches.jsonl (which sample indices
-// each step trained and dropped), with train.recordTokens OUT/samples.jsonl (their tokens) and OUT/reward.svg like `ooze train`, checkpoints every K steps and
+// each step trained and dropped), with train.recordTokens OUT/samples.jsonl (their tokens), with
+// train.explorer OUT/explorer/ (each recent step's samples, for the dashboard's trajectory explorer:
+// explorer-log.ts) and OUT/reward.svg like `ooze train`, checkpoints every K steps and
 // at the end, and then (stopWhenDone) tells every node of the job to drain and stop. A trainer
 // restarted in the same job (its process died) continues from its latest checkpoint and trains the
 // batches after it again, replayed from BATCHES.
@@ -24,6 +26,7 @@ import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, ty
 import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
 import { SimTrainer, type StepTrainer } from "./sim-trainer.ts";
 import { copyTokenizerFiles } from "./sft.ts";
+import { ExplorerLog } from "./explorer-log.ts";
 
 /** The trainer actor's `config`. */
 export const trainerActorConfig = z.object({
@@ -46,6 +49,7 @@ interface TrainerState {
   stopVersions: () => Promise<void>;
   consumer: StreamConsumer;
   run: Run;
+  explorer: ExplorerLog | null;
 }
 
 /** The trainer actor definition for a node's system and topology. */
@@ -60,6 +64,8 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       mkdirSync(out, { recursive: true });
       const from = await startingPoint(out, env, paths);
       if (from.resumed) ctx.log.warn(`trainer: resuming job ${env.job} at step ${from.step} from ${from.modelDir}`);
+      const explorer = t.explorer.keepSteps > 0 ? new ExplorerLog(out, t.explorer.keepSteps, t.model ? resolve(env.baseDir, t.model) : null, (l) => ctx.log.warn(l)) : null;
+      explorer?.cutAfter(from.step);
       const config = policyTrainerConfig(t);
       const trainer: StepTrainer = t.simulate
         ? new SimTrainer(from.modelDir, from.version, t.simulate)
@@ -71,7 +77,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
             onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
             log: (line) => ctx.log.info(`torch setup: ${line}`),
           });
-      ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} (${t.trainer.backend}) at weight version ${trainer.version}`);
+      ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version} (${t.simulate ? "simulated" : t.trainer.backend} trainer)`);
       try {
         await ensureTrainStreams(env.bus, env.names, env.train);
         const versions = await (await VersionsKv.open(env.bus, env.names)).follow();
@@ -80,7 +86,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
         await announce(from.step, from.position);
         const publishMetrics = (m: StepMetrics) => (recordTrainerStep(env.job, ctx.path, m),
           publish(env.bus, env.names.trainMetrics, stepMetricsMsg, { step: m.step, metrics: m as unknown as Record<string, number | number[]> }, `metrics-${m.step}`, ctx.path));
-        const run = new Run(env, cfg, out, paths, trainer, versions, announce, publishMetrics, from.step, (l) => ctx.log.info(l));
+        const run = new Run(env, cfg, out, paths, trainer, versions, announce, publishMetrics, from.step, (l) => ctx.log.info(l), explorer);
         // A resumed trainer trains again the batches after its checkpoint (still on BATCHES).
         const startSeq = from.resumed ? await seqAfterStep(env.bus, env.names.streamBatches, batchRegistry, (m) => m.body.step, from.step) : undefined;
         const consumer = consumeStream({
@@ -91,7 +97,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
         });
         ctx.log.info(`trainer: ${t.steps} steps of ${t.promptsPerStep}×${t.samplesPerPrompt} samples (${t.mode}), run directory ${out}`);
         run.finishIfDone();
-        return { trainer, consumer, run, stopVersions: versions.stop };
+        return { trainer, consumer, run, stopVersions: versions.stop, explorer };
       } catch (e) {
         await trainer.close();
         throw e;
@@ -102,6 +108,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       await state.stopVersions();
       // Stopped between checkpoints (Ctrl-C, `ooze down`, a crash): keep what was trained.
       await state.run.checkpointLast().catch((e) => ctx.log.error(`trainer: final checkpoint failed: ${(e as Error).message}`));
+      await state.explorer?.flush();
       await state.trainer.close();
     },
   });
@@ -196,6 +203,7 @@ class Run {
     private readonly publishMetrics: (m: StepMetrics) => Promise<unknown>,
     from: number,
     private readonly log: (l: string) => void,
+    private readonly explorer: ExplorerLog | null = null,
   ) {
     this.step = this.checkpointStep = from;
     this.metrics = readJsonl<StepMetrics>(paths.metrics);
@@ -251,6 +259,8 @@ class Run {
     appendJsonl(this.paths.batches, record);
     writeRewardSvg(this.paths.svg, this.metrics, `ooze: ${t.task} (${t.mode})`);
     await this.publishMetrics(m);
+    // the explorer's file of the step: queued, written while the next step trains
+    this.explorer?.write(b.step, b.samples, b.failedSamples);
     this.log(`trainer: step ${b.step}/${t.steps} reward ${m.reward_mean.toFixed(3)} version ${m.weight_version}`);
     const state: RunState = { step: b.step, nextPrompt: b.nextPrompt, nextSample: b.nextSample, weightVersion: this.trainer.version, seconds: m.seconds };
     if (t.mode === "fully_async") state.pending = b.pending;

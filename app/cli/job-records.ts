@@ -1,4 +1,4 @@
-// Job records: `ooze up` writes one file per running job (its NATS URL and token, pid, topology) so
+// Job records: `ooze up` writes one file per running job (its NATS URL and credentials, pid, topology) so
 // that `ooze ps`, `ooze down` and `ooze engines …` in another terminal can find and reach it.
 // Files live in $OOZE_HOME/jobs (default ~/.ooze/jobs), readable by the owner only (they hold the token).
 import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -11,6 +11,9 @@ export interface JobRecord {
   job: string;
   natsUrl: string;
   token: string | null;
+  /** User and password instead of a token (the embedded server's unrestricted user); absent in older records. */
+  user?: string | null;
+  password?: string | null;
   pid: number;
   topology: string | null;
   hosts: string[];
@@ -29,6 +32,12 @@ export function writeJob(rec: JobRecord): string {
   writeFileSync(file, JSON.stringify(rec, null, 2), { mode: 0o600 });
   chmodSync(file, 0o600);
   return file;
+}
+
+/** The credentials of a record, as `connectBus` takes them. */
+export function recordAuth(rec: Pick<JobRecord, "token" | "user" | "password">): { token?: string; user?: string; pass?: string } {
+  if (rec.user && rec.password) return { user: rec.user, pass: rec.password };
+  return rec.token ? { token: rec.token } : {};
 }
 
 export function removeJob(job: string): void {

@@ -3,6 +3,8 @@
 // `ooze up --dash` and `ooze train --dash` all start it through startDash.
 import { askJobFleet } from "../../actors/protocol/fleet-messages.ts";
 import type { Bus } from "../../src/transport/bus.ts";
+import { OozeError } from "../../src/errors.ts";
+import { ExplorerReader } from "./explorer.ts";
 import { DashHub } from "./hub.ts";
 import { followJob, type JobFeed } from "./job-feed.ts";
 import { followRun, type RunFeed } from "./run-feed.ts";
@@ -17,6 +19,8 @@ export interface DashOptions {
   job?: { bus: Bus; id: string; hosts: string[] };
   /** A run directory whose metrics.jsonl is shown (and followed). */
   runDir?: string;
+  /** The live job's run directory (the trainer's `out`): what the trajectory explorer reads for the job. */
+  explorerDir?: string;
   /** Bind address (default 127.0.0.1) and port (default 0: any free one). */
   host?: string;
   port?: number;
@@ -54,6 +58,12 @@ export async function startDash(o: DashOptions): Promise<Dash> {
     return { dir: run.run.dir, steps: run.run.metrics.length, error: run.run.error };
   };
   if (o.runDir !== undefined) await openRun(o.runDir);
+  const explorer = new ExplorerReader();
+  const explorerRun = (source: "run" | "live"): string => {
+    const dir = source === "run" ? (run?.run.dir ?? o.explorerDir) : (o.explorerDir ?? run?.run.dir);
+    if (dir === undefined) throw new OozeError("ACTOR_NOT_FOUND", "no run directory to explore: open one (the field above the curves, or ooze dash --run DIR)");
+    return dir;
+  };
   const job = o.job;
   const timeoutMs = o.engineTimeoutMs ?? 60_000;
   let feed: JobFeed | null = null;
@@ -68,6 +78,10 @@ export async function startDash(o: DashOptions): Promise<Dash> {
         attach: job ? (url) => askJobFleet(job.bus, job.id, fleetActor, { op: "attach", url, source: "runtime" }, timeoutMs) : null,
         detach: job ? (url) => askJobFleet(job.bus, job.id, fleetActor, { op: "detach", url }, timeoutMs) : null,
         openRun,
+        explorer: {
+          table: (source) => explorer.table(explorerRun(source)),
+          episode: (source, step, index) => explorer.episode(explorerRun(source), step, index),
+        },
       },
     });
     return {

@@ -1,6 +1,7 @@
 // The dashboard's HTTP server: one page (app/dash/page/), its script and stylesheet, uPlot from
 // node_modules (no CDN: the page works offline), a server-sent-event stream of the hub's updates,
-// and three actions (attach an engine, detach one, open a run directory). It binds to 127.0.0.1
+// three actions (attach an engine, detach one, open a run directory) and the trajectory explorer's
+// two reads (the episode table, one episode: explorer.ts). It binds to 127.0.0.1
 // unless told otherwise, and every route — page, assets, stream, actions — needs the token (a
 // generated one unless given), as `?token=` or `Authorization: Bearer TOKEN`; without it the answer
 // is 401 and nothing else.
@@ -20,6 +21,14 @@ export interface DashActions {
   detach: ((url: string) => Promise<unknown>) | null;
   /** Opens a run directory's metrics.jsonl (and follows it); the run comes to the page as a `run` update. */
   openRun: (dir: string) => Promise<{ dir: string; steps: number; error: string | null }>;
+  /**
+   * The trajectory explorer (explorer.ts) of the opened run directory (`run`) or of the live job's
+   * run directory (`live`): the episode table, and one episode; null when there is none to read.
+   */
+  explorer?: {
+    table(source: "run" | "live"): unknown;
+    episode(source: "run" | "live", step: number, index: number): unknown;
+  };
 }
 
 /** Options of startDashServer. */
@@ -63,6 +72,7 @@ function loadAssets(): { page: string; assets: Map<string, Asset> } {
     assets: new Map<string, Asset>([
       ["/assets/app.js", { type: js, body: readFileSync(here("app.js")) }],
       ["/assets/charts.js", { type: js, body: readFileSync(here("charts.js")) }],
+      ["/assets/explorer.js", { type: js, body: readFileSync(here("explorer.js")) }],
       ["/assets/app.css", { type: css, body: readFileSync(here("app.css")) }],
       ["/assets/uplot.js", { type: js, body: readFileSync(`${uplotDir}uPlot.iife.min.js`) }],
       ["/assets/uplot.css", { type: css, body: readFileSync(`${uplotDir}uPlot.min.css`) }],
@@ -183,6 +193,20 @@ export async function startDashServer(o: DashServerOptions): Promise<DashServer>
           return fn(target);
         });
       }
+      case "GET /api/explorer/episodes":
+      case "GET /api/explorer/episode":
+        return action(res, async () => {
+          const ex = o.actions.explorer;
+          if (!ex) throw new OozeError("ACTOR_NOT_FOUND", "this dashboard has no trajectory explorer");
+          const source = url.searchParams.get("source") === "live" ? "live" : "run";
+          if (url.pathname.endsWith("episodes")) return ex.table(source);
+          const int = (k: string) => {
+            const v = Number(url.searchParams.get(k));
+            if (!Number.isInteger(v) || v < 0) throw new OozeError("BAD_REQUEST", `query '${k}' must be a non-negative integer`);
+            return v;
+          };
+          return ex.episode(source, int("step"), int("index"));
+        });
       case "POST /api/run":
         return action(res, async () => o.actions.openRun(stringField(await jsonBody(req), "dir")));
       default:

@@ -72,14 +72,17 @@ export function remoteRef<M>(system: ActorSystem, path: string): ActorRef<M> {
   return remoteLayer(system).remoteRef<M>(path);
 }
 
+/** Creates (idempotently) the job's lifecycle events stream: a day or 100,000 events. */
+export async function ensureEventsStream(bus: Bus, names: JobNames): Promise<void> {
+  await bus.ensureStream(names.streamEvents, [names.eventsAll], { max_age: 24 * 3600 * 1e9, max_msgs: 100_000 } as never);
+}
+
 /** Attaches a connected bus to a system: serves its actors, publishes its events, enables remote refs. */
 export async function attachBus(system: ActorSystem, bus: Bus, opts: AttachOptions = {}): Promise<RemoteLayer> {
   const sys = internals(system);
   const names = jobNames(opts.job ?? system.name);
   if (layers.has(system)) throw new OozeError("CONFIG_INVALID", `actor system '${system.name}' already has a bus attached`);
-  if (opts.events !== false && opts.eventsStream !== false) {
-    await bus.ensureStream(names.streamEvents, [names.eventsAll], { max_age: 24 * 3600 * 1e9, max_msgs: 100_000 } as never);
-  }
+  if (opts.events !== false && opts.eventsStream !== false) await ensureEventsStream(bus, names);
   const subs = new Map<string, BusSubscription>();
   const serve = (cell: ActorCell<unknown, unknown>): void => {
     if (subs.has(cell.path)) return;

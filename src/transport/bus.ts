@@ -25,6 +25,8 @@ setSha256Backend("native");
 
 /** Header naming a large payload stored in the object store: `bucket/object`. */
 export const LARGE_HEADER = "Ooze-Large";
+/** How long large payloads stay in the object store unless a bus says otherwise (1 h). */
+export const LARGE_TTL_MS = 3_600_000;
 /** Bytes kept free under max_payload for headers before a body counts as large. */
 const HEADER_ROOM = 8 * 1024;
 
@@ -34,6 +36,11 @@ export interface BusOptions {
   url: string;
   /** Auth token (overrides one in the URL). */
   token?: string;
+  /** User and password (override those in the URL): a user of the embedded server's `users`. */
+  user?: string;
+  pass?: string;
+  /** Prefix of this connection's reply inboxes (default `_INBOX`); a job's node uses `names.inbox`, which its NATS user may subscribe to. */
+  inboxPrefix?: string;
   /** Connection name shown by the server (e.g. the node or actor name). */
   name?: string;
   /** Reconnect forever after a lost connection (default true). */
@@ -175,12 +182,16 @@ export interface NatsTarget {
   /** One server, or several of one cluster comma-separated (without credentials). */
   url: string;
   token: string | null;
+  /** User and password (from the URL, or OOZE_NATS_USER / OOZE_NATS_PASSWORD), or null. */
+  user: string | null;
+  pass: string | null;
   source: "flag" | "env" | "topology";
 }
 
 /**
- * Picks the NATS server(s): the --nats flag (one URL or a comma-separated list), else OOZE_NATS_URL (token from the URL or OOZE_NATS_TOKEN),
- * else the topology's `nats.url`; null when none is set (the caller starts an embedded server).
+ * Picks the NATS server(s): the --nats flag (one URL or a comma-separated list), else OOZE_NATS_URL (token from the URL or OOZE_NATS_TOKEN,
+ * user and password from the URL or OOZE_NATS_USER and OOZE_NATS_PASSWORD), else the topology's `nats.url`; null when none is set
+ * (the caller starts an embedded server).
  */
 export function resolveNatsUrl(
   flag: string | null | undefined,
@@ -189,7 +200,9 @@ export function resolveNatsUrl(
 ): NatsTarget | null {
   const pick = (url: string, token: string | null | undefined, source: NatsTarget["source"]): NatsTarget => {
     const parsed = splitNatsUrls(url);
-    return { url: parsed.urls.join(","), token: parsed.token ?? token ?? null, source };
+    const fromEnv = env.OOZE_NATS_USER && env.OOZE_NATS_PASSWORD ? { user: env.OOZE_NATS_USER, pass: env.OOZE_NATS_PASSWORD } : null;
+    const userPass = parsed.user !== null && parsed.pass !== null ? { user: parsed.user, pass: parsed.pass } : parsed.token === null ? fromEnv : null;
+    return { url: parsed.urls.join(","), token: userPass !== null ? null : (parsed.token ?? token ?? null), user: userPass?.user ?? null, pass: userPass?.pass ?? null, source };
   };
   if (flag) return pick(flag, env.OOZE_NATS_TOKEN, "flag");
   if (env.OOZE_NATS_URL) return pick(env.OOZE_NATS_URL, env.OOZE_NATS_TOKEN, "env");
@@ -301,6 +314,12 @@ export async function whileElecting<T>(fn: () => Promise<T>, opts: { forMs?: num
   }
 }
 
+/** Whether a stream's config has every field of `want` (the fields a caller sets; the server fills in the rest). */
+function sameStreamConfig(have: StreamConfig, want: Partial<StreamConfig>): boolean {
+  const h = have as unknown as Record<string, unknown>;
+  return Object.entries(want).every(([k, v]) => v === undefined || JSON.stringify(h[k]) === JSON.stringify(v));
+}
+
 /** Turns a nats.js failure into a TransportError / TimeoutError naming what was attempted. */
 export function toTransportError(e: unknown, what: string): OozeError {
   if (e instanceof OozeError) return e;
@@ -316,6 +335,8 @@ export function toTransportError(e: unknown, what: string): OozeError {
 export async function connectBus(opts: BusOptions): Promise<Bus> {
   const target = splitNatsUrls(opts.url);
   const token = opts.token ?? target.token;
+  const user = opts.user ?? target.user;
+  const pass = opts.pass ?? target.pass;
   const reconnect = opts.reconnect ?? true;
   const shown = target.urls.join(",");
   const sec = { ...natsSecurityFromEnv(), ...(opts.tls !== undefined ? { tls: opts.tls } : {}), ...(opts.credsFile !== undefined ? { credsFile: opts.credsFile } : {}) };
@@ -335,8 +356,9 @@ export async function connectBus(opts: BusOptions): Promise<Bus> {
       ...(wantsTls ? { tls: sec.tls ?? {} } : {}),
       ...(creds !== null ? { authenticator: credsAuthenticator(creds) } : {}),
       ...(token !== null ? { token } : {}),
-      ...(target.user !== null && target.pass !== null ? { user: target.user, pass: target.pass } : {}),
+      ...(user !== null && pass !== null ? { user, pass } : {}),
       ...(opts.name !== undefined ? { name: opts.name } : {}),
+      ...(opts.inboxPrefix !== undefined ? { inboxPrefix: opts.inboxPrefix } : {}),
       reconnect,
       maxReconnectAttempts: reconnect ? -1 : 0,
       reconnectTimeWait: opts.reconnectWaitMs ?? 250,
@@ -369,7 +391,7 @@ class NatsBus implements Bus {
     this.url = url;
     this.js = jetstream(nc);
     this.largeBucket = opts.largeBucket ?? "ooze_large";
-    this.largeTtlMs = opts.largeTtlMs ?? 3_600_000;
+    this.largeTtlMs = opts.largeTtlMs ?? LARGE_TTL_MS;
     this.replicas = opts.replicas ?? 1;
     this.closed = nc.closed().then((e) => (e instanceof Error ? e : null));
     void this.watchStatus();
@@ -629,6 +651,10 @@ class NatsBus implements Bus {
   async ensureStream(name: string, subjects: string[], opts: Partial<StreamConfig> = {}): Promise<StreamInfo> {
     const jsm = await this.jsm();
     return this.whileElecting(async () => {
+      // Already there as wanted: nothing to write (a job's node, whose NATS user may not create or
+      // change streams, finds those `ooze up` made this way).
+      const have = await jsm.streams.info(name).catch(() => null);
+      if (have !== null && sameStreamConfig(have.config, { num_replicas: this.replicas, ...opts, subjects })) return have;
       try {
         return await jsm.streams.add({ num_replicas: this.replicas, ...opts, name, subjects });
       } catch (e) {

@@ -1,4 +1,4 @@
-// The transport: the NATS bus, the embedded nats-server, and every NATS name.
+// The transport: the NATS bus, the embedded nats-server, every NATS name, and a job's NATS permissions.
 export {
   type Bus,
   type BusMsg,
@@ -13,5 +13,6 @@ export {
   type SubscribeOptions,
   toTransportError,
 } from "./bus.ts";
-export { findNatsServer, type NatsServerHandle, type NatsServerOptions, startNatsServer } from "./nats-server.ts";
+export { ADMIN_USER, findNatsServer, type NatsServerHandle, type NatsServerOptions, type NatsUser, startNatsServer } from "./nats-server.ts";
+export { jobPermissions, jobStreams, type NatsPermissions } from "./permissions.ts";
 export { type JobNames, jobNames, NAME_SEGMENT } from "./names.ts";

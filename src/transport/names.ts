@@ -25,6 +25,8 @@ export function jobNames(job: string) {
     /** Control plane of a node process (ps, down, engines attach/detach). */
     control: (node: string) => `${p}.control.${node}`,
     controlAll: `${p}.control.*`,
+    /** Prefix of the reply inboxes of a job's node processes (so their NATS users need no `_INBOX.>`). */
+    inbox: `${p}.inbox`,
     /** Chunked payload parts of a large message. */
     chunk: (id: string) => `${p}.chunk.${id}`,
     /** Data subjects of the training loop's actors (actors/protocol): prompt groups to generate,

@@ -1,6 +1,8 @@
 // An embedded nats-server child process: JetStream on, loopback, auth token, temp store. Started
 // through a tiny shell watchdog in its own process group, so it dies with its parent even when the
 // parent is SIGKILLed; stopped on process exit and on SIGINT/SIGTERM when nobody else handles them.
+// With `users`, the token gives way to named users: one unrestricted (ooze's own) and each given
+// one with its publish/subscribe allow lists (permissions.ts: a job's node processes).
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { accessSync, constants as fsConstants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -9,6 +11,17 @@ import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { OozeError } from "../errors.ts";
 import { markOwner, sweepDeadOwners } from "../owned-dirs.ts";
+import type { NatsPermissions } from "./permissions.ts";
+
+/** A user of the embedded server, confined to its permissions. */
+export interface NatsUser {
+  user: string;
+  password: string;
+  permissions: NatsPermissions;
+}
+
+/** Name of the unrestricted user when the server has `users` (its password is the handle's `token`). */
+export const ADMIN_USER = "ooze";
 
 /** Options of `startNatsServer`. */
 export interface NatsServerOptions {
@@ -18,8 +31,13 @@ export interface NatsServerOptions {
   host?: string;
   /** JetStream store directory; default: a fresh temp dir, removed by `stop()`. */
   storeDir?: string;
-  /** Auth token clients must present; default: 32 random bytes as hex. */
+  /** Auth token clients must present; default: 32 random bytes as hex. With `users`, the password of the unrestricted user `ooze` instead. */
   token?: string;
+  /**
+   * Named users confined to their permissions. nats-server allows no token beside users, so with
+   * them the unrestricted client is the user `ooze` (ADMIN_USER) whose password is `token`.
+   */
+  users?: readonly NatsUser[];
   /** Largest message the server accepts, in bytes; default 8 MiB; null keeps the server's own default (1 MiB). */
   maxPayload?: number | null;
   /** Enable JetStream (default true). */
@@ -57,9 +75,12 @@ export interface NatsClusterOptions {
 export interface NatsServerHandle {
   /** `nats://host:port` (no credentials). */
   readonly url: string;
-  /** `nats://token@host:port`: what `connectBus({url})` accepts as one string. */
+  /** `nats://token@host:port` (`nats://ooze:token@host:port` with users): what `connectBus({url})` accepts as one string. */
   readonly authUrl: string;
+  /** The token; with `users`, the password of the unrestricted user `user`. */
   readonly token: string;
+  /** The unrestricted user's name (ADMIN_USER) when the server has `users`; null with token auth. */
+  readonly user: string | null;
   readonly host: string;
   readonly port: number;
   readonly storeDir: string;
@@ -186,7 +207,8 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   const confPath = join(workDir, "nats.conf");
   // The token goes in the config file (mode 0600, private dir), not on the command line where any
   // local user could read it with ps.
-  const conf = [`authorization { token: ${JSON.stringify(token)} }`];
+  const users = opts.users ?? null;
+  const conf = [users === null ? `authorization { token: ${JSON.stringify(token)} }` : usersConf(token, users)];
   if (maxPayload !== null) conf.push(`max_payload: ${maxPayload}`);
   if (opts.serverName !== undefined) conf.push(`server_name: ${JSON.stringify(opts.serverName)}`);
   if (opts.cluster !== undefined) conf.push(clusterConf(opts.cluster, host));
@@ -301,9 +323,10 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
       return `nats://${host}:${port}`;
     },
     get authUrl() {
-      return `nats://${token}@${host}:${port}`;
+      return users === null ? `nats://${token}@${host}:${port}` : `nats://${ADMIN_USER}:${encodeURIComponent(token)}@${host}:${port}`;
     },
     token,
+    user: users === null ? null : ADMIN_USER,
     host,
     get port() {
       return port;
@@ -338,6 +361,22 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
     },
   };
   return handle;
+}
+
+/** The `authorization {}` block with users: `ooze` unrestricted, each of `users` with its allow lists. */
+function usersConf(adminPassword: string, users: readonly NatsUser[]): string {
+  const q = JSON.stringify;
+  const list = (xs: readonly string[]) => `[${xs.map((x) => q(x)).join(", ")}]`;
+  const names = new Set([ADMIN_USER]);
+  const lines = [`    { user: ${q(ADMIN_USER)}, password: ${q(adminPassword)} }`];
+  for (const u of users) {
+    if (names.has(u.user)) throw new OozeError("CONFIG_INVALID", `nats-server user '${u.user}' is given twice (or is the reserved '${ADMIN_USER}')`);
+    names.add(u.user);
+    const p = u.permissions;
+    const perms = `publish: { allow: ${list(p.publish)} }, subscribe: { allow: ${list(p.subscribe)} }${p.allowResponses ? ", allow_responses: true" : ""}`;
+    lines.push(`    { user: ${q(u.user)}, password: ${q(u.password)}, permissions: { ${perms} } }`);
+  }
+  return ["authorization {", "  users: [", ...lines, "  ]", "}"].join("\n");
 }
 
 /** The `cluster {}` block: routes listen on host:port, authenticate with user/pass, and reach the others. */

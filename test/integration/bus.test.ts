@@ -266,9 +266,13 @@ describe("bus", () => {
 
 describe("resolveNatsUrl", () => {
   it("prefers the flag, then OOZE_NATS_URL, then the topology; null means embedded", () => {
-    expect(resolveNatsUrl("nats://tok@h:1", { OOZE_NATS_URL: "nats://e:2" }, { url: "nats://t:3" })).toEqual({ url: "nats://h:1", token: "tok", source: "flag" });
-    expect(resolveNatsUrl(undefined, { OOZE_NATS_URL: "nats://e:2", OOZE_NATS_TOKEN: "et" }, { url: "nats://t:3" })).toEqual({ url: "nats://e:2", token: "et", source: "env" });
-    expect(resolveNatsUrl(null, {}, { url: "nats://t:3", token: "tt" })).toEqual({ url: "nats://t:3", token: "tt", source: "topology" });
+    const none = { user: null, pass: null };
+    expect(resolveNatsUrl("nats://tok@h:1", { OOZE_NATS_URL: "nats://e:2" }, { url: "nats://t:3" })).toEqual({ url: "nats://h:1", token: "tok", ...none, source: "flag" });
+    expect(resolveNatsUrl(undefined, { OOZE_NATS_URL: "nats://e:2", OOZE_NATS_TOKEN: "et" }, { url: "nats://t:3" })).toEqual({ url: "nats://e:2", token: "et", ...none, source: "env" });
+    expect(resolveNatsUrl(null, {}, { url: "nats://t:3", token: "tt" })).toEqual({ url: "nats://t:3", token: "tt", ...none, source: "topology" });
+    // a user and password (a node's user of `ooze up`'s embedded server): from the URL, or from the environment
+    expect(resolveNatsUrl("nats://u:p@h:1", { OOZE_NATS_TOKEN: "et" })).toEqual({ url: "nats://h:1", token: null, user: "u", pass: "p", source: "flag" });
+    expect(resolveNatsUrl("nats://h:1", { OOZE_NATS_USER: "u", OOZE_NATS_PASSWORD: "p", OOZE_NATS_TOKEN: "et" })).toEqual({ url: "nats://h:1", token: null, user: "u", pass: "p", source: "flag" });
     expect(resolveNatsUrl(undefined, {}, {})).toBeNull();
     expect(resolveNatsUrl(undefined, {})).toBeNull();
   });

@@ -6,36 +6,20 @@
 // the printed URL and sees the job's actors, its engine and a reward curve whose points grow as the
 // trainer's steps arrive over the bus; attaches an `ooze serve` engine with the page's form and
 // detaches it with its button; opening a run directory that does not exist shows a readable
-// message; a wrong token gets 401 and nothing else. It saves a screenshot (OOZE_DASH_SCREENSHOT, e.g.
+// message; a wrong token gets 401 and nothing else; the trajectory explorer lists the live job's
+// samples (its own test: dash-explorer.test.ts). It saves a screenshot (OOZE_DASH_SCREENSHOT, e.g.
 // docs/dash.png; default a temp file; OOZE_DASH_SCREENSHOT_STEPS=N waits for N steps first,
 // OOZE_DASH_TOPOLOGY=FILE runs another topology).
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import puppeteer, { type Browser, type Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { chromium, stopChild } from "../harness/debian.ts";
 import { waitUntil } from "../harness/index.ts";
 
 const OOZE = resolve("bin/ooze.mjs");
-const CANDIDATES = ["/usr/bin/chromium", "/usr/bin/chromium-browser"];
-
-/** Debian's chromium: found, or installed (root only); null with the reason when neither works. */
-function chromium(): { path: string } | { skip: string } {
-  const found = () => CANDIDATES.find((p) => existsSync(p));
-  let path = found();
-  if (path) return { path };
-  if (process.getuid?.() !== 0) return { skip: "chromium is not installed and this is not root (install it: apt-get install -y chromium)" };
-  try {
-    execFileSync("apt-get", ["update"], { stdio: "ignore", timeout: 300_000 });
-    execFileSync("apt-get", ["install", "-y", "chromium"], { stdio: "ignore", timeout: 600_000, env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" } });
-  } catch (e) {
-    return { skip: `chromium is not installed and 'apt-get install -y chromium' failed: ${(e as Error).message.split("\n")[0]}` };
-  }
-  path = found();
-  return path ? { path } : { skip: "apt-get installed chromium but no binary is at /usr/bin/chromium" };
-}
-
 const browserBin = chromium();
 if ("skip" in browserBin) console.warn(`dash-browser test skipped: ${browserBin.skip}`);
 
@@ -89,13 +73,7 @@ describe.skipIf("skip" in browserBin)("dashboard in headless Chromium", () => {
 
   afterAll(async () => {
     await browser?.close().catch(() => undefined);
-    if (child && child.exitCode === null) {
-      const exited = new Promise((r) => child.once("exit", r));
-      child.kill("SIGINT");
-      const killer = setTimeout(() => child.kill("SIGKILL"), 20_000);
-      await exited;
-      clearTimeout(killer);
-    }
+    await stopChild(child, "SIGINT", 20_000);
     if (dir) rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
@@ -138,6 +116,9 @@ describe.skipIf("skip" in browserBin)("dashboard in headless Chromium", () => {
     const points = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll("[data-chart]")].map((e) => [e.getAttribute("data-chart"), Number(e.getAttribute("data-points"))])));
     expect(points).toMatchObject({ lr: expect.any(Number), staleness: expect.any(Number), sync_bytes: expect.any(Number) });
     expect(Math.min(points.lr!, points.staleness!, points.sync_bytes!)).toBeGreaterThan(0);
+    // The trajectory explorer reads the live job's run directory: the trained samples of its steps.
+    const episodes = await until("the live job's samples in the trajectory table", () => document.querySelectorAll("[data-episode-row]").length || null);
+    expect(episodes).toBeGreaterThan(0);
     if (topologyFile === null) await until("a delta sync in the weight-sync table", () => [...document.querySelectorAll("[data-version]")].some((r) => r.textContent!.includes("delta")));
     const shot = process.env.OOZE_DASH_SCREENSHOT ?? join(dir, "dash.png");
     await page.screenshot({ path: shot as `${string}.png`, fullPage: true });

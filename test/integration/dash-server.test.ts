@@ -69,6 +69,7 @@ const ROUTES: [string, string][] = [
   ["GET", "/"],
   ["GET", "/assets/app.js"],
   ["GET", "/assets/charts.js"],
+  ["GET", "/assets/explorer.js"],
   ["GET", "/assets/app.css"],
   ["GET", "/assets/uplot.js"],
   ["GET", "/assets/uplot.css"],
@@ -77,6 +78,8 @@ const ROUTES: [string, string][] = [
   ["POST", "/api/engines/attach"],
   ["POST", "/api/engines/detach"],
   ["POST", "/api/run"],
+  ["GET", "/api/explorer/episodes"],
+  ["GET", "/api/explorer/episode"],
   ["GET", "/no-such-route"],
 ];
 

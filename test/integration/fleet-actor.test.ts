@@ -113,8 +113,9 @@ describe("fleet actor and `ooze engines`", () => {
     expect(att.code, att.err).toBe(0);
     expect(att.out).toMatch(new RegExp(`attached ${late} to job fleet-cli \\(healthy`));
     // Through the job's NATS server directly (as from another host), rather than its job record.
-    const rec = JSON.parse(readFileSync(join(home, "jobs", "fleet-cli.json"), "utf8")) as { natsUrl: string; token: string };
-    const nats = rec.natsUrl.replace("nats://", `nats://${rec.token}@`);
+    // the record holds ooze's own NATS user (the embedded server has users, no token: docs/sandbox.md)
+    const rec = JSON.parse(readFileSync(join(home, "jobs", "fleet-cli.json"), "utf8")) as { natsUrl: string; user: string; password: string };
+    const nats = rec.natsUrl.replace("nats://", `nats://${rec.user}:${rec.password}@`);
     const table = await ooze(["engines", "list", "--job", "fleet-cli", "--nats", nats]);
     expect(table.code, table.err).toBe(0);
     expect(table.out).toContain("3 engines");

@@ -3,8 +3,8 @@
 // loopback — a training job's node (trainer, buffer, fleet and actor series), an engine server
 // (sglang:* names), the gateway and the dashboard (with its token) — and a few series are queried
 // back through Prometheus's HTTP API.
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,23 +16,10 @@ import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { startSimEngines } from "../../src/engine/sim/sim-engines.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { parseTopology } from "../../src/topology/load.ts";
+import { debianProgram } from "../harness/debian.ts";
 import { waitUntil } from "../harness/index.ts";
 
-/** Debian's prometheus: found, or installed (root only); the reason when neither works. */
-function prometheusBin(): { path: string } | { skip: string } {
-  const path = "/usr/bin/prometheus";
-  if (existsSync(path)) return { path };
-  if (process.getuid?.() !== 0) return { skip: "prometheus is not installed and this is not root (install it: apt-get install -y prometheus)" };
-  try {
-    execFileSync("apt-get", ["update"], { stdio: "ignore", timeout: 300_000 });
-    execFileSync("apt-get", ["install", "-y", "--no-install-recommends", "prometheus"], { stdio: "ignore", timeout: 600_000, env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" } });
-  } catch (e) {
-    return { skip: `prometheus is not installed and 'apt-get install -y prometheus' failed: ${(e as Error).message.split("\n")[0]}` };
-  }
-  return existsSync(path) ? { path } : { skip: "apt-get installed prometheus but no binary is at /usr/bin/prometheus" };
-}
-
-const bin = prometheusBin();
+const bin = debianProgram("prometheus", ["/usr/bin/prometheus"]);
 if ("skip" in bin) console.warn(`prometheus test skipped: ${bin.skip}`);
 
 const dir = mkdtempSync(join(tmpdir(), "ooze-prom-"));

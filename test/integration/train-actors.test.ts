@@ -45,7 +45,7 @@ async function expectAccounted(out: string, staleness: number, context: () => st
   expect(batches.map((b) => b.step)).toEqual(Array.from({ length: steps }, (_, i) => i + 1));
 }
 /** The pid of the latest process of node `host` in an `ooze up` log. */
-const nodePid = (log: string, host: string) => Number([...log.matchAll(new RegExp(`\\[${host}\\] running [^\\n]* \\(pid (\\d+)\\)`, "g"))].at(-1)?.[1]);
+const nodePid = (log: string, host: string) => Number([...log.matchAll(new RegExp(`\\[${host}\\] running [^\\n]* \\(pid (\\d+)[,)]`, "g"))].at(-1)?.[1]);
 
 const allIndices = Array.from({ length: STEPS * PROMPTS * N }, (_, i) => i);
 

@@ -3,7 +3,7 @@
 // step trains exactly the samples its prompts produced, numbered group · slots + episode ·
 // maxSegments + segment (slots = samplesPerPrompt × maxSegments = 6 here). And a job whose agent
 // never calls the model: it says why each round produced nothing and stops, exit status non-zero,
-// after the buffer's maxEmptyRounds (no crash loop).
+// after the buffer's maxEmptyRounds (no crash loop), in sync mode and in fully_async (an empty batch is a round).
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -36,6 +36,16 @@ it("stops a job whose agent makes no model request, with the episodes' error, ex
   expect(r.status, text).not.toBe(0);
   // each round: the step's groups and their refills, every episode failed the same way
   expect(text).toMatch(/round 1 in a row produced no trainable sample: (\d+) of \1 samples failed: "the agent made no model request" \(×\1\)/);
+  expect(text).toMatch(/\[AGENTS_UNPRODUCTIVE\] buffer: 2 rounds in a row produced no trainable sample .*"the agent made no model request"/);
+  expect(text).not.toMatch(/restart in \d+ ms/);
+});
+
+it("fully_async: the same silent agent stops the job too, each empty batch counted as a round", () => {
+  const out = join(dir, "silent-async");
+  const r = spawnSync(process.execPath, ["bin/ooze.mjs", "train", "test/fixtures/topologies/agent-silent.yaml", "--mode", "fully_async", "--steps", "6", "--out", out], { encoding: "utf8", timeout: 300_000 });
+  const text = `${r.stdout}\n${r.stderr}`;
+  expect(r.status, text).not.toBe(0);
+  expect(text).toMatch(/round 1 in a row produced no trainable sample: (\d+) of \1 samples failed: "the agent made no model request"/);
   expect(text).toMatch(/\[AGENTS_UNPRODUCTIVE\] buffer: 2 rounds in a row produced no trainable sample .*"the agent made no model request"/);
   expect(text).not.toMatch(/restart in \d+ ms/);
 });

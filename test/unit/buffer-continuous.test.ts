@@ -24,6 +24,8 @@ interface Script {
   trainTicks: number;
   /** Changes a group's message before the feeder gets it (malformed input). */
   corrupt?: (g: GroupBody) => GroupBody;
+  /** The buffer's maxEmptyRounds (default 10). */
+  maxEmptyRounds?: number;
 }
 
 interface Launch extends PendingGroup {
@@ -44,7 +46,7 @@ function groupOf(l: Launch): GroupBody {
 }
 
 /** Runs the script until `steps` batches are published; the batches and every launch, in order. */
-async function simulate(s: Script): Promise<{ batches: BatchBody[]; launched: Launch[]; log: string[] }> {
+async function simulate(s: Script, log: string[] = []): Promise<{ batches: BatchBody[]; launched: Launch[]; log: string[] }> {
   const train = trainSchema.parse({
     mode: "fully_async", steps: s.steps, promptsPerStep: s.promptsPerStep, samplesPerPrompt: s.samplesPerPrompt,
     maxStaleness: s.maxStaleness, maxInflightGroups: s.maxInflightGroups, lateGroups: s.lateGroups,
@@ -53,7 +55,6 @@ async function simulate(s: Script): Promise<{ batches: BatchBody[]; launched: La
   const batches: BatchBody[] = [];
   const launched: Launch[] = [];
   const generating: { l: Launch; done: number }[] = [];
-  const log: string[] = [];
   const feeder = new ContinuousFeeder({ train }, {
     publishPrompt: async (g) => {
       const l = { ...g, version, tick };
@@ -64,7 +65,7 @@ async function simulate(s: Script): Promise<{ batches: BatchBody[]; launched: La
       batches.push(b);
     },
     log: (line) => log.push(line),
-  });
+  }, s.maxEmptyRounds);
   await feeder.start({ batches: 0, nextPrompt: 0, nextSample: 0, pending: [], floor: 0, inStreams: [] });
   await feeder.onVersion(record(0, 0));
   let training: number | null = null; // tick when the batch being trained is synced
@@ -128,6 +129,25 @@ describe("ContinuousFeeder (fully_async)", () => {
     expect(r.batches.flatMap((b) => b.droppedPrompts ?? [])).toEqual([0]);
     expect(r.batches.flatMap((b) => b.trainedPrompts ?? [])).toEqual([1, 2, 3, 4]);
     expect(r.log.some((l) => l.includes("group of prompt 0") && l.includes("repeats a sample index"))).toBe(true);
+  });
+
+  it("an agent whose every episode fails: each empty batch is a round, and after maxEmptyRounds the job stops saying why", async () => {
+    const failed = (g: GroupBody): GroupBody => ({
+      ...g,
+      samples: g.samples.map((x) => ({ ...x, status: "failed" as const, metadata: { ...x.metadata, error: "the agent made no model request" } })),
+    });
+    const log: string[] = [];
+    const run = simulate({ ...script, steps: 50, corrupt: failed, maxEmptyRounds: 3 }, log);
+    await expect(run).rejects.toMatchObject({ code: "AGENTS_UNPRODUCTIVE", retryable: false });
+    await expect(run).rejects.toThrow(/^3 rounds in a row produced no trainable sample .*"the agent made no model request" \(×\d+\)/);
+    const warnings = log.filter((l) => l.includes("WARNING"));
+    expect(warnings.map((l) => /round (\d+) in a row/.exec(l)?.[1])).toEqual(["1", "2", "3"]);
+    // a productive batch between empty ones starts the count again
+    let n = 0;
+    const someFail = (g: GroupBody) => (Math.floor(n++ / 8) % 2 === 0 ? failed(g) : g);
+    const ok = await simulate({ ...script, steps: 12, corrupt: someFail, maxEmptyRounds: 2 });
+    expect(ok.batches).toHaveLength(12);
+    expect(ok.batches.filter((b) => b.samples.length === 0).length).toBeGreaterThan(1);
   });
 
   it("lateGroups wait on random heavy-tailed schedules: the invariants hold", async () => {

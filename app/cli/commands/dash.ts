@@ -2,13 +2,15 @@
 // finds it, or through --nats) and/or of a run directory, on 127.0.0.1 with a generated token; it
 // prints the URL to open (token included) and runs until Ctrl-C. `dashFromTopology` is what
 // `ooze up --dash` and `ooze train --dash` (or `dash: true` in the topology) use.
+import { dirname, resolve } from "node:path";
 import type { Command } from "commander";
 import { startDash, type Dash } from "../../dash/index.ts";
 import { OozeError } from "../../../src/errors.ts";
+import { loadTopology } from "../../../src/topology/load.ts";
 import type { Topology } from "../../../src/topology/schema.ts";
 import { connectBus, resolveNatsUrl, type Bus } from "../../../src/transport/bus.ts";
 import { jobNames } from "../../../src/transport/names.ts";
-import { findJob, listJobs } from "../job-records.ts";
+import { findJob, listJobs, recordAuth } from "../job-records.ts";
 
 /** The port `ooze dash` tries first when none is given (any free one when it is taken). */
 export const DEFAULT_DASH_PORT = 8787;
@@ -47,6 +49,18 @@ export async function startDashAt(o: Omit<Parameters<typeof startDash>[0], "port
 }
 
 /**
+ * The run directory of a topology's trainer actor (its config's `out`, relative to the topology
+ * file, `{job}` filled in): where the trajectory explorer reads a live job's episodes; undefined
+ * without a trainer.
+ */
+export function trainerOutOf(topology: Topology, job: string): string | undefined {
+  const trainer = topology.actors.find((a) => a.kind === "train.trainer");
+  const out = trainer?.config.out;
+  if (typeof out !== "string") return undefined;
+  return resolve(topology.file ? dirname(topology.file) : process.cwd(), out.replaceAll("{job}", job));
+}
+
+/**
  * The dashboard a topology asks for (`dash:` in it, or --dash / --dash-port on the command line), for
  * `ooze up` and `ooze train`; null when none is asked for.
  */
@@ -54,7 +68,7 @@ export async function dashFromTopology(
   topology: Topology,
   flags: { dash?: boolean; dashPort?: string },
   job: { bus: Bus; id: string; hosts: string[] },
-  extra: { runDir?: string; log?: (line: string) => void },
+  extra: { runDir?: string; explorerDir?: string; log?: (line: string) => void },
   say: (line: string) => void,
 ): Promise<Dash | null> {
   const spec = topology.dash;
@@ -62,8 +76,12 @@ export async function dashFromTopology(
   if (!wanted) return null;
   const fromSpec = typeof spec === "object" && spec !== null ? spec : {};
   const port = flags.dashPort !== undefined ? portOf(flags.dashPort) : fromSpec.port;
+  const explorerDir = extra.explorerDir ?? trainerOutOf(topology, job.id);
   return startDashAt(
-    { job, ...(fromSpec.host !== undefined ? { host: fromSpec.host } : {}), port, ...(extra.runDir !== undefined ? { runDir: extra.runDir } : {}), ...(extra.log ? { log: extra.log } : {}) },
+    {
+      job, ...(fromSpec.host !== undefined ? { host: fromSpec.host } : {}), port, ...(extra.runDir !== undefined ? { runDir: extra.runDir } : {}),
+      ...(explorerDir !== undefined ? { explorerDir } : {}), ...(extra.log ? { log: extra.log } : {}),
+    },
     say,
   );
 }
@@ -82,10 +100,10 @@ export function register(program: Command) {
     .action(async (opts: DashOptions) => {
       const say = (line: string) => console.log(`ooze ${line}`);
       const target = resolveNatsUrl(opts.nats);
-      let rec: { job: string; natsUrl: string; token: string | null; hosts: string[] } | null = null;
+      let rec: { job: string; natsUrl: string; token: string | null; user?: string | null; password?: string | null; hosts: string[]; topology?: string | null } | null = null;
       if (target) {
         if (opts.job === undefined) throw new OozeError("CONFIG_INVALID", "ooze dash: --nats (or OOZE_NATS_URL) needs --job NAME");
-        rec = { job: opts.job, natsUrl: target.url, token: target.token, hosts: (opts.hosts ?? "main").split(",").map((h) => h.trim()).filter(Boolean) };
+        rec = { job: opts.job, natsUrl: target.url, token: target.token, user: target.user, password: target.pass, hosts: (opts.hosts ?? "main").split(",").map((h) => h.trim()).filter(Boolean) };
       } else if (opts.job !== undefined || opts.run === undefined) {
         if (opts.job === undefined && opts.run === undefined && listJobs().length === 0)
           throw new OozeError("ACTOR_NOT_FOUND", "ooze dash: no running ooze job found; start one with 'ooze up FILE', or pass --run DIR to show a run directory");
@@ -93,7 +111,7 @@ export function register(program: Command) {
       } else if (listJobs().length > 0) rec = findJob();
       let bus: Bus | null = null;
       if (rec) {
-        bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-dash", largeBucket: jobNames(rec.job).objLarge });
+        bus = await connectBus({ url: rec.natsUrl, ...recordAuth(rec), name: "ooze-dash", largeBucket: jobNames(rec.job).objLarge });
         say(`dash: job ${rec.job} (nats ${rec.natsUrl}, hosts ${rec.hosts.join(", ")})`);
       }
       const dash = await startDashAt(
@@ -103,6 +121,7 @@ export function register(program: Command) {
           fleetActor: opts.fleetActor,
           ...(rec && bus ? { job: { bus, id: rec.job, hosts: rec.hosts } } : {}),
           ...(opts.run !== undefined ? { runDir: opts.run } : {}),
+          ...explorerDirOf(rec),
           log: (l) => console.error(`ooze ${l}`),
         },
         say,
@@ -114,4 +133,15 @@ export function register(program: Command) {
       await dash.close();
       await bus?.close();
     });
+}
+
+/** The live job's run directory for the explorer: its trainer's `out`, from the topology its job record names. */
+function explorerDirOf(rec: { job: string; topology?: string | null } | null): { explorerDir?: string } {
+  if (!rec?.topology) return {};
+  try {
+    const dir = trainerOutOf(loadTopology(rec.topology), rec.job);
+    return dir !== undefined ? { explorerDir: dir } : {};
+  } catch {
+    return {}; // the topology file moved or changed: the explorer reads opened run directories only
+  }
 }

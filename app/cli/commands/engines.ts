@@ -6,7 +6,7 @@ import { OozeError } from "../../../src/errors.ts";
 import { connectBus, resolveNatsUrl } from "../../../src/transport/bus.ts";
 import { jobNames } from "../../../src/transport/names.ts";
 import { askJobFleet, type FleetMsg } from "../../../actors/protocol/fleet-messages.ts";
-import { findJob } from "../job-records.ts";
+import { findJob, recordAuth } from "../job-records.ts";
 
 interface EnginesOptions {
   job?: string;
@@ -19,12 +19,12 @@ interface EnginesOptions {
 /** Asks the fleet actor of a running job; clear errors when there is no job or no fleet actor. */
 async function ask(opts: EnginesOptions, msg: FleetMsg) {
   const target = resolveNatsUrl(opts.nats);
-  let rec: { job: string; natsUrl: string; token: string | null };
+  let rec: { job: string; natsUrl: string; token: string | null; user?: string | null; password?: string | null };
   if (target) {
     if (opts.job === undefined) throw new OozeError("CONFIG_INVALID", "ooze engines: --nats (or OOZE_NATS_URL) needs --job NAME");
-    rec = { job: opts.job, natsUrl: target.url, token: target.token };
+    rec = { job: opts.job, natsUrl: target.url, token: target.token, user: target.user, password: target.pass };
   } else rec = findJob(opts.job);
-  const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-engines", largeBucket: jobNames(rec.job).objLarge });
+  const bus = await connectBus({ url: rec.natsUrl, ...recordAuth(rec), name: "ooze-engines", largeBucket: jobNames(rec.job).objLarge });
   try {
     return { job: rec.job, reply: await askJobFleet(bus, rec.job, opts.actor, msg, Number(opts.timeout) * 1000) };
   } finally {

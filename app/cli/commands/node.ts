@@ -25,7 +25,7 @@ export function register(program: Command) {
     .description("run the actors of one host of a topology (joins a running job over NATS)")
     .requiredOption("--topology <file>", "topology YAML file")
     .requiredOption("--host <name>", "which of the topology's hosts this process is")
-    .option("--nats <urls>", "NATS server of the job (nats://token@host:port, or a cluster's servers comma-separated; or OOZE_NATS_URL / OOZE_NATS_TOKEN)")
+    .option("--nats <urls>", "NATS server of the job (nats://token@host:port, or a cluster's servers comma-separated; or OOZE_NATS_URL with OOZE_NATS_TOKEN, or OOZE_NATS_USER and OOZE_NATS_PASSWORD)")
     .option("--replicas <n>", "replicas of the streams, KV buckets and object stores it creates (default 1; 3 with three or more --nats servers)")
     .option("--job <name>", "job id (default: the topology's name)")
     .option("--parent-pid <pid>", "exit when this process is gone (set by ooze up)")
@@ -43,7 +43,13 @@ async function runNodeCommand(opts: NodeOptions): Promise<number> {
   if (!target) throw new OozeError("CONFIG_INVALID", "ooze node needs a NATS server: pass --nats nats://TOKEN@HOST:PORT or set OOZE_NATS_URL");
   const log = (line: string) => process.stderr.write(`[${opts.host}] ${line}\n`);
   const replicas = resolveReplicas(target.url, false, opts.replicas, topology.nats.replicas);
-  const bus = await connectBus({ url: target.url, ...(target.token ? { token: target.token } : {}), name: `ooze-node-${job}-${opts.host}`, largeBucket: jobNames(job).objLarge, replicas });
+  const auth = target.user !== null && target.pass !== null ? { user: target.user, pass: target.pass } : target.token ? { token: target.token } : {};
+  // Replies come back under the job's own subjects (names.inbox), all a node's NATS user may subscribe to.
+  const bus = await connectBus({ url: target.url, ...auth, name: `ooze-node-${job}-${opts.host}`, largeBucket: jobNames(job).objLarge, inboxPrefix: jobNames(job).inbox, replicas });
+  // A call the node's NATS user may not make fails at once; say so here too (with the subject), not only as the caller's error.
+  bus.onStatus((s) => {
+    if (s.type === "error" && /permissions violation/i.test(s.detail)) log(`NATS refused: ${s.detail}`);
+  });
   const node = await startNode({ topology, host: opts.host, job, bus, resolveKind, log });
   log(`running ${node.actors.map((a) => a.path).join(", ") || "no actors"} (pid ${process.pid}${node.metricsUrl ? `, metrics ${node.metricsUrl}` : ""})`);
   const stop = () => void node.stop();

@@ -1,6 +1,6 @@
 // `ooze ps` and `ooze down`: inspect and stop a running job from another terminal, through NATS.
 import type { Command } from "commander";
-import { findJob, processAlive } from "../job-records.ts";
+import { findJob, processAlive, recordAuth } from "../job-records.ts";
 import { nodeDown, nodeStatus } from "../../../src/topology/node.ts";
 import type { ActorInfo } from "../../../src/actor/index.ts";
 import { connectBus } from "../../../src/transport/bus.ts";
@@ -14,7 +14,7 @@ export function register(program: Command) {
     .option("--json", "print JSON")
     .action(async (opts: { job?: string; json?: boolean }) => {
       const rec = findJob(opts.job);
-      const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-ps", largeBucket: jobNames(rec.job).objLarge });
+      const bus = await connectBus({ url: rec.natsUrl, ...recordAuth(rec), name: "ooze-ps", largeBucket: jobNames(rec.job).objLarge });
       const statuses = await Promise.all(
         rec.hosts.map(async (host): Promise<{ host: string; pid: number; metrics: string | null; actors: ActorInfo[]; failure: string | null } | { host: string; error: string }> => {
           try {
@@ -51,7 +51,7 @@ export function register(program: Command) {
       try {
         process.kill(rec.pid, "SIGTERM");
       } catch {
-        const bus = await connectBus({ url: rec.natsUrl, ...(rec.token ? { token: rec.token } : {}), name: "ooze-down", largeBucket: jobNames(rec.job).objLarge });
+        const bus = await connectBus({ url: rec.natsUrl, ...recordAuth(rec), name: "ooze-down", largeBucket: jobNames(rec.job).objLarge });
         await Promise.allSettled(rec.hosts.map((h) => nodeDown(bus, rec.job, h)));
         await bus.close();
       }

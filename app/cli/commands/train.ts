@@ -104,7 +104,7 @@ export function register(program: Command) {
         verbose: opts.verbose === true,
         onBus: async (job) => {
           const { dashFromTopology } = await import("./dash.ts");
-          return dashFromTopology(topo, opts, job, { log: say }, (l) => process.stderr.write(`[ooze] ${l}\n`));
+          return dashFromTopology(topo, opts, job, { log: say, explorerDir: out }, (l) => process.stderr.write(`[ooze] ${l}\n`));
         },
         ...(nats ? { nats } : {}),
         onStart: ({ job, hosts, step }) => {

@@ -4,6 +4,7 @@
 // and on Ctrl-C / SIGTERM / `ooze down` drains every node and stops.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { basename } from "node:path";
 import type { Command } from "commander";
 import { decode } from "../../../src/codec/index.ts";
 import type { LifecycleEvent } from "../../../src/actor/index.ts";
@@ -16,6 +17,7 @@ import { connectBus, resolveNatsUrl, resolveReplicas, type Bus } from "../../../
 import { jobNames } from "../../../src/transport/names.ts";
 import { startNatsServer, type NatsServerHandle } from "../../../src/transport/nats-server.ts";
 import { removeJob, writeJob } from "../job-records.ts";
+import { ensureJobAssets, nodeUsers, removeHostCredentials, writeHostCredentials } from "../node-credentials.ts";
 import { dashFromTopology } from "./dash.ts";
 
 interface UpOptions {
@@ -52,19 +54,27 @@ async function up(file: string, opts: UpOptions): Promise<number> {
   const target = resolveNatsUrl(opts.nats, process.env, topology.nats);
   let server: NatsServerHandle | null = null;
   let natsUrl: string;
-  let token: string | null;
+  // ooze up's own credentials; with the embedded server, each host's node gets a user of its own,
+  // confined to the job's subjects and streams (node-credentials.ts)
+  let auth: { token: string | null; user: string | null; pass: string | null };
+  const hostUsers = target ? null : nodeUsers(job, topology.hosts.map((h) => h.name));
   if (target) {
-    ({ url: natsUrl, token } = target);
+    natsUrl = target.url;
+    auth = { token: target.token, user: target.user, pass: target.pass };
     say(`job ${job}: using NATS at ${natsUrl} (${target.source})`);
   } else {
-    server = await startNatsServer({ host: topology.nats.host, maxPayload: topology.nats.maxPayload });
-    ({ url: natsUrl, token } = server);
-    say(`job ${job}: embedded nats-server at ${natsUrl} (JetStream, token auth, store ${server.storeDir})`);
+    server = await startNatsServer({ host: topology.nats.host, maxPayload: topology.nats.maxPayload, users: [...hostUsers!.values()] });
+    natsUrl = server.url;
+    auth = { token: null, user: server.user, pass: server.token };
+    say(`job ${job}: embedded nats-server at ${natsUrl} (JetStream, a NATS user per host limited to the job's subjects, store ${server.storeDir})`);
   }
   const replicas = resolveReplicas(natsUrl, server !== null, opts.replicas, topology.nats.replicas);
   if (replicas > 1) say(`job ${job}: streams, KV buckets and object stores with ${replicas} replicas`);
-  const bus = await connectBus({ url: natsUrl, ...(token ? { token } : {}), name: `ooze-up-${job}`, largeBucket: jobNames(job).objLarge, replicas });
+  const busAuth = auth.user !== null && auth.pass !== null ? { user: auth.user, pass: auth.pass } : auth.token ? { token: auth.token } : {};
+  const bus = await connectBus({ url: natsUrl, ...busAuth, name: `ooze-up-${job}`, largeBucket: jobNames(job).objLarge, replicas });
   const names = jobNames(job);
+  // The nodes' users may not create streams: make the job's now.
+  if (hostUsers !== null) await ensureJobAssets(bus, topology, job);
   if (!opts.quiet) {
     bus.subscribe(names.eventsAll, {
       handler: (m) => {
@@ -81,8 +91,13 @@ async function up(file: string, opts: UpOptions): Promise<number> {
 
   const local = topology.hosts.filter((h) => h.start === "local").map((h) => h.name);
   const external = topology.hosts.filter((h) => h.start === "external").map((h) => h.name);
-  writeJob({ job, natsUrl, token, pid: process.pid, topology: topology.file, hosts: topology.hosts.map((h) => h.name), startedAt: new Date().toISOString() });
-  if (external.length)
+  writeJob({ job, natsUrl, token: auth.token, user: auth.user, password: auth.pass, pid: process.pid, topology: topology.file, hosts: topology.hosts.map((h) => h.name), startedAt: new Date().toISOString() });
+  if (external.length && hostUsers !== null) {
+    for (const h of external) {
+      const envFile = writeHostCredentials(job, h, natsUrl, hostUsers.get(h)!);
+      say(`host ${h} is started elsewhere: copy ${envFile} (its NATS user; owner-only) there and run: (set -a; . ./${basename(envFile)}; ooze node --job ${job} --topology ${file} --host ${h})`);
+    }
+  } else if (external.length)
     say(`hosts started elsewhere: ${external.join(", ")} — on each run: ooze node --nats nats://TOKEN@HOST:PORT --job ${job} --topology ${file} --host NAME`);
 
   const dash = await dashFromTopology(topology, opts, { bus, id: job, hosts: topology.hosts.map((h) => h.name) }, {}, say);
@@ -93,10 +108,17 @@ async function up(file: string, opts: UpOptions): Promise<number> {
   let resolveDone!: () => void;
   const done = new Promise<void>((r) => (resolveDone = r));
 
+  const nodeEnv = (host: string): NodeJS.ProcessEnv => {
+    const { OOZE_NATS_TOKEN: _t, OOZE_NATS_USER: _u, OOZE_NATS_PASSWORD: _p, ...env } = process.env;
+    const u = hostUsers?.get(host);
+    if (u !== undefined) return { ...env, OOZE_NATS_USER: u.user, OOZE_NATS_PASSWORD: u.password };
+    if (auth.user !== null && auth.pass !== null) return { ...env, OOZE_NATS_USER: auth.user, OOZE_NATS_PASSWORD: auth.pass };
+    return { ...env, ...(auth.token ? { OOZE_NATS_TOKEN: auth.token } : {}) };
+  };
   const startHost = (host: string, tracker: RestartTracker) => {
     const child = spawn(process.execPath, [oozeBin(), "node", "--nats", natsUrl, "--replicas", String(replicas), "--job", job, "--topology", topology.file!, "--host", host, "--parent-pid", String(process.pid)], {
       stdio: ["ignore", "inherit", "inherit"],
-      env: { ...process.env, ...(token ? { OOZE_NATS_TOKEN: token } : {}) },
+      env: nodeEnv(host),
     });
     children.set(host, child);
     child.on("exit", (code, signal) => {
@@ -137,6 +159,7 @@ async function up(file: string, opts: UpOptions): Promise<number> {
     await bus.close();
     await server?.stop();
     removeJob(job);
+    removeHostCredentials(job, external);
     say(`job ${job} stopped`);
   };
 

@@ -170,6 +170,7 @@
       await post("/api/run", { dir });
       showRun = true;
       schedule("curves", "job");
+      refreshExplorer();
     } catch (e) {
       showMsg($("#run-msg"), `open ${dir}: ${e.message}`);
     }
@@ -177,6 +178,7 @@
   $("#live").addEventListener("click", () => {
     showRun = false;
     schedule();
+    refreshExplorer();
   });
 
   // ---- weight sync ----
@@ -197,6 +199,21 @@
       );
     const sent = vs.filter((v) => v.sync);
     bytesChart.set(sent.map((v) => v.version), [sent.map((v) => (v.sync.kind === "full" ? v.sync.bytes : null)), sent.map((v) => (v.sync.kind === "delta" ? v.sync.bytes : null))]);
+  }
+
+  // ---- trajectories ----
+  const X = window.OozeExplorer;
+  X.init(token, () => (showRun && S && S.run ? "run" : S && S.job ? "live" : "run"));
+  let exTimer = 0;
+  let exLast = 0;
+  /** Reloads the explorer's table (at most every 2 s: each step adds a file). */
+  function refreshExplorer() {
+    if (exTimer) return;
+    exTimer = setTimeout(() => {
+      exTimer = 0;
+      exLast = Date.now();
+      if (S && (S.job || S.run)) X.refresh();
+    }, Math.max(300, 2000 - (Date.now() - exLast)));
   }
 
   // ---- updates ----
@@ -229,6 +246,7 @@
     S = d;
     if (S.run && !S.job) showRun = true;
     schedule();
+    refreshExplorer();
   });
   on("job", (d) => {
     Object.assign(S, d);
@@ -256,6 +274,7 @@
     if (i >= 0) S.metrics[i] = d;
     else S.metrics.push(d);
     schedule("curves");
+    refreshExplorer();
   });
   on("version", (d) => {
     S.versions.push(d);
@@ -265,5 +284,6 @@
     S.run = d;
     if (d && !S.job) showRun = true;
     schedule("curves", "job");
+    refreshExplorer();
   });
 })();

@@ -18,6 +18,17 @@ function startTime(pid: number): string | null {
   }
 }
 
+/** Whether `pid` has exited and waits for its parent to reap it (state Z or X in /proc/PID/stat). */
+function zombie(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    return state === "Z" || state === "X";
+  } catch {
+    return false;
+  }
+}
+
 /** Records this process as the owner of `dir` (mode 0600). */
 export function markOwner(dir: string): void {
   writeFileSync(join(dir, OWNER), `${process.pid} ${startTime(process.pid) ?? "-"}\n`, { mode: 0o600 });
@@ -33,6 +44,7 @@ function alive(owner: string): boolean {
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "EPERM") return false;
   }
+  if (zombie(pid)) return false; // exited, not yet reaped by its parent
   const now = startTime(pid);
   return start === "-" || now === null || now === start;
 }

@@ -250,6 +250,8 @@ describe("hostile agents in the default sandbox", () => {
       await waitUntil(() => leftovers().filter((l) => /: sleep 3143/.test(l)).length === 2, { what: "the owner's agent to run", timeoutMs: 20_000, diagnostics: () => `${leftovers().join("\n")}\n${err}` });
       owner.kill("SIGKILL");
       await waitUntil(() => leftovers().length === 0, { what: "the sandbox to die with its parent", timeoutMs: 10_000, diagnostics: () => leftovers().join("\n") });
+      // the next start sweeps after its predecessor is gone (here: reaped by this test process)
+      if (owner.exitCode === null && owner.signalCode === null) await new Promise((r) => owner.once("exit", r));
       // Its episode directory stays (nobody was left to remove it) until the next start sweeps it.
       const owned = () => readdirSync(tmpdir()).filter((d) => /^ooze-agent-\d/.test(d) && existsSync(join(tmpdir(), d, ".owner")) && readFileSync(join(tmpdir(), d, ".owner"), "utf8").startsWith(`${owner.pid} `));
       expect(owned()).toHaveLength(1);

@@ -51,7 +51,7 @@ async function runNodeCommand(opts: NodeOptions): Promise<number> {
     if (s.type === "error" && /permissions violation/i.test(s.detail)) log(`NATS refused: ${s.detail}`);
   });
   const node = await startNode({ topology, host: opts.host, job, bus, resolveKind, log });
-  log(`running ${node.actors.map((a) => a.path).join(", ") || "no actors"} (pid ${process.pid}${node.metricsUrl ? `, metrics ${node.metricsUrl}` : ""})`);
+  log(`running ${node.actors.map((a) => a.path).join(", ") || "no actors"} (pid ${process.pid})${node.metricsUrl ? `; metrics ${node.metricsUrl}` : ""}`);
   const stop = () => void node.stop();
   process.once("SIGINT", stop);
   process.once("SIGTERM", stop);

@@ -175,7 +175,8 @@ export class PolicyTrainer {
    */
   static async start(opts: {
     modelDir: string; version: number; weightsRoot: string; config: PolicyTrainerConfig;
-    onRestart?: (reason: string) => void; log?: (line: string) => void;
+    /** After each restart of the worker: why, and the new worker's pid (null when it gave up). */
+    onRestart?: (reason: string, pid: number | null) => void; log?: (line: string) => void;
   }): Promise<PolicyTrainer> {
     const ppo = opts.config.ppo ?? null;
     const separate = ppo?.critic === "separate";
@@ -187,7 +188,7 @@ export class PolicyTrainer {
       command,
       source: { modelDir: opts.modelDir },
       maxRestarts: 20,
-      onRestart: (e) => opts.onRestart?.(e.reason),
+      onRestart: (e) => opts.onRestart?.(e.reason, e.pid),
       valueHead: ppo !== null && !separate,
       critic: separate ? await criticSource(opts.modelDir, opts.weightsRoot, ppo.criticPreset ?? null) : null,
     });

@@ -74,7 +74,8 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
             version: from.version,
             weightsRoot: from.weightsRoot,
             config,
-            onRestart: (reason) => ctx.log.warn(`trainer worker restarted: ${reason}`),
+            // the new pid in the same words as at start: what fault injection and operators look up
+            onRestart: (reason, pid) => ctx.log.warn(`trainer worker restarted: ${reason}; trainer: worker pid ${pid ?? "-"} now`),
             log: (line) => ctx.log.info(`torch setup: ${line}`),
           });
       ctx.log.info(`trainer: worker pid ${trainer.pid ?? "-"} at weight version ${trainer.version} (${t.simulate ? "simulated" : t.trainer.backend} trainer)`);

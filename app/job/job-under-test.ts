@@ -6,7 +6,7 @@
 // supervision), `nats` / the cluster's servers, the link `job-nats`, `engine-K`. A composition root
 // of the loop, so it may import actors/.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { fullyAsyncLimits, trainConfigOf, type EnginesConfig, type TrainConfig } from "../../actors/protocol/config.ts";
 import { OozeError } from "../../src/errors.ts";
@@ -203,9 +203,13 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
     }
     let crashActor: ((name: string) => boolean) | null = null;
     targets.actors = { ...Object.fromEntries(JOB_ACTORS.map((a) => [a, () => crashActor?.(a) ?? false])), ...(o.targets?.actors ?? {}) };
+    // The worker's latest pid (logged at start and after each restart), and only while that process
+    // is still a trainer worker: pids are reused (pid_max can be 32768), and a stale one must never
+    // send a fault to whatever process took it over.
     const workerPid = () => {
       const pids = lines.map((l) => /trainer: worker pid (\d+)/.exec(l)?.[1]).filter(Boolean);
-      return pids.length > 0 ? Number(pids.at(-1)) : null;
+      const pid = pids.length > 0 ? Number(pids.at(-1)) : null;
+      return pid !== null && isTrainerWorker(pid) ? pid : null;
     };
     targets.processes = { "trainer-worker": workerPid, ...(o.targets?.processes ?? {}) };
 
@@ -322,4 +326,14 @@ export async function runJobSchedule(o: JobUnderTestOptions, schedule: FaultSpec
     logs = { ...logs, ...job.logs() }; // the engines' last lines, written while they stopped
   }
   return { schedule, applied, verdicts, logs, seed: null, path: null, replay: null };
+}
+
+/** Whether `pid` runs a trainer worker (the native one's worker/main, or the PyTorch one's ooze_torch), by its command line. */
+function isTrainerWorker(pid: number): boolean {
+  try {
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    return /worker[/\\]main\.(ts|js)|ooze_torch/.test(cmd);
+  } catch {
+    return false;
+  }
 }

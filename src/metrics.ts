@@ -21,7 +21,7 @@ export function processMetrics(): Registry {
   return processRegistry;
 }
 
-/** A registry of its own (a server serving its own /metrics), with the process's metrics when asked. */
+/** A registry of its own, for a server that serves its own /metrics (an engine, a gateway, the dashboard). */
 export function newRegistry(): Registry {
   return new Registry();
 }

@@ -193,11 +193,12 @@ function childrenOf(pid: number): number[] {
 
 describe("errors a user can act on", () => {
   it("a model directory torch cannot load, a package the index lacks, and an interpreter that is not there: each named, with the fix", async () => {
+    const python = await torchPython();
     const bad = join(root, "not-a-model");
     await initModelDir("tiny", bad, 1);
     const cfg = JSON.parse(readFileSync(join(bad, "config.json"), "utf8"));
     writeFileSync(join(bad, "config.json"), JSON.stringify({ ...cfg, model_type: "no_such_family" }));
-    expect(() => checkTorchModel(python(), bad)).toThrow(new RegExp(`${bad}: transformers cannot load this model`));
+    expect(() => checkTorchModel(python, bad)).toThrow(new RegExp(`${bad}: transformers cannot load this model`));
     const err = await TrainerWorker.start({ source: { modelDir: bad }, command: await torchCommand(), maxRestarts: 0 }).then(() => null, (e: unknown) => e);
     expect(err).toBeInstanceOf(OozeError);
     expect((err as OozeError).code).toBe("CHECKPOINT_INVALID");
@@ -216,7 +217,3 @@ describe("errors a user can act on", () => {
     }
   }, 60_000);
 });
-
-let pythonPath = "";
-beforeAll(async () => void (pythonPath = await torchPython()));
-const python = () => pythonPath;

@@ -5,7 +5,7 @@
 // one with its publish/subscribe allow lists (permissions.ts: a job's node processes).
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { accessSync, constants as fsConstants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { accessSync, constants as fsConstants, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
@@ -393,8 +393,43 @@ function clusterConf(c: NatsClusterOptions, host: string): string {
   ].join("\n");
 }
 
-/** A free TCP port on 127.0.0.1 (bound, then released; the cluster's route ports must be known before start). */
+/**
+ * A free TCP port on 127.0.0.1 for a server that must know its port before it starts (a cluster's
+ * routes) and bind it again after a restart. It is drawn below the kernel's ephemeral range
+ * (/proc/sys/net/ipv4/ip_local_port_range), where no outgoing connection or port-0 listener is given
+ * a port: an OS-assigned port, once released, went to a client connection's source port before the
+ * server bound it ("bind: address already in use", fresh-clone CI, Nov 28).
+ */
 export async function freePort(): Promise<number> {
+  const low = ephemeralLow();
+  if (low > 11_000) {
+    for (let attempt = 0; attempt < 64; attempt++) {
+      const port = 10_000 + Math.floor(Math.random() * (low - 10_000));
+      if (await canBind(port)) return port;
+    }
+  }
+  return bindAny();
+}
+
+/** The first port of the kernel's ephemeral range (32768 where it cannot be read). */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 0 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+function canBind(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once("error", () => resolve(false));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
+  });
+}
+
+function bindAny(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = createServer();
     srv.once("error", reject);

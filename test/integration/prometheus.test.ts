@@ -5,7 +5,6 @@
 // back through Prometheus's HTTP API.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -17,7 +16,7 @@ import { startSimEngines } from "../../src/engine/sim/sim-engines.ts";
 import { Gateway } from "../../src/gateway/index.ts";
 import { parseTopology } from "../../src/topology/load.ts";
 import { debianProgram } from "../harness/debian.ts";
-import { waitUntil } from "../harness/index.ts";
+import { freePort, waitUntil } from "../harness/index.ts";
 
 const bin = debianProgram("prometheus", ["/usr/bin/prometheus"]);
 if ("skip" in bin) console.warn(`prometheus test skipped: ${bin.skip}`);
@@ -28,15 +27,6 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c();
   rmSync(dir, { recursive: true, force: true });
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const hostPort = (url: string) => new URL(url).host;
 

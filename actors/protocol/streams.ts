@@ -117,6 +117,9 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
   const running = new Set<Promise<void>>();
   const held = new Set<JsMsg>();
   const heldBeat = setInterval(() => held.forEach((m) => m.working()), Math.max(100, ackWaitMs / 3));
+  // The heartbeats of messages being handled: a handler still running when stop()'s grace ends loses
+  // its beat, so its message comes back after ack_wait (and the beat keeps no process alive).
+  const beats = new Set<NodeJS.Timeout>();
   let stopped = false;
   let iter: { stop(): void } | null = null;
 
@@ -132,6 +135,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
       return void m.term();
     }
     const beat = setInterval(() => m.working(), Math.max(100, ackWaitMs / 3));
+    beats.add(beat);
     let deferred = false;
     const defer = () => {
       deferred = true;
@@ -153,6 +157,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
       m.nak(Math.min(5_000, 200 * 2 ** Math.max(0, n - 1)));
     } finally {
       clearInterval(beat);
+      beats.delete(beat);
     }
   };
 
@@ -209,6 +214,10 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
       // The pull loop ends by itself (it takes nothing once stopped): only handlers in flight are waited for.
       await Promise.race([Promise.allSettled([...running]), grace]);
       clearTimeout(timer);
+      // A handler that never settles (it waits on an actor that stopped) must not hold its message for
+      // ever: without its beat the server hands it to the next consumer after ack_wait.
+      for (const b of beats) clearInterval(b);
+      beats.clear();
     },
   };
 }
@@ -319,11 +328,14 @@ export class VersionsKv {
 
   /**
    * A standing watch: `until(step)` resolves with the first record whose step is at least `step`
-   * (at once when one was seen already); `stop()` ends the watch (see `watch`: await it before the bus closes).
+   * (at once when one was seen already); `stop()` ends the watch (see `watch`: await it before the bus
+   * closes) and rejects the waits still pending with ACTOR_STOPPED: a trainer stopping while it waits
+   * for a version the stopped weight-sync actor will never record ends its handler at once.
    */
   async follow(): Promise<{ until(step: number): Promise<VersionRecord>; stop(): Promise<void> }> {
     let latest: VersionRecord | null = null;
-    const waiters: { step: number; resolve: (r: VersionRecord) => void }[] = [];
+    let stopped = false;
+    const waiters: { step: number; resolve: (r: VersionRecord) => void; reject: (e: Error) => void }[] = [];
     const stop = await this.watch((r) => {
       if (latest && r.step <= latest.step) return;
       latest = r;
@@ -334,9 +346,18 @@ export class VersionsKv {
         }
       }
     });
+    const stoppedError = (step: number) => new OozeError("ACTOR_STOPPED", `versions KV: stopped while waiting for the version of step ${step}`);
     return {
-      until: (step) => (latest && latest.step >= step ? Promise.resolve(latest) : new Promise((resolve) => waiters.push({ step, resolve }))),
-      stop,
+      until: (step) => {
+        if (latest && latest.step >= step) return Promise.resolve(latest);
+        if (stopped) return Promise.reject(stoppedError(step));
+        return new Promise((resolve, reject) => waiters.push({ step, resolve, reject }));
+      },
+      stop: async () => {
+        stopped = true;
+        for (const w of waiters.splice(0)) w.reject(stoppedError(w.step));
+        await stop();
+      },
     };
   }
 }

@@ -105,8 +105,12 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       }
     },
     async onStop(state, ctx) {
-      await state.consumer.stop();
+      // Stop taking batches, then end the version watch: a handler waiting for a version (the
+      // weight-sync actor may have stopped first) ends at once instead of holding the stop for the
+      // consumer's whole grace; its batch, not acked, comes back to the next trainer.
+      const consumerStopped = state.consumer.stop();
       await state.stopVersions();
+      await consumerStopped;
       // Stopped between checkpoints (Ctrl-C, `ooze down`, a crash): keep what was trained.
       await state.run.checkpointLast().catch((e) => ctx.log.error(`trainer: final checkpoint failed: ${(e as Error).message}`));
       await state.explorer?.flush();

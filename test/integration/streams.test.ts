@@ -1,0 +1,67 @@
+// The training loop's stream consumer (actors/protocol/streams.ts) against a real nats-server: a
+// handler that never settles (it waits on an actor that has stopped) must not keep its message once
+// its consumer has stopped. Before the fix its heartbeat went on for ever: the message never came
+// back to the next consumer, and the beat's timer kept the stopped process alive (`ooze fuzz` hung
+// after its report, docs/reliability.md finding 13).
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { consumeStream, VersionsKv } from "../../actors/protocol/streams.ts";
+import { createRegistry, defineMessage } from "../../src/codec/index.ts";
+import { OozeError } from "../../src/errors.ts";
+import { jobNames } from "../../src/transport/names.ts";
+import { useNats, waitUntil } from "../harness/index.ts";
+
+const nats = useNats();
+const Work = defineMessage({ kind: "test.work", v: 1, schema: z.object({ n: z.number() }) });
+const registry = createRegistry(Work);
+
+describe("consumeStream", () => {
+  it("a handler still running when stop's grace ends loses its heartbeat: the message goes to the next consumer", async () => {
+    const bus = await nats.connect({ name: "streams" });
+    const names = jobNames("streams-test");
+    await bus.ensureStream("STREAMS_TEST", ["st.work"], { retention: "workqueue" } as never);
+    await bus.jsPublish("st.work", Work.encode({ n: 7 }, { id: "w7", sender: "test" }), { msgID: "w7" });
+    const common = { bus, names, stream: "STREAMS_TEST", subject: "st.work", durable: "worker", registry, actor: "worker", ackWaitMs: 600, log: () => {} };
+
+    let taken = false;
+    const first = consumeStream({
+      ...common,
+      handle: () => {
+        taken = true;
+        return new Promise<void>(() => {}); // never settles
+      },
+    });
+    await waitUntil(() => taken, { timeoutMs: 10_000, what: "the first consumer to take the message" });
+    await first.stop(100);
+
+    const seen: Array<{ n: number; deliveryCount: number }> = [];
+    const second = consumeStream({
+      ...common,
+      handle: async (msg, info) => {
+        seen.push({ n: msg.body.n, deliveryCount: info.deliveryCount });
+      },
+    });
+    try {
+      // Without the beat the server redelivers after ack_wait (600 ms); with it, never.
+      await waitUntil(() => seen.length > 0, { timeoutMs: 10_000, what: "the message redelivered to the second consumer" });
+      expect(seen[0]).toEqual({ n: 7, deliveryCount: 2 });
+    } finally {
+      await second.stop();
+    }
+  }, 30_000);
+
+  it("a stopped version watch rejects the waits still pending (a trainer's stop does not wait for a version nobody will record)", async () => {
+    const bus = await nats.connect({ name: "versions" });
+    const kv = await VersionsKv.open(bus, jobNames("versions-test"));
+    await kv.advance({ version: 1, step: 1, modelDir: "/nowhere", at: Date.now() });
+    const f = await kv.follow();
+    expect((await f.until(1)).step).toBe(1);
+    const pending = f.until(2);
+    await f.stop();
+    const e = await pending.catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(OozeError);
+    expect((e as OozeError).code).toBe("ACTOR_STOPPED");
+    expect((e as OozeError).message).toContain("step 2");
+    await expect(f.until(3)).rejects.toThrow(/stopped while waiting for the version of step 3/);
+  });
+});

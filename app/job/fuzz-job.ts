@@ -5,6 +5,8 @@
 // Schedules come from fast-check (shrunk to a minimal failing one) or from a report file (--replay).
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { OozeError } from "../../src/errors.ts";
+import { loadTopology } from "../../src/topology/load.ts";
 import { checkSchedules } from "../../src/testing/arbitraries.ts";
 import type { FaultKind, FaultSpec } from "../../src/testing/faults.ts";
 import type { JobUnderTestOptions } from "./job-types.ts";
@@ -53,6 +55,8 @@ export interface FuzzResult {
 
 /** Runs a topology's job under fault schedules and checks its invariants; see the file comment. */
 export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
+  if (loadTopology(o.file).train === undefined)
+    throw new OozeError("CONFIG_INVALID", `${o.file}: no train: section; ooze fuzz runs a topology's training job and checks its invariants, and this topology runs none (run it with ooze up; test its actors with ooze/testing's fault schedules)`);
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
   const job = (i: number): JobUnderTestOptions => ({ topology: o.file, train: { steps: o.steps }, out: join(out, `run-${i}`), deadlineMs: o.deadlineMs, job: `fuzz-${process.pid}-${i}` });

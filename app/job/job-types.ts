@@ -27,7 +27,9 @@ export interface JobUnderTestOptions {
    * behind an engine fault proxy (targets `engine-0`, …) that records what the engine returned
    * (OUT/engine-outputs/, for tokensAsSampled); `embedded` runs the topology's engines inside the
    * job as `ooze train` does (no engine targets; tokensAsSampled is then not among the invariants).
-   * With `proxied`, the topology's external `urls` get a recording proxy each too (numbered first).
+   * With `proxied`, the topology's external `urls` get a recording proxy each too (numbered first);
+   * a topology with its own fleet actor has that actor's `engines` URLs and `embedded` engines
+   * proxied the same way (the actor then reaches them through their proxies only).
    */
   engines?: "proxied" | "embedded";
   /** A job still running after this long (ms from its start) is stopped; finishesWithin fails. */

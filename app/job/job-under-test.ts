@@ -8,6 +8,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { fleetConfig } from "../../actors/fleet/fleet-actor.ts";
 import { fullyAsyncLimits, trainConfigOf, type EnginesConfig, type TrainConfig } from "../../actors/protocol/config.ts";
 import { OozeError } from "../../src/errors.ts";
 import { oozeBin } from "../../src/package-root.ts";
@@ -36,7 +37,7 @@ import { waitUntil } from "../../src/testing/wait.ts";
 import { loadTopology } from "../../src/topology/load.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import type { NatsServerHandle } from "../../src/transport/nats-server.ts";
-import { runTrainJob } from "./train-job.ts";
+import { checkTrainModel, runTrainJob } from "./train-job.ts";
 
 /** The loop's actors that `actor` faults crash. */
 export const JOB_ACTORS = ["rollout", "buffer", "trainer", "weight-sync", "fleet"] as const;
@@ -46,10 +47,51 @@ let jobs = 0;
 /** How long a job stopped at its deadline may take to end before it is reported stuck. */
 const STOP_GRACE_MS = 30_000;
 
-/** `ooze serve` for the job's model on a free port; resolves once it serves. */
-async function startServe(train: TrainConfig, baseDir: string): Promise<{ url: string; child: ChildProcess; log: () => string }> {
-  const model = train.model !== undefined ? ["--model", resolve(baseDir, train.model)] : ["--preset", train.preset, "--seed", String(train.seed)];
-  const child = spawn(process.execPath, [oozeBin(), "serve", ...model, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
+/**
+ * One engine of the job under test, put behind its recording fault proxy: an `ooze serve` it starts
+ * (`serve`: the command's model and limit flags) or an external URL. `fleet` names the topology's
+ * fleet actor the engine belongs to (its `embedded` and `engines` config), null for `engines:`.
+ */
+interface EngineSlot {
+  serve: string[] | null;
+  url: string | null;
+  fleet: string | null;
+}
+
+/**
+ * The engines of a topology, in the order their proxies are named `engine-K`: the `engines:`
+ * section's (URLs, then `count` started ones), or — when the topology has its own fleet actor, which
+ * makes `engines:` unused — each fleet actor's `engines` URLs and `embedded` ones. Proxying a fleet
+ * actor's embedded engines too means every engine the job uses is recorded and can take faults.
+ */
+function engineSlots(topology: Topology, train: TrainConfig, engines: EnginesConfig, baseDir: string): EngineSlot[] {
+  const fleets = topology.actors.filter((a) => a.kind === "fleet");
+  if (fleets.length === 0) {
+    const model = train.model !== undefined ? ["--model", resolve(baseDir, train.model)] : ["--preset", train.preset, "--seed", String(train.seed)];
+    const serve = [...model, "--max-running", String(engines.maxRunning), "--cache-tokens", String(engines.cacheTokens)];
+    return [...engines.urls.map((url) => ({ serve: null, url, fleet: null })), ...Array.from({ length: engines.count }, () => ({ serve, url: null, fleet: null }))];
+  }
+  const slots: EngineSlot[] = [];
+  for (const a of fleets) {
+    const parsed = fleetConfig.safeParse(a.config ?? {});
+    if (!parsed.success) throw new OozeError("CONFIG_INVALID", `${topology.file ?? "topology"}: actor '${a.name}' (fleet): config: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+    const cfg = parsed.data;
+    for (const e of cfg.engines) slots.push({ serve: null, url: typeof e === "string" ? e : e.url, fleet: a.name });
+    const e = cfg.embedded;
+    if (e && e.count > 0) {
+      const serve = e.preset !== undefined ? ["--preset", e.preset, "--seed", String(e.seed ?? 0)] : ["--model", e.modelDir!];
+      if (e.weightVersion !== undefined) serve.push("--weight-version", e.weightVersion);
+      if (e.maxRunning !== undefined) serve.push("--max-running", String(e.maxRunning));
+      if (e.cacheTokens !== undefined) serve.push("--cache-tokens", String(e.cacheTokens));
+      for (let i = 0; i < e.count; i++) slots.push({ serve, url: null, fleet: a.name });
+    }
+  }
+  return slots;
+}
+
+/** `ooze serve` with `args` (model and limits) on a free port; resolves once it serves. */
+async function startServe(args: string[]): Promise<{ url: string; child: ChildProcess; log: () => string }> {
+  const child = spawn(process.execPath, [oozeBin(), "serve", ...args, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   child.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));
   child.stderr!.on("data", (d) => (log = (log + d).slice(-20_000)));
@@ -114,12 +156,14 @@ function jobConfig(o: JobUnderTestOptions): { topology: Topology; baseDir: strin
   const topo = typeof o.topology === "string" ? loadTopology(o.topology) : o.topology;
   const baseDir = typeof o.topology === "string" ? resolve(o.topology, "..") : topo.file ? resolve(topo.file, "..") : process.cwd();
   const topology = { ...topo, train: { ...(topo.train ?? {}), ...(o.train ?? {}) } };
-  return { topology, baseDir, ...trainConfigOf(topology) };
+  const config = trainConfigOf(topology);
+  checkTrainModel(topology, config.train); // a missing model is the topology's, not a fault's: refused before any engine starts
+  return { topology, baseDir, ...config };
 }
 
 /** The names of the targets the job `o` would start with, without starting it. */
 function jobTargetNames(o: JobUnderTestOptions): TargetNames {
-  const { engines } = jobConfig(o);
+  const { topology, baseDir, train, engines } = jobConfig(o);
   const own = namesOf(o.targets ?? {});
   const cluster = o.nats?.cluster;
   const proxied = (o.engines ?? "proxied") === "proxied";
@@ -127,7 +171,7 @@ function jobTargetNames(o: JobUnderTestOptions): TargetNames {
     ...own,
     processes: ["trainer-worker", ...own.processes],
     links: cluster ? own.links : ["job-nats", ...own.links],
-    engines: proxied ? [...Array.from({ length: engines.count + engines.urls.length }, (_, k) => `engine-${k}`), ...own.engines] : own.engines,
+    engines: proxied ? [...engineSlots(topology, train, engines, baseDir).map((_, k) => `engine-${k}`), ...own.engines] : own.engines,
     actors: [...JOB_ACTORS, ...own.actors],
     natsServers: cluster ? cluster.servers.map((_, i) => `s${i}`) : [],
     nats: !cluster,
@@ -191,14 +235,30 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
       targets.links = { "job-nats": started.link, ...(o.targets?.links ?? {}) };
     }
     let jobEngines = engines;
+    let topology = overridden;
     if (proxied) {
-      const upstream: string[] = [...engines.urls];
-      for (let k = 0; k < engines.count; k++) {
-        started.serves.push(await startServe(train, baseDir));
-        upstream.push(started.serves.at(-1)!.url);
+      const slots = engineSlots(overridden, train, engines, baseDir);
+      const proxyOf = new Map<EngineSlot, string>();
+      for (const [k, slot] of slots.entries()) {
+        let url = slot.url;
+        if (slot.serve) {
+          started.serves.push(await startServe(slot.serve));
+          url = started.serves.at(-1)!.url;
+        }
+        started.proxies.push(await startEngineFaultProxy(url!, { kind: null }, { record: join(out, "engine-outputs", `engine-${k}.jsonl`) }));
+        proxyOf.set(slot, started.proxies.at(-1)!.url);
       }
-      for (const [k, url] of upstream.entries()) started.proxies.push(await startEngineFaultProxy(url, { kind: null }, { record: join(out, "engine-outputs", `engine-${k}.jsonl`) }));
-      jobEngines = { ...engines, count: 0, urls: started.proxies.map((p) => p.url) };
+      const proxiesOf = (fleet: string | null) => slots.filter((x) => x.fleet === fleet).map((x) => proxyOf.get(x)!);
+      jobEngines = { ...engines, count: 0, urls: proxiesOf(null) };
+      // A fleet actor reaches its engines, embedded ones included, through their proxies only.
+      topology = {
+        ...overridden,
+        actors: overridden.actors.map((a) => {
+          if (a.kind !== "fleet") return a;
+          const { embedded: _embedded, ...config } = a.config ?? {};
+          return { ...a, config: { ...config, engines: proxiesOf(a.name) } };
+        }),
+      };
       targets.engines = { ...Object.fromEntries(started.proxies.map((p, k) => [`engine-${k}`, p])), ...(o.targets?.engines ?? {}) };
     }
     let crashActor: ((name: string) => boolean) | null = null;
@@ -237,7 +297,7 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
     }, o.deadlineMs);
     let running = true;
     const jobRun = runTrainJob({
-      topology: overridden,
+      topology,
       train,
       engines: jobEngines,
       out,

@@ -81,11 +81,7 @@ export interface TrainSummary {
  */
 export function trainTopology(topo: Topology, train: TrainConfig, engines: EnginesConfig, out: string): Topology {
   const where = topo.file ?? "topology";
-  if (train.model !== undefined) {
-    const dir = isAbsolute(train.model) ? train.model : resolve(topo.file ? dirname(topo.file) : process.cwd(), train.model);
-    if (!existsSync(join(dir, "config.json")))
-      throw new OozeError("CONFIG_INVALID", `${where}: train.model: ${dir} is not a model directory (no config.json); make it first (the topology's comments say how, e.g. with ooze sft or ooze model init)`);
-  }
+  checkTrainModel(topo, train);
   // Every node of `ooze train` runs on this machine: engines load full checkpoints from the trainer's
   // directory (weight-sync transport `directory`) unless the topology says otherwise; `ooze up` passes
   // them through the job's object store.
@@ -108,6 +104,14 @@ export function trainTopology(topo: Topology, train: TrainConfig, engines: Engin
     throw new OozeError("TOPOLOGY_INVALID", `${where}: engines: and a fleet actor both describe the engines; keep one (the fleet actor's config: embedded, engines)`);
   }
   return { ...topo, actors, train: trainSchema.parse(train) };
+}
+
+/** Refuses a `train.model` that is not a model directory, naming it and how to make it (before anything starts). */
+export function checkTrainModel(topo: Pick<Topology, "file">, train: TrainConfig): void {
+  if (train.model === undefined) return;
+  const dir = isAbsolute(train.model) ? train.model : resolve(topo.file ? dirname(topo.file) : process.cwd(), train.model);
+  if (!existsSync(join(dir, "config.json")))
+    throw new OozeError("CONFIG_INVALID", `${topo.file ?? "topology"}: train.model: ${dir} is not a model directory (no config.json); make it first (the topology's comments say how, e.g. with ooze sft or ooze model init)`);
 }
 
 /** The job id of a run directory: the one its trainer recorded (job.json), or a new one. */

@@ -3,9 +3,10 @@
 // time, and whether the applied weights equal the trainer's byte for byte — measured on the bf16
 // wire (what the engines hold with DeltaWeightSync wire "bf16": the trainer's weights rounded to
 // bf16; bit_exact compares with that export) and on the fp32 wire (the trainer's exact weights).
-// The main step is the run's own last step (two newest version directories); a second, fine-tuning
-// sized step (default lr 1e-5, one AdamW step from the run's last checkpoint, its optimizer moments
-// restored, on a synthetic policy-gradient batch) shows how the ratio depends on the update's size.
+// The main step is the run's own last step (two newest version directories); fine-tuning sized steps
+// (lr 1e-5 and 1e-6 by default, as real models are tuned: one AdamW step each from the run's last
+// checkpoint, its optimizer moments restored, on a synthetic policy-gradient batch) show how the
+// ratio depends on the update's size.
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -29,6 +30,13 @@ export interface DeltaFigure {
   bit_exact: boolean;
   /** Share of the wire's elements that changed. */
   changed: number;
+  /**
+   * A floor for any lossless coding of the step that codes values one by one: the zero-order entropy
+   * of the values' changes (new bit pattern minus old, as integers), in bytes, against the full
+   * checkpoint. A dense optimizer step moves every value by |Δw|/ulp(w) steps, about log2 of that
+   * in bits each: delta_vs_full near this figure means the coder is at the bound, not wasteful.
+   */
+  entropy_vs_full: number;
 }
 
 /** The bench's weight-sync fields (main figures: the bf16 wire on the run's last step). */
@@ -50,14 +58,14 @@ export interface WeightSyncFigures {
   engine_full_update_ms: number;
   /** The same step on the fp32 wire (lossless against the trainer's fp32 weights). */
   delta_fp32: DeltaFigure;
-  /** A fine-tuning-sized step (null when the run has no checkpoint and no version directory to start from). */
-  delta_finetune: { workload: string; bf16: DeltaFigure; fp32: DeltaFigure } | null;
+  /** Fine-tuning-sized steps, one per learning rate (empty when none was asked for). */
+  delta_finetune: { lr: number; workload: string; bf16: DeltaFigure; fp32: DeltaFigure }[];
 }
 
 /** Options of weightSyncFigures. */
 export interface WeightSyncFigureOptions {
-  /** lr of the fine-tuning-sized step (default 1e-5; 0 skips it). */
-  fineTuneLr?: number;
+  /** Learning rates of the fine-tuning-sized steps (default [1e-5, 1e-6]; [] skips them). */
+  fineTuneLrs?: number[];
   /** The run's description for delta_workload (default: the directory's versions). */
   runWorkload?: string;
 }
@@ -79,13 +87,21 @@ function measure(layout: TensorSlot[], base: Float32Array, next: Float32Array, w
   }
   const bu = new Uint32Array(b.buffer), nu = new Uint32Array(n.buffer);
   let changed = 0;
-  for (let i = 0; i < bu.length; i++) if (bu[i] !== nu[i]) changed++;
+  const counts = new Map<number, number>();
+  for (let i = 0; i < bu.length; i++) {
+    if (bu[i] !== nu[i]) changed++;
+    const d = (nu[i]! - bu[i]!) | 0;
+    counts.set(d, (counts.get(d) ?? 0) + 1);
+  }
+  let bits = 0;
+  for (const c of counts.values()) bits -= c * Math.log2(c / bu.length);
   return {
     delta_bytes: bytes.length,
     delta_vs_full: Number((bytes.length / fullBytes).toFixed(4)),
     apply_ms: Number(applyMs.toFixed(2)),
     bit_exact: Buffer.compare(Buffer.from(target.buffer), Buffer.from(n.buffer)) === 0,
     changed: Number((changed / bu.length).toFixed(4)),
+    entropy_vs_full: Number((bits / 8 / fullBytes).toFixed(4)),
   };
 }
 
@@ -156,9 +172,8 @@ export async function weightSyncFigures(weightsDir: string, opts: WeightSyncFigu
   const bf16 = measure(layout, base, next, "bf16", fullBytes);
   const fp32 = measure(layout, base, next, "fp32", fullBytes);
 
-  let finetune: WeightSyncFigures["delta_finetune"] = null;
-  const lr = opts.fineTuneLr ?? 1e-5;
-  if (lr > 0) {
+  const finetune: WeightSyncFigures["delta_finetune"] = [];
+  for (const lr of opts.fineTuneLrs ?? [1e-5, 1e-6]) {
     const ckpt = latestCheckpoint(dirname(weightsDir));
     const from = ckpt && existsSync(join(ckpt.dir, "optimizer.bin")) ? ckpt.dir : join(weightsDir, `v${b}`);
     const t = await Trainer.create({ modelDir: from });
@@ -166,11 +181,12 @@ export async function weightSyncFigures(weightsDir: string, opts: WeightSyncFigu
     await syntheticStep(t, lr);
     const after = await t.getParams();
     const moments = from === join(weightsDir, `v${b}`) ? "fresh AdamW moments" : "its AdamW moments restored";
-    finetune = {
+    finetune.push({
+      lr,
       workload: `one AdamW step at lr ${lr} from the run's last checkpoint (${moments}) on a synthetic policy-gradient batch (16 random byte sequences x 48 tokens, advantages +-1, PPO clip loss)`,
       bf16: measure(layoutOf(t), start, after, "bf16", fullBytes),
       fp32: measure(layoutOf(t), start, after, "fp32", fullBytes),
-    };
+    });
   }
   return {
     delta_wire: "bf16",

@@ -19,10 +19,18 @@ import type { NatsUser } from "../../src/transport/nats-server.ts";
 import { jobPermissions } from "../../src/transport/permissions.ts";
 import { jobsDir } from "./job-records.ts";
 
-/** One NATS user per host, each with a fresh password and the job's permissions. */
-export function nodeUsers(job: string, hosts: readonly string[]): Map<string, NatsUser> {
-  const permissions = jobPermissions(job);
-  return new Map(hosts.map((h) => [h, { user: `node-${job}-${h}`, password: randomBytes(24).toString("hex"), permissions }]));
+/**
+ * One NATS user per host of `topology`, each with a fresh password and the job's permissions for the
+ * actor kinds placed on that host (an actor without placement runs on the first host).
+ */
+export function nodeUsers(job: string, topology: Pick<Topology, "hosts" | "actors">): Map<string, NatsUser> {
+  const first = topology.hosts[0]?.name;
+  return new Map(
+    topology.hosts.map((h) => {
+      const kinds = topology.actors.filter((a) => (a.placement ?? first) === h.name).map((a) => a.kind);
+      return [h.name, { user: `node-${job}-${h.name}`, password: randomBytes(24).toString("hex"), permissions: jobPermissions(job, kinds) }];
+    }),
+  );
 }
 
 /** Makes (idempotently) every stream, KV bucket and object store the job's actors use, as they would. */

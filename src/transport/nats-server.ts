@@ -373,7 +373,8 @@ function usersConf(adminPassword: string, users: readonly NatsUser[]): string {
     if (names.has(u.user)) throw new OozeError("CONFIG_INVALID", `nats-server user '${u.user}' is given twice (or is the reserved '${ADMIN_USER}')`);
     names.add(u.user);
     const p = u.permissions;
-    const perms = `publish: { allow: ${list(p.publish)} }, subscribe: { allow: ${list(p.subscribe)} }${p.allowResponses ? ", allow_responses: true" : ""}`;
+    const deny = p.publishDeny.length > 0 ? `, deny: ${list(p.publishDeny)}` : "";
+    const perms = `publish: { allow: ${list(p.publish)}${deny} }, subscribe: { allow: ${list(p.subscribe)} }${p.allowResponses ? ", allow_responses: true" : ""}`;
     lines.push(`    { user: ${q(u.user)}, password: ${q(u.password)}, permissions: { ${perms} } }`);
   }
   return ["authorization {", "  users: [", ...lines, "  ]", "}"].join("\n");

@@ -31,9 +31,11 @@ const alpha = jobNames("alpha");
 const beta = jobNames("beta");
 
 beforeAll(async () => {
-  const a = nodeUsers("alpha", ["h1"]);
-  const b = nodeUsers("beta", ["h1"]);
-  users = new Map([["alpha", a.get("h1")!], ["beta", b.get("h1")!]]);
+  // alpha: h1 hosts the whole loop, `ro` only a rollout; beta: one host with the whole loop
+  const loop = ["train.rollout", "fleet", "train.buffer", "train.trainer", "train.weight-sync"].map((kind) => ({ name: kind.replace("train.", ""), kind }));
+  const a = nodeUsers("alpha", { hosts: [{ name: "h1" }, { name: "ro" }], actors: [...loop, { name: "rollout-2", kind: "train.rollout", placement: "ro" }] } as unknown as Topology);
+  const b = nodeUsers("beta", { hosts: [{ name: "h1" }], actors: loop } as unknown as Topology);
+  users = new Map([["alpha", a.get("h1")!], ["alpha-ro", a.get("ro")!], ["beta", b.get("h1")!]]);
   server = await startNatsServer({ users: [...users.values()] });
   admin = await connectBus({ url: server.authUrl });
   const topo = { name: "t", train: { checkpointEvery: 2 } } as unknown as Topology;
@@ -50,8 +52,9 @@ afterAll(async () => {
 });
 
 /** Connects as job `job`'s node user, collecting the connection's status errors. */
-async function nodeBus(job: "alpha" | "beta"): Promise<{ bus: Bus; errors: string[] }> {
-  const u = users.get(job)!;
+async function nodeBus(who: "alpha" | "alpha-ro" | "beta"): Promise<{ bus: Bus; errors: string[] }> {
+  const u = users.get(who)!;
+  const job = who === "beta" ? "beta" : "alpha";
   const bus = await connectBus({ url: server.url, user: u.user, pass: u.password, inboxPrefix: jobNames(job).inbox, largeBucket: jobNames(job).objLarge, reconnect: false });
   buses.push(bus);
   const errors: string[] = [];
@@ -143,6 +146,38 @@ describe("NATS users confined to a job", () => {
     const c = await b.bus.ensureConsumer(beta.streamSamples, beta.consumer("buffer"));
     const m = await c.next({ expires: 2_000 });
     expect(m && dec(m.data)).toBe("beta's secret sample");
+  });
+});
+
+describe("NATS users confined to their roles", () => {
+  it("a host running only a rollout publishes samples and reads the loop's state, and writes none of the other roles' data", async () => {
+    const { bus, errors } = await nodeBus("alpha-ro");
+    const refused = async (what: string, p: Promise<unknown>) => {
+      await expect(p, what).rejects.toThrow(/permissions violation/i);
+    };
+    const count = async (stream: string) => (await (await admin.jsm()).streams.info(stream)).state.messages;
+    const before = { batches: await count(alpha.streamBatches), weights: await count(alpha.streamWeights), prompts: await count(alpha.streamPrompts) };
+    // what a rollout does: publish samples, read the versions record and the weight objects
+    await bus.jsPublish(alpha.trainSamples, enc("a rollout's sample"), { timeoutMs: 2_000 });
+    const adminVersions = await admin.kv(alpha.kvVersions);
+    await adminVersions.put("latest", enc("v1"));
+    const versions = await bus.kv(alpha.kvVersions);
+    expect(dec((await versions.get("latest"))!.value)).toBe("v1");
+    await (await admin.obj(alpha.objWeights)).putBlob({ name: "full-v9" }, new Uint8Array(1000).fill(9));
+    expect((await (await bus.obj(alpha.objWeights)).getBlob("full-v9"))?.length).toBe(1000);
+    // what it may not: batches, weights messages, step metrics, prompts, the versions record, weight objects
+    await refused("a batch", bus.jsPublish(alpha.trainBatches, enc("poisoned batch"), { timeoutMs: 2_000 }));
+    await refused("a weights message", bus.jsPublish(alpha.trainWeights, enc("poisoned weights"), { timeoutMs: 2_000 }));
+    await refused("step metrics", bus.jsPublish(alpha.trainMetrics, enc("fake metrics"), { timeoutMs: 2_000 }));
+    await refused("a prompt group", bus.jsPublish(alpha.trainPrompts, enc("fake prompt"), { timeoutMs: 2_000 }));
+    await refused("the versions record", versions.put("latest", enc("v999")));
+    await refused("a weight object", (await bus.obj(alpha.objWeights)).putBlob({ name: "full-v10" }, new Uint8Array(1000).fill(6)));
+    await refused("a purge of the weight objects", (await bus.jsm()).streams.purge(`OBJ_${alpha.objWeights}`));
+    await bus.flush();
+    expect(dec((await adminVersions.get("latest"))!.value)).toBe("v1");
+    expect({ batches: await count(alpha.streamBatches), weights: await count(alpha.streamWeights), prompts: await count(alpha.streamPrompts) }).toEqual(before);
+    expect(await (await admin.obj(alpha.objWeights)).info("full-v10")).toBeNull();
+    expect(errors.some((e) => /Publish to "ooze\.alpha\.train\.batches"/.test(e))).toBe(true);
   });
 });
 

@@ -57,7 +57,7 @@ async function up(file: string, opts: UpOptions): Promise<number> {
   // ooze up's own credentials; with the embedded server, each host's node gets a user of its own,
   // confined to the job's subjects and streams (node-credentials.ts)
   let auth: { token: string | null; user: string | null; pass: string | null };
-  const hostUsers = target ? null : nodeUsers(job, topology.hosts.map((h) => h.name));
+  const hostUsers = target ? null : nodeUsers(job, topology);
   if (target) {
     natsUrl = target.url;
     auth = { token: target.token, user: target.user, pass: target.pass };

@@ -149,7 +149,9 @@ describe.skipIf("skip" in browserBin)("dashboard in headless Chromium", () => {
       await until("the new engine's row", (u: string) => document.querySelector(`[data-engine="${u}"]`) !== null, engineUrl);
       await until("the attach event", (u: string) => [...document.querySelectorAll("#engine-events li")].some((li) => li.textContent!.includes(`attached ${u} (runtime)`)), engineUrl);
       page.once("dialog", (d) => void d.accept());
-      await page.click(`[data-detach="${engineUrl}"]`);
+      // Found and clicked in one step inside the page: the engines table is re-rendered by the live
+      // feed, and a button found first and clicked after (page.click) can be a replaced, detached one.
+      await page.evaluate((u: string) => void setTimeout(() => (document.querySelector(`[data-detach="${u}"]`) as HTMLButtonElement).click(), 0), engineUrl);
       await until("the new engine's row to go", (u: string) => document.querySelector(`[data-engine="${u}"]`) === null, engineUrl, 90_000);
       await until("the detach event", (u: string) => [...document.querySelectorAll("#engine-events li")].some((li) => li.textContent!.includes(`detached ${u}`)), engineUrl);
       // The job's own engine is still there.

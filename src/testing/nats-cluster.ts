@@ -73,6 +73,29 @@ export async function startTestNatsCluster(opts: TestNatsClusterOptions = {}): P
     throw e;
   }
   const urls = servers.map((s) => s.url).join(",");
+  // The meta group as each server's monitoring endpoint reports it (nats-server's /jsz).
+  type Jsz = { meta_cluster?: { leader?: string; replicas?: { name: string; current: boolean; offline?: boolean }[] } };
+  let lastMeta = "";
+  const metaPeersCurrent = async (): Promise<boolean> => {
+    const live = servers.map((s, i) => ({ s, i, name: `${name}-s${i + 1}` })).filter((x) => x.s.running);
+    const jsz = async (i: number): Promise<Jsz | null> => {
+      try {
+        return (await (await fetch(`http://127.0.0.1:${monitorPorts[i]}/jsz`)).json()) as Jsz;
+      } catch {
+        return null;
+      }
+    };
+    const leaderName = (await jsz(live[0]!.i))?.meta_cluster?.leader;
+    const leader = live.find((x) => x.name === leaderName);
+    if (!leader) {
+      lastMeta = `meta leader '${leaderName ?? "none"}' is not a live server`;
+      return false;
+    }
+    const replicas = (await jsz(leader.i))?.meta_cluster?.replicas ?? [];
+    const current = live.filter((x) => x !== leader && replicas.some((r) => r.name === x.name && r.current && !r.offline));
+    lastMeta = `leader ${leader.name}; current peers: ${current.map((x) => x.name).join(", ") || "none"}; replicas ${JSON.stringify(replicas)}`;
+    return current.length === live.length - 1;
+  };
   const cluster: TestNatsCluster = {
     servers,
     token,
@@ -92,6 +115,15 @@ export async function startTestNatsCluster(opts: TestNatsClusterOptions = {}): P
       );
     },
     async waitJetStream(timeoutMs = 30_000) {
+      // Then every live server a current JetStream peer of the meta group, as its leader sees it: a
+      // meta leader alone can refuse a replicated stream ("no suitable peers for placement") while
+      // the other servers have not caught up.
+      await waitUntil(metaPeersCurrent, {
+        timeoutMs,
+        intervalMs: 200,
+        what: "every live server a current peer of the JetStream meta group",
+        diagnostics: () => `last: ${lastMeta}`,
+      });
       const live = servers.filter((s) => s.running).map((s) => s.url).join(",");
       const bus = await connectBus({ url: live, token, reconnectWaitMs: 100 });
       let last = "";

@@ -1,4 +1,4 @@
-// Loop benchmark (`npm run bench -- loop [--steps N] [--reps R] [--staleness B] [--preset NAME] [--window G] [--explorer K]`):
+// Loop benchmark (`npm run bench -- loop [--steps N] [--reps R] [--staleness B] [--preset NAME] [--window G] [--explorer K] [--explorer-pairs P]`):
 // trained samples/s of `ooze train` — the loop's actors on an embedded NATS JetStream — in sync, async
 // (one step off-policy) and fully_async mode (partial rollout, staleness bound B = 2, the mode's
 // default) on a workload with heavy-tailed generation lengths, against the ideal overlap bound measured
@@ -20,7 +20,10 @@
 // length). With lateGroups requeue stale groups are generated again (dropped after 3 tries).
 //
 // --explorer K: the trainer's explorer files keep K steps (train.explorer.keepSteps; default the
-// config's, 20; 0 writes none): run with 0 and without to see what writing them costs the loop.
+// config's, 20; 0 writes none) in every mode. Without it, each repetition also runs P pairs
+// (`--explorer-pairs P`, default 4) of sync runs, one with the default explorer files and one with
+// none, in alternating order, and the bench reports sync_explorer_vs_none: the rate with the
+// explorer over the rate without, summed over the pairs.
 //
 // Trained samples/s: samples trained in steps 2..N over the wall time from the end of step 1 to the
 // end of step N (engine and worker start-up excluded), for every mode.
@@ -84,6 +87,7 @@ const samples = 8;
 const maxRunning = 128;
 const window = Number(arg("window", String(2 * prompts)));
 const explorerSteps = process.argv.includes("--explorer") ? Number(arg("explorer", "20")) : null;
+const explorerPairCount = Number(arg("explorer-pairs", "4"));
 const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
 const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens: 8 };
 const root = mkdtempSync(join(tmpdir(), "ooze-bench-loop-"));
@@ -120,7 +124,7 @@ const loopTopology = loadTopology(fileURLToPath(new URL("../topologies/quickstar
 async function run(mode: TrainConfig["mode"], rep: number, variant: Partial<TrainConfig> = {}): Promise<{ sps: number; out: string; ms: StepMetrics[]; cpu: CpuUse }> {
   const cfg = { ...trainConfig(mode), ...variant };
   const label = `${mode}${mode === "fully_async" ? ` (staleness bound ${cfg.maxStaleness}, lateGroups ${cfg.lateGroups})` : ""}`;
-  const out = join(root, `${mode}-${cfg.maxStaleness}-${cfg.lateGroups}-${rep}`);
+  const out = join(root, `${mode}-${cfg.maxStaleness}-${cfg.lateGroups}-x${cfg.explorer.keepSteps}-${rep}`);
   // the machine's CPU at the end of step 1 and of the last step: the window `rate` measures
   let c1: CpuTimes | null = null, cN: CpuTimes | null = null;
   const onStep = (m: StepMetrics) => {
@@ -221,6 +225,8 @@ try {
   const lengths: Record<"sync" | "async" | "fully_async" | "fully_async_requeue", number>[] = [];
   const wasted: Record<"fully_async" | "fully_async_requeue", { requeued: number; untrained: number }>[] = [];
   let lastSync = "", stalenessSeen = 0, partialSamples = 0;
+  /** Without --explorer: each pair's sync rate with the default explorer files and with none. */
+  const explorerPairs: { with: number; without: number }[] = [];
   /** Samples generated for nothing: requeued as stale, and launched but undecided at the end (the last checkpoint's pending groups). */
   const wastedOf = (out: string) => ({
     requeued: readJsonl<BatchRecord>(join(out, "batches.jsonl")).reduce((n, x) => n + (x.requeued?.length ?? 0), 0),
@@ -229,6 +235,14 @@ try {
   for (let rep = 1; rep <= repetitions; rep++) {
     say(`repetition ${rep}/${repetitions}`);
     const sync = await run("sync", rep);
+    // The explorer's cost: pairs of sync runs with the default explorer files and with none, in
+    // alternating order (one pair's two 10-step runs differ by several % on this machine alone).
+    for (let k = 0; explorerSteps === null && k < explorerPairCount; k++) {
+      const none = { explorer: { ...trainConfig("sync").explorer, keepSteps: 0 } };
+      const first = await run("sync", rep * 100 + k, k % 2 === 0 ? {} : none);
+      const second = await run("sync", rep * 100 + k, k % 2 === 0 ? none : {});
+      explorerPairs.push(k % 2 === 0 ? { with: first.sps, without: second.sps } : { with: second.sps, without: first.sps });
+    }
     const async_ = await run("async", rep);
     const full = await run("fully_async", rep);
     // lateGroups requeue: a batch never waits for late groups (the length bias lateGroups wait removes)
@@ -261,6 +275,13 @@ try {
   console.log(
     JSON.stringify({
       explorer_keep_steps: explorerSteps ?? trainConfig("sync").explorer.keepSteps,
+      ...(explorerPairs.length > 0
+        ? {
+            sync_no_explorer: r(explorerPairs.reduce((n, x) => n + x.without, 0) / explorerPairs.length),
+            sync_explorer_vs_none: r(explorerPairs.reduce((n, x) => n + x.with, 0) / explorerPairs.reduce((n, x) => n + x.without, 0), 3),
+            sync_explorer_vs_none_by_pair: explorerPairs.map((x) => r(x.with / x.without, 3)),
+          }
+        : {}),
       workload: `long-tail turns (Pareto alpha ${taskConfig.alpha}, 1-${taskConfig.maxTurns} turns of <=${taskConfig.turnTokens} tokens), preset ${preset}, ${prompts} prompts x ${samples} samples, ${steps} steps, 1 engine (maxRunning ${maxRunning}), OMP_NUM_THREADS=${process.env.OMP_NUM_THREADS}, ${repetitions} repetitions`,
       sync: r(m.sync),
       async: r(m.async),

@@ -70,6 +70,14 @@ describe("startJobUnderTest / runJobSchedule (ooze/testing)", () => {
     expect(readJsonLines<MetricsLine>(join(dir, "b", "metrics.jsonl")).length).toBe(4);
   });
 
+  it("with no fault, no engine leaves routing: the job's first update (from the engines' own 'default' to 0) is no restart", { timeout: 120_000 }, async () => {
+    const report = await runJobSchedule({ topology, out: join(dir, "e"), train: { mode: "sync", steps: 2 }, deadlineMs: 90_000 }, []);
+    expect(report.verdicts.filter((v) => !v.ok), JSON.stringify(report.verdicts)).toEqual([]);
+    const job = Array.isArray(report.logs.job) ? report.logs.job.join("\n") : String(report.logs.job);
+    expect(job).toMatch(/weight version default/); // the engine joined on its own label
+    expect(job).not.toMatch(/left routing|re-dispatching|restarted on its initial weights/);
+  });
+
   it("a topology that cannot start fails before anything starts, naming the field; so does a schedule naming a missing target", async () => {
     await expect(startJobUnderTest({ topology, out: join(dir, "c"), train: { promptsPerStep: 0 }, deadlineMs: 10_000 })).rejects.toThrow(/train: .*promptsPerStep/);
     await expect(runJobSchedule({ topology, out: join(dir, "d"), deadlineMs: 10_000 }, [{ kind: "engine", engine: "engine-7", fault: { kind: "hang" }, at: 0, forMs: 10 }])).rejects.toThrow(/engine-7/);

@@ -47,7 +47,15 @@ function staleVersion(e: Engine, attempt: Attempt, got: string | null, wanted: s
   if (got === null || attempt.crossed) return null;
   const floor = wanted ?? (e.weightVersion === attempt.version ? attempt.version : null);
   if (floor === null || versionAtLeast(got, floor)) return null;
+  // From a version that is none of the job's (SGLang's "default", before the job's first update) to
+  // one of its numbered versions, an engine was updated, not restarted: nothing to drop.
+  if (!isJobVersion(floor) && isJobVersion(got)) return null;
   return `${e.id} answered under weight version ${got}, not ${floor} (restarted on its initial weights?)`;
+}
+
+/** Whether `v` is one of a job's weight versions (a number), not an engine's own label such as "default". */
+function isJobVersion(v: string): boolean {
+  return v.trim() !== "" && Number.isFinite(Number(v));
 }
 
 /** How long a graceful abort (/abort_request) may take before the dispatch is cut locally, ms. */

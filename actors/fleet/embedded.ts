@@ -18,6 +18,16 @@ export interface EmbeddedSpec {
   host?: string | undefined;
 }
 
+/** `ooze serve`'s flags for what an engine serves: its model, its limits, its bind address. */
+export function serveArgs(s: EmbeddedSpec): string[] {
+  const args = s.preset !== undefined ? ["--preset", s.preset, "--seed", String(s.seed ?? 0)] : ["--model", s.modelDir!];
+  if (s.weightVersion !== undefined) args.push("--weight-version", s.weightVersion);
+  if (s.maxRunning !== undefined) args.push("--max-running", String(s.maxRunning));
+  if (s.cacheTokens !== undefined) args.push("--cache-tokens", String(s.cacheTokens));
+  if (s.host !== undefined) args.push("--host", s.host);
+  return args;
+}
+
 /** One embedded engine process. */
 export class EmbeddedEngine {
   url: string | null = null;
@@ -40,14 +50,7 @@ export class EmbeddedEngine {
 
   /** Starts the process and resolves with its URL once it listens. */
   start(timeoutMs = 60_000): Promise<string> {
-    const s = this.spec;
-    const args = [oozeBin(), "serve", "--port", String(this.port), "--parent-pid", String(process.pid)];
-    if (s.preset !== undefined) args.push("--preset", s.preset, "--seed", String(s.seed ?? 0));
-    else args.push("--model", s.modelDir!);
-    if (s.weightVersion !== undefined) args.push("--weight-version", s.weightVersion);
-    if (s.maxRunning !== undefined) args.push("--max-running", String(s.maxRunning));
-    if (s.cacheTokens !== undefined) args.push("--cache-tokens", String(s.cacheTokens));
-    if (s.host !== undefined) args.push("--host", s.host);
+    const args = [oozeBin(), "serve", "--port", String(this.port), "--parent-pid", String(process.pid), ...serveArgs(this.spec)];
     const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
     this.child = child;
     let out = "";

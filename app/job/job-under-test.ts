@@ -8,6 +8,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { serveArgs } from "../../actors/fleet/embedded.ts";
 import { fleetConfig } from "../../actors/fleet/fleet-actor.ts";
 import { fullyAsyncLimits, trainConfigOf, type EnginesConfig, type TrainConfig } from "../../actors/protocol/config.ts";
 import { OozeError } from "../../src/errors.ts";
@@ -67,8 +68,8 @@ interface EngineSlot {
 function engineSlots(topology: Topology, train: TrainConfig, engines: EnginesConfig, baseDir: string): EngineSlot[] {
   const fleets = topology.actors.filter((a) => a.kind === "fleet");
   if (fleets.length === 0) {
-    const model = train.model !== undefined ? ["--model", resolve(baseDir, train.model)] : ["--preset", train.preset, "--seed", String(train.seed)];
-    const serve = [...model, "--max-running", String(engines.maxRunning), "--cache-tokens", String(engines.cacheTokens)];
+    const model = train.model !== undefined ? { modelDir: resolve(baseDir, train.model) } : { preset: train.preset, seed: train.seed };
+    const serve = serveArgs({ ...model, maxRunning: engines.maxRunning, cacheTokens: engines.cacheTokens });
     return [...engines.urls.map((url) => ({ serve: null, url, fleet: null })), ...Array.from({ length: engines.count }, () => ({ serve, url: null, fleet: null }))];
   }
   const slots: EngineSlot[] = [];
@@ -78,13 +79,9 @@ function engineSlots(topology: Topology, train: TrainConfig, engines: EnginesCon
     const cfg = parsed.data;
     for (const e of cfg.engines) slots.push({ serve: null, url: typeof e === "string" ? e : e.url, fleet: a.name });
     const e = cfg.embedded;
-    if (e && e.count > 0) {
-      const serve = e.preset !== undefined ? ["--preset", e.preset, "--seed", String(e.seed ?? 0)] : ["--model", e.modelDir!];
-      if (e.weightVersion !== undefined) serve.push("--weight-version", e.weightVersion);
-      if (e.maxRunning !== undefined) serve.push("--max-running", String(e.maxRunning));
-      if (e.cacheTokens !== undefined) serve.push("--cache-tokens", String(e.cacheTokens));
-      for (let i = 0; i < e.count; i++) slots.push({ serve, url: null, fleet: a.name });
-    }
+    // on loopback, whatever host the topology binds them to: the proxies stand in front of them
+    const serve = e ? serveArgs({ ...e, host: undefined }) : [];
+    for (let i = 0; i < (e?.count ?? 0); i++) slots.push({ serve, url: null, fleet: a.name });
   }
   return slots;
 }

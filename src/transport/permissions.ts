@@ -46,8 +46,8 @@ function loopWriters(job: string): { kind: string; subjects: string[]; kvBuckets
  * Permissions of a process of job `job` (an `ooze node`) that hosts actors of the kinds `roles`:
  * read and write the job's data, never another job's nor reconfigure the server's JetStream; the
  * loop's data only as its roles write it (a rollout host cannot publish batches or weights, put the
- * versions record or replace a weight object). Without `roles`, every role's writes are allowed. Stream-level calls are listed one by one,
- * each on the stream's name, because a wildcard in the middle of a JetStream API subject would
+ * versions record or replace a weight object). Without `roles`, every role's writes are allowed.
+ * Stream-level calls are listed one by one, each on the stream's name, because a wildcard in the middle of a JetStream API subject would
  * also match a call on another stream (`$JS.API.CONSUMER.*.*.S.>` matches a consumer named S of
  * any stream).
  */

@@ -6,7 +6,7 @@
 import { OozeError, TimeoutError } from "../../errors.ts";
 import type { FinishReason } from "../backend.ts";
 import { engineFaultKind, type GenerateRequest } from "../client.ts";
-import { versionAtLeast } from "./model.ts";
+import { isJobVersion, versionAtLeast } from "./model.ts";
 import type { ProgressDeadlines } from "./retry.ts";
 import type { Attempt, Engine } from "./types.ts";
 import type { PartialRollout } from "./partial.ts";
@@ -51,11 +51,6 @@ function staleVersion(e: Engine, attempt: Attempt, got: string | null, wanted: s
   // one of its numbered versions, an engine was updated, not restarted: nothing to drop.
   if (!isJobVersion(floor) && isJobVersion(got)) return null;
   return `${e.id} answered under weight version ${got}, not ${floor} (restarted on its initial weights?)`;
-}
-
-/** Whether `v` is one of a job's weight versions (a number), not an engine's own label such as "default". */
-function isJobVersion(v: string): boolean {
-  return v.trim() !== "" && Number.isFinite(Number(v));
 }
 
 /** How long a graceful abort (/abort_request) may take before the dispatch is cut locally, ms. */

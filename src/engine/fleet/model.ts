@@ -79,7 +79,10 @@ export function compareVersions(a: string, b: string): number {
  */
 export function versionAtLeast(a: string, b: string): boolean {
   if (a === b) return true;
-  const x = Number(a);
-  const y = Number(b);
-  return a.trim() !== "" && b.trim() !== "" && Number.isFinite(x) && Number.isFinite(y) && x >= y;
+  return isJobVersion(a) && isJobVersion(b) && Number(a) >= Number(b);
+}
+
+/** Whether `v` is one of a job's weight versions (a number), not an engine's own label such as SGLang's "default". */
+export function isJobVersion(v: string): boolean {
+  return v.trim() !== "" && Number.isFinite(Number(v));
 }

@@ -7,8 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 #include <unistd.h>
 
@@ -485,9 +487,12 @@ float f16_to_f32(uint16_t h) {
   return sign ? -v : v;
 }
 
-/** Reads every tensor of one safetensors file that the layout names into m.params. */
-void read_safetensors(const fs::path& path, Model& m, std::vector<bool>& seen, LoadedInfo* info) {
-  const std::string file = path.string();
+}  // namespace
+
+void read_safetensors_into(const std::string& file, const std::vector<TensorInfo>& tensors, float* params,
+                           std::vector<bool>& seen, std::string* weight_version,
+                           const std::function<bool(const std::string&)>& skip, const std::string& owner) {
+  const fs::path path(file);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(file + ": cannot open");
   f.seekg(0, std::ios::end);
@@ -507,21 +512,23 @@ void read_safetensors(const fs::path& path, Model& m, std::vector<bool>& seen, L
   JsonValue h = parse_json(header, file + " (safetensors header)");
   if (h.kind != JsonValue::Object) throw std::runtime_error(file + ": safetensors header is not a JSON object");
   const uint64_t data_start = 8 + hlen, data_size = size - data_start;
+  std::unordered_map<std::string, size_t> index;
+  for (size_t k = 0; k < tensors.size(); ++k) index.emplace(tensors[k].name, k);
   std::vector<unsigned char> buf;
   for (auto& [name, t] : h.obj) {
     if (name == "__metadata__") {
-      if (info && t.kind == JsonValue::Object)
+      if (weight_version && t.kind == JsonValue::Object)
         if (const JsonValue* wv = t.get("weight_version"); wv && wv->kind == JsonValue::String)
-          info->weight_version = wv->str;
+          *weight_version = wv->str;
       continue;
     }
     const std::string where = file + ": tensor '" + name + "'";
-    const TensorInfo* ti = m.find(name);
-    if (!ti) {
-      if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;  // old HF checkpoints
-      if (name == "lm_head.weight" && m.cfg.tie_word_embeddings) continue;  // saved tied copy
-      throw std::runtime_error(where + " is not part of a " + model_type_name(m.cfg.family) + std::string(" model with this config"));
+    const auto found = index.find(name);
+    if (found == index.end()) {
+      if (skip && skip(name)) continue;
+      throw std::runtime_error(where + " is not part of " + owner);
     }
+    const TensorInfo* ti = &tensors[found->second];
     const JsonValue* dt = t.get("dtype");
     const JsonValue* shape = t.get("shape");
     const JsonValue* offs = t.get("data_offsets");
@@ -550,7 +557,7 @@ void read_safetensors(const fs::path& path, Model& m, std::vector<bool>& seen, L
     f.seekg(static_cast<std::streamoff>(data_start + static_cast<uint64_t>(b0)));
     f.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(nbytes));
     if (!f) throw std::runtime_error(where + ": read failed");
-    float* dst = m.params.data() + ti->offset;
+    float* dst = params + ti->offset;
     const size_t n = ti->numel();
     if (esize == 4) {
       std::memcpy(dst, buf.data(), nbytes);
@@ -561,9 +568,11 @@ void read_safetensors(const fs::path& path, Model& m, std::vector<bool>& seen, L
         dst[k] = bf ? bf16_to_f32(v) : f16_to_f32(v);
       }
     }
-    seen[static_cast<size_t>(ti - m.tensors.data())] = true;
+    seen[found->second] = true;
   }
 }
+
+namespace {
 
 /** Writes `bytes` to `path` via a temporary file in the same directory and a rename. */
 void write_atomic(const fs::path& path, const std::string& head, const float* data, size_t nfloats) {
@@ -608,7 +617,15 @@ Model load_model_dir(const std::string& dir, LoadedInfo* info) {
   } else {
     throw std::runtime_error(single.string() + ": not found (nor model.safetensors.index.json)");
   }
-  for (auto& p : files) read_safetensors(p, m, seen, info);
+  const Family fam = m.cfg.family;
+  const bool tied = m.cfg.tie_word_embeddings;
+  auto skip = [tied](const std::string& name) {
+    return name.find("rotary_emb.inv_freq") != std::string::npos ||  // old HF checkpoints
+           (name == "lm_head.weight" && tied);                         // a saved tied copy
+  };
+  const std::string owner = std::string("a ") + model_type_name(fam) + " model with this config";
+  for (auto& p : files)
+    read_safetensors_into(p.string(), m.tensors, m.params.data(), seen, info ? &info->weight_version : nullptr, skip, owner);
   for (size_t k = 0; k < seen.size(); ++k)
     if (!seen[k])
       throw std::runtime_error((files.size() == 1 ? files[0].string() : dir) + ": tensor '" + m.tensors[k].name +
@@ -616,21 +633,19 @@ Model load_model_dir(const std::string& dir, LoadedInfo* info) {
   return m;
 }
 
-void save_model_dir(const Model& m, const std::string& dir, const std::string& weight_version) {
-  const fs::path d(dir);
-  std::error_code ec;
-  fs::create_directories(d, ec);
-  if (ec) throw std::runtime_error(dir + ": cannot create directory: " + ec.message());
+void write_safetensors(const std::string& path, const std::vector<TensorInfo>& tensors, const float* params,
+                       const std::string& weight_version) {
   std::string h = "{\"__metadata__\":{\"format\":\"pt\"";
   if (!weight_version.empty()) h += ",\"weight_version\":" + json_quote(weight_version);
   h += "}";
-  size_t off = 0;
-  for (auto& t : m.tensors) {
+  size_t off = 0, floats = 0;
+  for (auto& t : tensors) {
+    if (t.offset != floats) throw std::logic_error("write_safetensors: tensors must be contiguous in layout order");
     h += "," + json_quote(t.name) + ":{\"dtype\":\"F32\",\"shape\":[";
     for (size_t k = 0; k < t.shape.size(); ++k) h += (k ? "," : "") + std::to_string(t.shape[k]);
     size_t bytes = t.numel() * 4;
     h += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + bytes) + "]}";
-    off += bytes;
+    off += bytes, floats += t.numel();
   }
   h += "}";
   while (h.size() % 8) h += ' ';
@@ -638,10 +653,21 @@ void save_model_dir(const Model& m, const std::string& dir, const std::string& w
   uint64_t n = h.size();
   for (int k = 0; k < 8; ++k) head[k] = static_cast<char>((n >> (8 * k)) & 0xFF);
   head += h;
-  // Tensors are contiguous in layout order, so the data section is the params buffer itself.
-  write_atomic(d / "model.safetensors", head, m.params.data(), m.params.size());
-  std::string cfg = config_to_json(m.cfg);
-  write_atomic(d / "config.json", cfg, nullptr, 0);
+  // Tensors are contiguous in layout order, so the data section is the buffer itself.
+  write_atomic(path, head, params, floats);
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) { write_atomic(path, text, nullptr, 0); }
+
+std::string read_text_file(const std::string& path) { return read_text(path); }
+
+void save_model_dir(const Model& m, const std::string& dir, const std::string& weight_version) {
+  const fs::path d(dir);
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot create directory: " + ec.message());
+  write_safetensors((d / "model.safetensors").string(), m.tensors, m.params.data(), weight_version);
+  write_atomic(d / "config.json", config_to_json(m.cfg), nullptr, 0);
 }
 
 }  // namespace ooze

@@ -2,6 +2,7 @@
 // F16 read; F32 written), plus the small JSON reader both formats need. Any native module may use it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,26 @@ LlamaConfig config_from_json(const JsonValue& j, const std::string& where);
 
 /** config.json text for `cfg` (its family's architectures and model_type, float32). */
 std::string config_to_json(const LlamaConfig& cfg);
+
+/**
+ * Reads every tensor of the safetensors file `path` into `params`, laid out as `tensors` (F32, BF16 or
+ * F16 on disk; shapes must match), and sets seen[k] for each tensor k it read. A tensor the layout does
+ * not name is skipped when `skip(name)` says so, else refused as "not part of `owner`". The metadata's
+ * weight_version goes to `weight_version` when given. Throws std::runtime_error naming file and tensor.
+ */
+void read_safetensors_into(const std::string& path, const std::vector<TensorInfo>& tensors, float* params,
+                           std::vector<bool>& seen, std::string* weight_version,
+                           const std::function<bool(const std::string&)>& skip, const std::string& owner);
+
+/** Writes `params` (laid out contiguously as `tensors`) to `path` as F32 safetensors, atomically. */
+void write_safetensors(const std::string& path, const std::vector<TensorInfo>& tensors, const float* params,
+                       const std::string& weight_version);
+
+/** Writes `text` to `path` through a temporary file and a rename. */
+void write_text_atomic(const std::string& path, const std::string& text);
+
+/** The whole file at `path`; throws std::runtime_error naming it when it cannot be read. */
+std::string read_text_file(const std::string& path);
 
 /** What load_model_dir found besides the weights. */
 struct LoadedInfo {

@@ -324,6 +324,17 @@ export interface NativeForward {
   values: Float32Array | null;
 }
 
+/** The Linear layers a LoRA adapter can target (PEFT's module names). */
+export type LoraTargetModule = "q_proj" | "k_proj" | "v_proj" | "o_proj" | "gate_proj" | "up_proj" | "down_proj";
+
+/** A LoRA adapter's shape: y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ, s = alpha / rank (alpha / √rank with rsLoRA). */
+export interface LoraConfig {
+  rank: number;
+  alpha: number;
+  targets: LoraTargetModule[];
+  rslora: boolean;
+}
+
 export interface NativeTrainerConstructor {
   /** From a config and params (flat, HF layout), or random init (HF's N(0, 0.02²)) from seed; no argument: empty until load(dir). */
   new (opts?: { config: Partial<LlamaHfConfig>; params: Float32Array | null; seed: number | null }): NativeTrainer;
@@ -349,12 +360,34 @@ export interface NativeTrainer {
   getParams(): Float32Array;
   /** Replaces the params (same size); keeps the optimizer state. */
   setParams(params: Float32Array): void;
-  /** A copy of the accumulated gradients. */
+  /** A copy of the accumulated gradients (throws while an adapter trains: the base has none). */
   getGrads(): Float32Array;
-  /** Forgets the AdamW moments and step count. */
+  /** Forgets the AdamW moments and step count (the model's, the adapter's and the value head's). */
   resetOptimizer(): void;
-  /** Config, size, optimizer step and tensor layout; null while empty. */
-  info(): { config: LlamaHfConfig; numParams: number; step: number; valueHead: boolean; tensors: TensorLayout[] } | null;
+  /** Config, size, step of what trains (adapter or model), tensor layout and the adapter's config; null while empty. */
+  info(): {
+    config: LlamaHfConfig;
+    numParams: number;
+    step: number;
+    valueHead: boolean;
+    tensors: TensorLayout[];
+    lora: (LoraConfig & { numParams: number }) | null;
+  } | null;
+  /**
+   * Trains a new LoRA adapter over the frozen base from now on (PEFT's initialisation from `seed`: A
+   * uniform in ±1/√in, B zero; or `params` in the adapter's layout), or the whole model again with
+   * null. Grads and optimizer state start empty. While an adapter is set, logprobs/backward/accumulate
+   * use base + adapter, and applyGrads/trainStep/saveOptimizer/loadOptimizer act on the adapter only.
+   */
+  setLora(opts: (Partial<LoraConfig> & { seed?: number; params?: Float32Array }) | null): void;
+  /** The adapter being trained: config, params, accumulated grads, AdamW step and tensor layout (PEFT names); null in full mode. */
+  getLora(): { config: LoraConfig; params: Float32Array; grads: Float32Array; step: number; tensors: TensorLayout[] } | null;
+  /** Replaces the adapter's values (same size); keeps its optimizer state. */
+  setLoraParams(params: Float32Array): void;
+  /** Writes the adapter in PEFT's format: dir/adapter_config.json and dir/adapter_model.safetensors (F32). */
+  saveLora(dir: string, weightVersion?: string, baseModel?: string): Promise<void>;
+  /** Trains the PEFT adapter in `dir` over the frozen base from now on (fresh optimizer); throws naming file and field when it does not fit the base. */
+  loadLora(dir: string): Promise<{ weightVersion: string }>;
   /** Creates or replaces the critic's value head (hidden_size + 1 floats: weight, then bias); its grads and moments restart. */
   setValueHead(params: Float32Array): void;
   /** The value head's params, accumulated grads and AdamW step; null without one. */
@@ -365,10 +398,10 @@ export interface NativeTrainer {
   loadValueHead(path: string): Promise<void>;
   /** Writes dir/config.json and dir/model.safetensors (F32) of the current params. */
   save(dir: string, weightVersion?: string): Promise<void>;
-  /** Replaces the model from a checkpoint dir; zeroes grads, resets the optimizer and drops the value head. */
+  /** Replaces the model from a checkpoint dir; zeroes grads, resets the optimizer and drops the value head and the adapter. */
   load(dir: string): Promise<{ weightVersion: string }>;
-  /** Writes the AdamW moments and step count to one file (native/src/optim.h format). */
+  /** Writes the AdamW moments and step count of what trains (the adapter, or the model) to one file (native/src/optim.h format). */
   saveOptimizer(path: string): Promise<void>;
-  /** Replaces the AdamW state from a saveOptimizer file of a model with as many parameters. */
+  /** Replaces the AdamW state of what trains from a saveOptimizer file with as many parameters. */
   loadOptimizer(path: string): Promise<{ step: number }>;
 }

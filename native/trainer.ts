@@ -7,6 +7,7 @@ import { OozeError } from "../src/errors.ts";
 import { loadNative } from "./load.ts";
 import type {
   LlamaHfConfig,
+  LoraConfig,
   NativeForward,
   NativeLossConfig,
   NativeLossMetrics,
@@ -15,7 +16,6 @@ import type {
   NativePackedBatch,
   NativeTrainBatch,
   NativeTrainer,
-  TensorLayout,
 } from "./index.d.ts";
 
 export type { NativeForward, NativeLossConfig, NativeLossMetrics, NativeOptimConfig, NativeOptimResult, NativePackedBatch, NativeTrainBatch };
@@ -39,6 +39,15 @@ export const OPTIMIZER_FILE = "optimizer.bin";
  * the HF files, which stay a plain Llama checkpoint that HF loaders and the engines read unchanged).
  */
 export const VALUE_HEAD_FILE = "value_head.bin";
+
+/** The folder in a checkpoint directory that holds the LoRA adapter being trained (PEFT's format), when there is one. */
+export const ADAPTER_DIR = "adapter";
+
+/** What `info()` says about the trainer. */
+export type TrainerInfo = NonNullable<ReturnType<NativeTrainer["info"]>>;
+
+/** The adapter being trained, as getLora() returns it. */
+export type TrainerLora = NonNullable<ReturnType<NativeTrainer["getLora"]>>;
 
 /** How to build a trainer: a config with params (or a seed for random init), or a checkpoint dir. */
 export type TrainerSource =
@@ -194,8 +203,10 @@ export class Trainer {
   save(dir: string, weightVersion = "", opts: { optimizer: boolean } = { optimizer: false }): Promise<void> {
     return this.enqueue("save", async () => {
       mkdirSync(dir, { recursive: true });
+      const info = this.native.info();
       if (opts.optimizer) await this.native.saveOptimizer(join(dir, OPTIMIZER_FILE));
-      if (this.native.info()?.valueHead) await this.native.saveValueHead(join(dir, VALUE_HEAD_FILE));
+      if (info?.valueHead) await this.native.saveValueHead(join(dir, VALUE_HEAD_FILE));
+      if (info?.lora) await this.native.saveLora(join(dir, ADAPTER_DIR), weightVersion);
       await this.native.save(dir, weightVersion);
     });
   }
@@ -203,11 +214,13 @@ export class Trainer {
   /**
    * Replaces the model with a checkpoint's; grads zeroed; the optimizer state comes from
    * dir/optimizer.bin when there is one, else it is reset; the value head from dir/value_head.bin
-   * when there is one, else the trainer has none.
+   * when there is one, else the trainer has none; the adapter from dir/adapter when there is one (it
+   * then trains over the frozen base, and the optimizer state is the adapter's).
    */
   load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null; valueHead: boolean }> {
     return this.enqueue("load", async () => {
       const r = await this.native.load(dir);
+      if (existsSync(join(dir, ADAPTER_DIR, "adapter_config.json"))) await this.native.loadLora(join(dir, ADAPTER_DIR));
       const opt = join(dir, OPTIMIZER_FILE), head = join(dir, VALUE_HEAD_FILE);
       const optimizerStep = existsSync(opt) ? (await this.native.loadOptimizer(opt)).step : null;
       const valueHead = existsSync(head);
@@ -226,8 +239,36 @@ export class Trainer {
     return this.enqueue("loadOptimizer", () => this.native.loadOptimizer(path));
   }
 
-  /** Config, parameter count, optimizer step, whether a value head exists, and tensor layout. */
-  info(): { config: LlamaHfConfig; numParams: number; step: number; valueHead: boolean; tensors: TensorLayout[] } {
+  /**
+   * Trains a new LoRA adapter over the frozen base from now on (PEFT's initialisation from `seed`, or
+   * `params`), or the whole model again with null; grads and optimizer state start empty.
+   */
+  setLora(opts: (Partial<LoraConfig> & { seed?: number; params?: Float32Array }) | null): Promise<void> {
+    return this.enqueue("setLora", () => this.native.setLora(opts));
+  }
+
+  /** The adapter being trained (config, params, grads, step, PEFT tensor layout); null in full mode. */
+  getLora(): Promise<TrainerLora | null> {
+    return this.enqueue("getLora", () => this.native.getLora());
+  }
+
+  /** Replaces the adapter's values; its optimizer state stays. */
+  setLoraParams(params: Float32Array): Promise<void> {
+    return this.enqueue("setLoraParams", () => this.native.setLoraParams(params));
+  }
+
+  /** Writes the adapter in PEFT's format (adapter_config.json + adapter_model.safetensors). */
+  saveLora(dir: string, weightVersion = "", baseModel = ""): Promise<void> {
+    return this.enqueue("saveLora", () => this.native.saveLora(dir, weightVersion, baseModel));
+  }
+
+  /** Trains the PEFT adapter in `dir` over the frozen base from now on (fresh optimizer state). */
+  loadLora(dir: string): Promise<{ weightVersion: string }> {
+    return this.enqueue("loadLora", () => this.native.loadLora(dir));
+  }
+
+  /** Config, parameter count, optimizer step, whether a value head exists, tensor layout and the adapter's config. */
+  info(): TrainerInfo {
     const i = this.native.info();
     if (!i) throw new OozeError("NATIVE_FAILED", "Trainer.info: no model loaded");
     return i;

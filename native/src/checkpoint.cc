@@ -539,8 +539,8 @@ void read_safetensors_into(const std::string& file, const std::vector<TensorInfo
     for (auto& d : shape->arr) shp.push_back(static_cast<int64_t>(d.num));
     if (shp != ti->shape) {
       std::string a, b;
-      for (auto d : shp) a += std::to_string(d) + ",";
-      for (auto d : ti->shape) b += std::to_string(d) + ",";
+      for (auto d : shp) a += (a.empty() ? "" : ", ") + std::to_string(d);
+      for (auto d : ti->shape) b += (b.empty() ? "" : ", ") + std::to_string(d);
       throw std::runtime_error(where + ": shape [" + a + "] but the config needs [" + b + "]");
     }
     size_t esize;

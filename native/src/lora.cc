@@ -104,7 +104,8 @@ void init_lora(Lora& a, uint64_t seed) {
   for (auto& t : a.tensors) {
     float* p = a.params.data() + t.offset;
     const size_t n = t.numel();
-    if (t.name.size() >= 15 && t.name.compare(t.name.size() - 15, 15, ".lora_A.weight") == 0) {
+    static const std::string kA = ".lora_A.weight";
+    if (t.name.size() >= kA.size() && t.name.compare(t.name.size() - kA.size(), kA.size(), kA) == 0) {
       const float bound = 1.0f / std::sqrt(static_cast<float>(t.shape[1]));
       std::uniform_real_distribution<float> u(-bound, bound);
       for (size_t i = 0; i < n; ++i) p[i] = u(rng);
@@ -114,11 +115,11 @@ void init_lora(Lora& a, uint64_t seed) {
   }
 }
 
-LoraView LoraView::of(const Lora& a) {
+LoraView LoraView::of(const Lora& a, float* buf) {
   LoraView v;
   v.cfg = &a.cfg;
   v.scaling = a.cfg.scaling();
-  v.layers = a.ptrs(const_cast<float*>(a.params.data()));
+  v.layers = a.ptrs(buf ? buf : const_cast<float*>(a.params.data()));
   return v;
 }
 
@@ -146,7 +147,7 @@ void lora_backward(const float* x, const float* dy, int rows, int in, int out, c
   if (dx) matmul_nn(g, p.A, dx, rows, in, rank, true);
 }
 
-Lora load_lora_dir(const LlamaConfig& base, const std::string& dir) {
+Lora load_lora_dir(const LlamaConfig& base, const std::string& dir, std::string* weight_version) {
   const fs::path d(dir);
   const std::string cfg_path = (d / "adapter_config.json").string();
   if (!fs::exists(cfg_path)) throw std::runtime_error(cfg_path + ": not found (is '" + dir + "' a PEFT adapter directory?)");
@@ -197,7 +198,7 @@ Lora load_lora_dir(const LlamaConfig& base, const std::string& dir) {
   std::vector<bool> seen(a.tensors.size(), false);
   // PEFT may save the adapter name in the key (…q_proj.lora_A.default.weight) when asked to; ooze
   // reads the plain form PEFT writes by default.
-  read_safetensors_into(st, a.tensors, a.params.data(), seen, nullptr, nullptr,
+  read_safetensors_into(st, a.tensors, a.params.data(), seen, weight_version, nullptr,
                         "a rank-" + std::to_string(c.rank) + " adapter of this base and these target_modules");
   for (size_t k = 0; k < seen.size(); ++k)
     if (!seen[k]) throw std::runtime_error(st + ": tensor '" + a.tensors[k].name + "' is missing (target_modules lists its module)");

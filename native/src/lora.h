@@ -76,7 +76,8 @@ struct LoraView {
   const LoraConfig* cfg = nullptr;
   float scaling = 0;
   std::vector<LoraLayer> layers;
-  static LoraView of(const Lora& a);
+  /** A view of `a`'s params, or of `buf` (its grads, say) laid out like them. */
+  static LoraView of(const Lora& a, float* buf = nullptr);
 };
 
 /**
@@ -97,9 +98,10 @@ void lora_backward(const float* x, const float* dy, int rows, int in, int out, c
  * Reads a PEFT adapter directory (adapter_config.json, adapter_model.safetensors or .bin refused) for a
  * base of config `base`. Throws std::runtime_error naming the file and the field or tensor when the
  * adapter does not match the base (shape, targets, rank), uses a PEFT feature ooze does not implement
- * (dropout is accepted and ignored: it is a training-time regulariser), or is malformed.
+ * (dropout is accepted and ignored: it is a training-time regulariser), or is malformed. The
+ * safetensors metadata's weight_version goes to `weight_version` when given.
  */
-Lora load_lora_dir(const LlamaConfig& base, const std::string& dir);
+Lora load_lora_dir(const LlamaConfig& base, const std::string& dir, std::string* weight_version = nullptr);
 
 /**
  * Writes `dir`/adapter_config.json (peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, target_modules,

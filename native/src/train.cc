@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include "kernels.h"
+#include "lora.h"
 #include "simd.h"
 
 namespace ooze {
@@ -106,7 +107,7 @@ void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int T, i
   }
 }
 
-/** dx (+)= RMSNorm backward; dw accumulated per block of columns (one thread each) to avoid races. */
+/** dx (+)= RMSNorm backward; dw (when not null) accumulated per block of columns (one thread each) to avoid races. */
 void rmsnorm_bwd(const float* dy, const float* x, const float* rstd, const float* w, float* dw, float* dx,
                  int T, int H, bool accumulate) {
 #pragma omp parallel for schedule(static) if (T * H > 16384)
@@ -125,7 +126,8 @@ void rmsnorm_bwd(const float* dy, const float* x, const float* rstd, const float
     }
   }
   // dw[i] += Σ_t dy[t,i]·x[t,i]·rstd[t], each column summed in t order, over blocks of columns so
-  // that rows are read contiguously.
+  // that rows are read contiguously. No dw: the weight is frozen.
+  if (!dw) return;
   constexpr int CB = 256;
 #pragma omp parallel for schedule(static) if (T * H > 16384)
   for (int i0 = 0; i0 < H; i0 += CB) {
@@ -329,6 +331,26 @@ void row_stats(const Dims& d, const std::vector<float>& logits, const int* rows,
   }
 }
 
+/** The adapter's pair for target t of layer l, or null when there is no adapter or it skips t. */
+const LoraPair* lora_pair(const LoraView* lv, int l, int t) {
+  if (!lv || !lv->cfg->has(t)) return nullptr;
+  return &lv->layers[static_cast<size_t>(l)].t[t];
+}
+
+/** y[T, out] += the adapter's term of target t on input x[T, in] (nothing without one). */
+void lora_add(const LoraView* lv, int l, int t, const float* x, int T, int in, int out, float* y, std::vector<float>& tmp) {
+  if (const LoraPair* p = lora_pair(lv, l, t)) lora_apply(x, T, in, out, *p, lv->cfg->rank, lv->scaling, y, tmp);
+}
+
+/** The adapter's backward for target t: dx += its input gradient, its A and B grads accumulated. */
+void lora_back(const LoraView* lv, const LoraView* lg, int l, int t, const float* x, const float* dy, int T, int in, int out,
+               float* dx, std::vector<float>& tmp) {
+  const LoraPair* p = lora_pair(lv, l, t);
+  if (!p) return;
+  const LoraPair g = lg ? lg->layers[static_cast<size_t>(l)].t[t] : LoraPair{};
+  lora_backward(x, dy, T, in, out, *p, g, lv->cfg->rank, lv->scaling, dx, tmp);
+}
+
 }  // namespace
 
 std::string validate_batch(const PackedBatch& b, int vocab) {
@@ -347,7 +369,7 @@ std::string validate_batch(const PackedBatch& b, int vocab) {
 }
 
 void train_forward(const Model& m, const float* params, const PackedBatch& b, float temperature, float* logprobs,
-                   float* entropy, Activations* acts, const uint8_t* want, const ValueHead* head) {
+                   float* entropy, Activations* acts, const uint8_t* want, const ValueHead* head, const LoraView* lora) {
   const Dims d(m.cfg, b);
   const auto P = m.ptrs(const_cast<float*>(params));
   const int T = d.T, H = d.H;
@@ -357,7 +379,7 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
     std::memcpy(x.data() + static_cast<size_t>(t) * H, P.embed_tokens + static_cast<size_t>(b.tokens[t]) * H, sizeof(float) * H);
   if (acts) acts->layers.resize(m.cfg.num_hidden_layers);  // every field is resized below: buffers reused
   LayerActs scratch;
-  std::vector<float> act(static_cast<size_t>(T) * d.I);
+  std::vector<float> act(static_cast<size_t>(T) * d.I), ltmp;
   for (int l = 0; l < m.cfg.num_hidden_layers; ++l) {
     const LayerPtrs& L = P.layers[l];
     LayerActs& a = acts ? acts->layers[l] : scratch;
@@ -370,6 +392,9 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
     matmul_nt(a.xn1.data(), L.q_proj, a.q.data(), T, d.Q, H, false);
     matmul_nt(a.xn1.data(), L.k_proj, a.k.data(), T, d.KV, H, false);
     matmul_nt(a.xn1.data(), L.v_proj, a.v.data(), T, d.KV, H, false);
+    lora_add(lora, l, kLoraQ, a.xn1.data(), T, H, d.Q, a.q.data(), ltmp);
+    lora_add(lora, l, kLoraK, a.xn1.data(), T, H, d.KV, a.k.data(), ltmp);
+    lora_add(lora, l, kLoraV, a.xn1.data(), T, H, d.KV, a.v.data(), ltmp);
     if (L.q_bias) {
       add_bias(a.q.data(), L.q_bias, T, d.Q);
       add_bias(a.k.data(), L.k_bias, T, d.KV);
@@ -385,14 +410,18 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
     rope(a.k.data(), d, d.nkv, false);
     attention_fwd(d, a.q.data(), a.k.data(), a.v.data(), a.att.data(), a.lse.data());
     matmul_nt(a.att.data(), L.o_proj, x.data(), T, H, d.Q, true);  // residual: x += o_proj(att)
+    lora_add(lora, l, kLoraO, a.att.data(), T, d.Q, H, x.data(), ltmp);
     if (L.o_bias) add_bias(x.data(), L.o_bias, T, H);
     if (acts) a.h = x;
     rmsnorm_fwd(x.data(), L.post_attention_layernorm, a.xn2.data(), a.rstd2.data(), T, H, d.eps);
     matmul_nt(a.xn2.data(), L.gate_proj, a.gate.data(), T, d.I, H, false);
     matmul_nt(a.xn2.data(), L.up_proj, a.up.data(), T, d.I, H, false);
+    lora_add(lora, l, kLoraGate, a.xn2.data(), T, H, d.I, a.gate.data(), ltmp);
+    lora_add(lora, l, kLoraUp, a.xn2.data(), T, H, d.I, a.up.data(), ltmp);
 #pragma omp parallel for schedule(static) if (act.size() > 16384)
     for (size_t i = 0; i < act.size(); ++i) act[i] = a.gate[i] * sigmoid(a.gate[i]) * a.up[i];
     matmul_nt(act.data(), L.down_proj, x.data(), T, H, d.I, true);
+    lora_add(lora, l, kLoraDown, act.data(), T, d.I, H, x.data(), ltmp);
   }
   std::vector<float> rstdf(T), xnf(TH);
   rmsnorm_fwd(x.data(), P.norm, xnf.data(), rstdf.data(), T, H, d.eps);
@@ -434,10 +463,15 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
 }
 
 void train_backward(const Model& m, const float* params, const PackedBatch& b, float temperature, const Activations& A,
-                    const float* dlogprobs, const float* dentropy, float* grads, const ValueHead* head) {
+                    const float* dlogprobs, const float* dentropy, float* grads, const ValueHead* head,
+                    const LoraView* lora, const LoraView* lora_grads) {
   const Dims d(m.cfg, b);
   const auto P = m.ptrs(const_cast<float*>(params));
-  const auto G = m.ptrs(grads);
+  // No grads: the base is frozen (an adapter trains); every base weight's gradient product is skipped.
+  const bool base = grads != nullptr;
+  Model::Ptrs G{};
+  if (base) G = m.ptrs(grads);
+  else G.layers.resize(P.layers.size(), LayerPtrs{});
   const int T = d.T, H = d.H;
   const size_t TH = static_cast<size_t>(T) * H;
 
@@ -474,7 +508,7 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
       z[b.tokens[rr[r] + 1]] += gl * invt;
     }
     matmul_nn(logits.data(), P.lm_head, dxbuf.data(), n, H, d.V, false);
-    matmul_tn(logits.data(), xbuf.data(), G.lm_head, d.V, H, n, true);
+    if (base) matmul_tn(logits.data(), xbuf.data(), G.lm_head, d.V, H, n, true);
     for (int r = 0; r < n; ++r)
       std::memcpy(dxnf.data() + static_cast<size_t>(rr[r]) * H, dxbuf.data() + static_cast<size_t>(r) * H, sizeof(float) * H);
   }
@@ -496,6 +530,7 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
   std::vector<float> datt(static_cast<size_t>(T) * d.Q), dq(datt.size());
   std::vector<float> dk(static_cast<size_t>(T) * d.KV), dv(dk.size());
   std::vector<float> dq_pre, dk_pre;  // qk_norm only
+  std::vector<float> ltmp;            // the adapter's scratch
   for (int l = m.cfg.num_hidden_layers - 1; l >= 0; --l) {
     const LayerPtrs& L = P.layers[l];
     const LayerPtrs& GL = G.layers[l];
@@ -504,7 +539,8 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
 #pragma omp parallel for schedule(static) if (act.size() > 16384)
     for (size_t i = 0; i < act.size(); ++i) act[i] = a.gate[i] * sigmoid(a.gate[i]) * a.up[i];
     matmul_nn(dx.data(), L.down_proj, dact.data(), T, d.I, H, false);
-    matmul_tn(dx.data(), act.data(), GL.down_proj, H, d.I, T, true);
+    if (base) matmul_tn(dx.data(), act.data(), GL.down_proj, H, d.I, T, true);
+    lora_back(lora, lora_grads, l, kLoraDown, act.data(), dx.data(), T, d.I, H, dact.data(), ltmp);
 #pragma omp parallel for schedule(static) if (act.size() > 16384)
     for (size_t i = 0; i < act.size(); ++i) {
       const float g = a.gate[i], s = sigmoid(g);
@@ -513,15 +549,20 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
     }
     matmul_nn(dgate.data(), L.gate_proj, dn.data(), T, H, d.I, false);
     matmul_nn(dup.data(), L.up_proj, dn.data(), T, H, d.I, true);
-    matmul_tn(dgate.data(), a.xn2.data(), GL.gate_proj, d.I, H, T, true);
-    matmul_tn(dup.data(), a.xn2.data(), GL.up_proj, d.I, H, T, true);
+    if (base) {
+      matmul_tn(dgate.data(), a.xn2.data(), GL.gate_proj, d.I, H, T, true);
+      matmul_tn(dup.data(), a.xn2.data(), GL.up_proj, d.I, H, T, true);
+    }
+    lora_back(lora, lora_grads, l, kLoraGate, a.xn2.data(), dgate.data(), T, H, d.I, dn.data(), ltmp);
+    lora_back(lora, lora_grads, l, kLoraUp, a.xn2.data(), dup.data(), T, H, d.I, dn.data(), ltmp);
     dh = dx;
     rmsnorm_bwd(dn.data(), a.h.data(), a.rstd2.data(), L.post_attention_layernorm, GL.post_attention_layernorm, dh.data(),
                 T, H, true);
     // Attention: h = x_in + o_proj(att).
     matmul_nn(dh.data(), L.o_proj, datt.data(), T, d.Q, H, false);
-    matmul_tn(dh.data(), a.att.data(), GL.o_proj, H, d.Q, T, true);
+    if (base) matmul_tn(dh.data(), a.att.data(), GL.o_proj, H, d.Q, T, true);
     if (GL.o_bias) bias_grad(dh.data(), GL.o_bias, T, H);
+    lora_back(lora, lora_grads, l, kLoraO, a.att.data(), dh.data(), T, d.Q, H, datt.data(), ltmp);
     attention_bwd(d, a.q.data(), a.k.data(), a.v.data(), a.att.data(), a.lse.data(), datt.data(), dq.data(), dk.data(),
                   dv.data());
     rope(dq.data(), d, d.nh, true);
@@ -540,13 +581,18 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
     matmul_nn(dq.data(), L.q_proj, dn.data(), T, H, d.Q, false);
     matmul_nn(dk.data(), L.k_proj, dn.data(), T, H, d.KV, true);
     matmul_nn(dv.data(), L.v_proj, dn.data(), T, H, d.KV, true);
-    matmul_tn(dq.data(), a.xn1.data(), GL.q_proj, d.Q, H, T, true);
-    matmul_tn(dk.data(), a.xn1.data(), GL.k_proj, d.KV, H, T, true);
-    matmul_tn(dv.data(), a.xn1.data(), GL.v_proj, d.KV, H, T, true);
+    if (base) {
+      matmul_tn(dq.data(), a.xn1.data(), GL.q_proj, d.Q, H, T, true);
+      matmul_tn(dk.data(), a.xn1.data(), GL.k_proj, d.KV, H, T, true);
+      matmul_tn(dv.data(), a.xn1.data(), GL.v_proj, d.KV, H, T, true);
+    }
+    lora_back(lora, lora_grads, l, kLoraQ, a.xn1.data(), dq.data(), T, H, d.Q, dn.data(), ltmp);
+    lora_back(lora, lora_grads, l, kLoraK, a.xn1.data(), dk.data(), T, H, d.KV, dn.data(), ltmp);
+    lora_back(lora, lora_grads, l, kLoraV, a.xn1.data(), dv.data(), T, H, d.KV, dn.data(), ltmp);
     dx = dh;
     rmsnorm_bwd(dn.data(), a.x_in.data(), a.rstd1.data(), L.input_layernorm, GL.input_layernorm, dx.data(), T, H, true);
   }
-  for (int t = 0; t < T; ++t) {
+  for (int t = 0; base && t < T; ++t) {
     float* g = G.embed_tokens + static_cast<size_t>(b.tokens[t]) * H;
     const float* s = dx.data() + static_cast<size_t>(t) * H;
     for (int i = 0; i < H; ++i) g[i] += s[i];

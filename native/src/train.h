@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "lora.h"
 #include "model.h"
 
 namespace ooze {
@@ -74,18 +75,21 @@ struct ValueHead {
  * Both outputs have num_tokens() entries. With `acts`, saves what train_backward needs; the logits
  * are never held for more than a chunk of rows. With `want` (num_tokens() flags), only tokens whose
  * flag is set get a logprob and entropy (the others are 0), which skips their lm_head rows.
+ * With `lora`, the adapter's term is added to each Linear it targets (the model is base + adapter).
  */
 void train_forward(const Model& m, const float* params, const PackedBatch& b, float temperature,
                    float* logprobs, float* entropy, Activations* acts, const uint8_t* want = nullptr,
-                   const ValueHead* head = nullptr);
+                   const ValueHead* head = nullptr, const LoraView* lora = nullptr);
 
 /**
  * Backward of train_forward: given dL/dlogprobs and dL/dentropy (num_tokens() entries each, aligned as
  * the forward's outputs), ADDS dL/dparams into `grads` (Model layout, tied lm_head into embed_tokens).
  * With `head` (dvalues, grads set), the value loss's gradient flows into the head and the trunk too.
+ * With `lora` (the forward's adapter), its A and B gradients are ADDED into `lora_grads` (a view of a
+ * buffer in the adapter's layout). `grads` null freezes the base: no base weight's gradient is computed.
  */
 void train_backward(const Model& m, const float* params, const PackedBatch& b, float temperature,
                     const Activations& acts, const float* dlogprobs, const float* dentropy, float* grads,
-                    const ValueHead* head = nullptr);
+                    const ValueHead* head = nullptr, const LoraView* lora = nullptr, const LoraView* lora_grads = nullptr);
 
 }  // namespace ooze

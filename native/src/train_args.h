@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config_js.h"
+#include "lora.h"
 #include "loss.h"
 #include "model.h"
 #include "optim.h"
@@ -133,6 +134,45 @@ inline AdamWConfig parse_optim(const Napi::Value& v) {
   std::string err = validate_adamw(c);
   if (!err.empty()) type_error(v.Env(), "optimConfig: " + err);
   return c;
+}
+
+/** An adapter's config from {rank, alpha, targets: string[], rslora?}; `where` prefixes errors. */
+inline LoraConfig parse_lora_config(const Napi::Object& o, const std::string& where) {
+  Napi::Env env = o.Env();
+  LoraConfig c;
+  const double r = num(o, "rank", 8);
+  if (!(r >= 1) || r != static_cast<int>(r)) type_error(env, where + ".rank must be a positive integer");
+  c.rank = static_cast<int>(r);
+  c.alpha = static_cast<float>(num(o, "alpha", 2.0 * c.rank));
+  c.rslora = num(o, "rslora", 0) != 0;
+  if (present(o, "targets")) {
+    Napi::Value t = o.Get("targets");
+    if (!t.IsArray()) type_error(env, where + ".targets must be an array of module names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    Napi::Array a = t.As<Napi::Array>();
+    c.targets = 0;
+    for (uint32_t i = 0; i < a.Length(); ++i) {
+      const std::string name = a.Get(i).ToString();
+      const int k = lora_target_from_name(name);
+      if (k < 0)
+        type_error(env, where + ".targets[" + std::to_string(i) + "] '" + name +
+                            "' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+      c.targets |= 1u << k;
+    }
+  }
+  const std::string err = c.validate();
+  if (!err.empty()) type_error(env, where + ": " + err);
+  return c;
+}
+
+/** {rank, alpha, targets, rslora} of an adapter config, for JS. */
+inline Napi::Object lora_config_to_js(Napi::Env env, const LoraConfig& c) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("rank", c.rank), o.Set("alpha", c.alpha), o.Set("rslora", Napi::Boolean::New(env, c.rslora));
+  Napi::Array t = Napi::Array::New(env);
+  for (int k = 0; k < kLoraTargets; ++k)
+    if (c.has(k)) t.Set(t.Length(), lora_target_name(k));
+  o.Set("targets", t);
+  return o;
 }
 
 inline Napi::Float32Array to_f32(Napi::Env env, const std::vector<float>& v) {

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "checkpoint.h"
+#include "critic_head.h"
 #include "train_args.h"
+#include "lora.h"
 #include "loss.h"
 #include "model.h"
 #include "optim.h"
@@ -27,28 +29,25 @@ using namespace ooze;
 using namespace ooze::train_js;
 
 /**
- * The critic's value head on the shared trunk (train.h ValueHead): H + 1 floats [w, b], their grads and
- * AdamW moments, with a layout of two tensors so weight decay skips the bias. Empty when the trainer
- * has no critic. Lives outside Model::params, so checkpoints stay plain HF Llama checkpoints.
+ * A LoRA adapter trained over the frozen base: its params, grads and AdamW moments. While one is set,
+ * the model's own grads and moments are not kept (the base never changes by training).
  */
-struct CriticHead {
-  std::vector<float> params, grads;
+struct AdapterState {
+  std::unique_ptr<Lora> lora;
+  std::vector<float> grads;
   AdamWState opt;
-  std::vector<TensorInfo> layout;
-  bool present() const { return !params.empty(); }
-  void reset(int hidden) {
-    params.assign(hidden + 1, 0.0f), grads.assign(hidden + 1, 0.0f), opt = AdamWState{};
-    layout = {TensorInfo{"value_head.weight", 0, {1, hidden}}, TensorInfo{"value_head.bias", static_cast<size_t>(hidden), {1}}};
-  }
-  void clear() { params.clear(), grads.clear(), opt = AdamWState{}, layout.clear(); }
+  bool present() const { return lora != nullptr; }
+  LoraView view() const { return LoraView::of(*lora); }
+  LoraView grad_view() { return LoraView::of(*lora, grads.data()); }
 };
 
 /** Everything a Trainer owns; shared with in-flight workers. */
 struct TrainerState {
   std::unique_ptr<Model> model;  // null until constructed with a config or loaded from a directory
-  std::vector<float> grads;
+  std::vector<float> grads;      // empty while an adapter trains
   AdamWState opt;
   CriticHead head;
+  AdapterState adapter;
   std::atomic<bool> busy{false};
   /** The grads (and the head's) are known to be all zero: set by applyGrads and zeroGrads, cleared by whatever adds into them. */
   bool grads_zero = false;
@@ -58,68 +57,54 @@ struct TrainerState {
    * about a tenth of a training step.
    */
   Activations acts;
+
+  /** Starts training `a` over the frozen base (drops the base's grads and moments). */
+  void set_adapter(std::unique_ptr<Lora> a) {
+    adapter.grads.assign(a->params.size(), 0.0f);
+    adapter.opt = AdamWState{};
+    adapter.lora = std::move(a);
+    std::vector<float>().swap(grads);
+    opt = AdamWState{};
+  }
+  /** Back to training the whole model. */
+  void clear_adapter() {
+    adapter = AdapterState{};
+    if (model) grads.assign(model->params.size(), 0.0f);
+  }
+  /** The optimizer state of what trains: the adapter's, or the model's. */
+  AdamWState& trainable_opt() { return adapter.present() ? adapter.opt : opt; }
+  size_t trainable_size() const { return adapter.present() ? adapter.lora->params.size() : model->params.size(); }
+  void zero_grads() {
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    std::fill(head.grads.begin(), head.grads.end(), 0.0f);
+    std::fill(adapter.grads.begin(), adapter.grads.end(), 0.0f);
+  }
 };
 
-/** One AdamW step over the model and, when present, the value head (one global gradient norm). */
+/** The forward's adapter view (null in full mode); `lv` holds it. */
+const LoraView* adapter_view(const TrainerState& st, LoraView& lv) {
+  if (!st.adapter.present()) return nullptr;
+  lv = st.adapter.view();
+  return &lv;
+}
+
+/**
+ * One AdamW step over what trains — the adapter (LoRA) or the whole model — and, when present, the
+ * value head (one global gradient norm).
+ */
 OptimResult optimizer_step(TrainerState& st, const AdamWConfig& c) {
   Model& m = *st.model;
-  std::vector<ParamSet> sets{ParamSet{&m.tensors, m.params.size(), m.params.data(), st.grads.data(), &st.opt}};
+  std::vector<ParamSet> sets;
+  if (Lora* a = st.adapter.lora.get())
+    sets.push_back(ParamSet{&a->tensors, a->params.size(), a->params.data(), st.adapter.grads.data(), &st.adapter.opt});
+  else
+    sets.push_back(ParamSet{&m.tensors, m.params.size(), m.params.data(), st.grads.data(), &st.opt});
   if (st.head.present())
     sets.push_back(ParamSet{&st.head.layout, st.head.params.size(), st.head.params.data(), st.head.grads.data(), &st.head.opt});
   OptimResult r = adamw_step_sets(sets, c, /*zero_grads=*/true);
-  if (r.skipped) {
-    std::fill(st.grads.begin(), st.grads.end(), 0.0f);
-    std::fill(st.head.grads.begin(), st.head.grads.end(), 0.0f);
-  }
+  if (r.skipped) st.zero_grads();
   st.grads_zero = true;
   return r;
-}
-
-// value_head.bin: magic, u32 format, u64 count (H + 1), params, i64 step, m, v (little-endian f32).
-constexpr char kHeadMagic[8] = {'O', 'O', 'Z', 'E', 'V', 'H', 'E', 'D'};
-
-void save_head(const CriticHead& h, const std::string& path) {
-  if (!h.present()) throw std::runtime_error("saveValueHead: the trainer has no value head");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw std::runtime_error("cannot write the value head to " + tmp);
-    const uint32_t format = 1;
-    const uint64_t n = h.params.size();
-    const int64_t step = h.opt.step;
-    std::vector<float> zeros(n, 0.0f);
-    const auto& m = h.opt.m.size() == n ? h.opt.m : zeros;
-    const auto& v = h.opt.v.size() == n ? h.opt.v : zeros;
-    f.write(kHeadMagic, 8), f.write(reinterpret_cast<const char*>(&format), 4), f.write(reinterpret_cast<const char*>(&n), 8);
-    f.write(reinterpret_cast<const char*>(h.params.data()), static_cast<std::streamsize>(n * 4));
-    f.write(reinterpret_cast<const char*>(&step), 8);
-    f.write(reinterpret_cast<const char*>(m.data()), static_cast<std::streamsize>(n * 4));
-    f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(n * 4));
-    if (!f) throw std::runtime_error("writing the value head to " + tmp + " failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
-}
-
-void load_head(CriticHead& h, int hidden, const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read the value head file " + path);
-  char magic[8];
-  uint32_t format = 0;
-  uint64_t n = 0;
-  f.read(magic, 8), f.read(reinterpret_cast<char*>(&format), 4), f.read(reinterpret_cast<char*>(&n), 8);
-  if (!f || std::memcmp(magic, kHeadMagic, 8) != 0 || format != 1)
-    throw std::runtime_error(path + " is not an ooze value head file (magic OOZEVHED, format 1)");
-  if (n != static_cast<uint64_t>(hidden) + 1)
-    throw std::runtime_error(path + " holds a value head of " + std::to_string(n) + " floats; this model needs " + std::to_string(hidden + 1) + " (hidden_size + 1)");
-  CriticHead out;
-  out.reset(hidden);
-  out.opt.m.assign(n, 0.0f), out.opt.v.assign(n, 0.0f);
-  f.read(reinterpret_cast<char*>(out.params.data()), static_cast<std::streamsize>(n * 4));
-  f.read(reinterpret_cast<char*>(&out.opt.step), 8);
-  f.read(reinterpret_cast<char*>(out.opt.m.data()), static_cast<std::streamsize>(n * 4));
-  f.read(reinterpret_cast<char*>(out.opt.v.data()), static_cast<std::streamsize>(n * 4));
-  if (!f) throw std::runtime_error(path + " is truncated");
-  h = std::move(out);
 }
 
 // ---- async work ----
@@ -194,7 +179,10 @@ void accumulate(TrainerState& st, StepWork& w) {
     hv.vh.params = st.head.params.data(), hv.vh.values = hv.values.data();
     hv.vh.dvalues = hv.dvalues.data(), hv.vh.grads = st.head.grads.data();
   }
-  train_forward(m, m.params.data(), w.in.b, w.loss.temperature, lp.data(), ent.data(), &acts, w.in.loss_mask.data(), hv.get());
+  LoraView lv, lg;
+  const LoraView* lora = adapter_view(st, lv);
+  if (lora) lg = st.adapter.grad_view();
+  train_forward(m, m.params.data(), w.in.b, w.loss.temperature, lp.data(), ent.data(), &acts, w.in.loss_mask.data(), hv.get(), lora);
   LossInputs li;
   li.T = T, li.cu_seqlens = w.in.b.cu_seqlens.data(), li.num_seqs = w.in.b.num_seqs();
   li.logprobs = lp.data(), li.entropy = ent.data(), li.loss_mask = w.in.loss_mask.data();
@@ -206,7 +194,8 @@ void accumulate(TrainerState& st, StepWork& w) {
   if (!err.empty()) throw std::invalid_argument("lossConfig: " + err);
   w.metrics = policy_loss(w.loss.c, li, dlp.data(), dent.data());
   if (critic) value_loss(w.loss.c, li, hv.dvalues.data(), w.metrics);
-  train_backward(m, m.params.data(), w.in.b, w.loss.temperature, acts, dlp.data(), dent.data(), st.grads.data(), hv.get());
+  train_backward(m, m.params.data(), w.in.b, w.loss.temperature, acts, dlp.data(), dent.data(), lora ? nullptr : st.grads.data(),
+                 hv.get(), lora, lora ? &lg : nullptr);
 }
 
 // ---- the class ----
@@ -225,7 +214,9 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
          InstanceMethod<&TrainerWrap::Load>("load"), InstanceMethod<&TrainerWrap::SaveOptimizer>("saveOptimizer"),
          InstanceMethod<&TrainerWrap::LoadOptimizer>("loadOptimizer"), InstanceMethod<&TrainerWrap::SetValueHead>("setValueHead"),
          InstanceMethod<&TrainerWrap::GetValueHead>("getValueHead"), InstanceMethod<&TrainerWrap::SaveValueHead>("saveValueHead"),
-         InstanceMethod<&TrainerWrap::LoadValueHead>("loadValueHead")});
+         InstanceMethod<&TrainerWrap::LoadValueHead>("loadValueHead"), InstanceMethod<&TrainerWrap::SetLora>("setLora"),
+         InstanceMethod<&TrainerWrap::GetLora>("getLora"), InstanceMethod<&TrainerWrap::SetLoraParams>("setLoraParams"),
+         InstanceMethod<&TrainerWrap::SaveLora>("saveLora"), InstanceMethod<&TrainerWrap::LoadLora>("loadLora")});
     exports.Set("Trainer", cls);
   }
 
@@ -287,8 +278,9 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
           lp->resize(in->b.num_tokens()), ent->resize(in->b.num_tokens());
           ValueHead vh;
           if (critic) values->resize(in->b.num_tokens()), vh.params = st->head.params.data(), vh.values = values->data();
+          LoraView lv;
           train_forward(*st->model, st->model->params.data(), in->b, temp, lp->data(), ent->data(), nullptr, nullptr,
-                        critic ? &vh : nullptr);
+                        critic ? &vh : nullptr, adapter_view(*st, lv));
         },
         [lp, ent, values, critic](Napi::Env env) -> Napi::Value {
           Napi::Object o = Napi::Object::New(env);
@@ -328,9 +320,12 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
           Activations& acts = st->acts;
           ValueHead vh;
           if (!dval->empty()) vh.params = st->head.params.data(), vh.dvalues = dval->data(), vh.grads = st->head.grads.data();
-          train_forward(*st->model, st->model->params.data(), in->b, temp, lp.data(), ent.data(), &acts);
-          train_backward(*st->model, st->model->params.data(), in->b, temp, acts, dlp->data(), dent->data(), st->grads.data(),
-                         dval->empty() ? nullptr : &vh);
+          LoraView lv, lg;
+          const LoraView* lora = adapter_view(*st, lv);
+          if (lora) lg = st->adapter.grad_view();
+          train_forward(*st->model, st->model->params.data(), in->b, temp, lp.data(), ent.data(), &acts, nullptr, nullptr, lora);
+          train_backward(*st->model, st->model->params.data(), in->b, temp, acts, dlp->data(), dent->data(),
+                         lora ? nullptr : st->grads.data(), dval->empty() ? nullptr : &vh, lora, lora ? &lg : nullptr);
         },
         [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
   }
@@ -378,10 +373,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     return run(
         info,
         [st, w] {
-          if (!st->grads_zero) {
-            std::fill(st->grads.begin(), st->grads.end(), 0.0f);
-            std::fill(st->head.grads.begin(), st->head.grads.end(), 0.0f);
-          }
+          if (!st->grads_zero) st->zero_grads();
           accumulate(*st, *w);
           w->opt = optimizer_step(*st, w->optim);
         },
@@ -395,8 +387,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
 
   Napi::Value ZeroGrads(const Napi::CallbackInfo& info) {
     require_idle(info.Env(), "zeroGrads");
-    std::fill(st_->grads.begin(), st_->grads.end(), 0.0f);
-    std::fill(st_->head.grads.begin(), st_->head.grads.end(), 0.0f);
+    st_->zero_grads();
     st_->grads_zero = true;
     return info.Env().Undefined();
   }
@@ -406,6 +397,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
   }
   Napi::Value GetGrads(const Napi::CallbackInfo& info) {
     require_idle(info.Env(), "getGrads");
+    if (st_->adapter.present()) type_error(info.Env(), "getGrads: the base is frozen while a LoRA adapter trains; its grads are getLora().grads");
     return to_f32(info.Env(), st_->grads);
   }
   Napi::Value SetParams(const Napi::CallbackInfo& info) {
@@ -423,6 +415,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     require_idle(info.Env(), "resetOptimizer");
     st_->opt = AdamWState{};
     st_->head.opt = AdamWState{};
+    st_->adapter.opt = AdamWState{};
     return info.Env().Undefined();
   }
   /** info() -> {config, numParams, step, tensors: [{name, offset, shape}]}. */
@@ -433,8 +426,15 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     Napi::Object o = Napi::Object::New(env);
     o.Set("config", config_to_js(env, m.cfg));
     o.Set("numParams", static_cast<double>(m.params.size()));
-    o.Set("step", static_cast<double>(st_->opt.step));
+    o.Set("step", static_cast<double>(st_->trainable_opt().step));
     o.Set("valueHead", Napi::Boolean::New(env, st_->head.present()));
+    if (const Lora* a = st_->adapter.lora.get()) {
+      Napi::Object l = lora_config_to_js(env, a->cfg);
+      l.Set("numParams", static_cast<double>(a->params.size()));
+      o.Set("lora", l);
+    } else {
+      o.Set("lora", env.Null());
+    }
     Napi::Array ts = Napi::Array::New(env, m.tensors.size());
     for (size_t i = 0; i < m.tensors.size(); ++i) {
       Napi::Object t = Napi::Object::New(env);
@@ -464,7 +464,7 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     claim(info.Env(), "saveOptimizer");
     auto st = st_;
     return run(
-        info, [st, path] { save_adamw_state(st->opt, st->model->params.size(), path); },
+        info, [st, path] { save_adamw_state(st->trainable_opt(), st->trainable_size(), path); },
         [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
   }
   /** loadOptimizer(path) -> Promise<{step}>: replaces the AdamW state (same parameter count). */
@@ -477,8 +477,8 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
     return run(
         info,
         [st, path, step] {
-          st->opt = load_adamw_state(path, st->model->params.size());
-          *step = st->opt.step;
+          st->trainable_opt() = load_adamw_state(path, st->trainable_size());
+          *step = st->trainable_opt().step;
         },
         [step](Napi::Env env) -> Napi::Value {
           Napi::Object o = Napi::Object::New(env);
@@ -526,7 +526,97 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
         info, [st, path] { load_head(st->head, st->model->cfg.hidden_size, path); },
         [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
   }
-  /** load(dir) -> Promise<{weightVersion}>: replaces model, zeroes grads, resets the optimizer. */
+  /**
+   * setLora({rank, alpha, targets, rslora?, seed?, params?} | null) -> void: trains a new LoRA adapter
+   * over the frozen base (PEFT's initialisation from `seed`, or `params` in the adapter's layout), or,
+   * with null, the whole model again. Either way grads and optimizer state start empty.
+   */
+  Napi::Value SetLora(const Napi::CallbackInfo& info) {
+    require_idle(info.Env(), "setLora");
+    if (info.Length() < 1 || info[0].IsNull() || info[0].IsUndefined()) {
+      st_->clear_adapter();
+      return info.Env().Undefined();
+    }
+    if (!info[0].IsObject()) type_error(info.Env(), "setLora({rank, alpha, targets, rslora?, seed?, params?} | null)");
+    Napi::Object o = info[0].As<Napi::Object>();
+    LoraConfig c = parse_lora_config(o, "setLora");
+    auto a = std::make_unique<Lora>(make_lora(st_->model->cfg, c));
+    if (present(o, "params")) {
+      std::vector<float> p = typed<float>(o, "params", napi_float32_array, "Float32Array", true);
+      if (p.size() != a->params.size())
+        type_error(info.Env(), "setLora: params has " + std::to_string(p.size()) + " floats, this adapter has " + std::to_string(a->params.size()));
+      a->params = std::move(p);
+    } else {
+      init_lora(*a, static_cast<uint64_t>(num(o, "seed", 0)));
+    }
+    st_->set_adapter(std::move(a));
+    return info.Env().Undefined();
+  }
+  /** getLora() -> {config, params, grads, step, tensors} | null: copies of the adapter being trained. */
+  Napi::Value GetLora(const Napi::CallbackInfo& info) {
+    require_idle(info.Env(), "getLora");
+    Napi::Env env = info.Env();
+    const Lora* a = st_->adapter.lora.get();
+    if (!a) return env.Null();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("config", lora_config_to_js(env, a->cfg));
+    o.Set("params", to_f32(env, a->params)), o.Set("grads", to_f32(env, st_->adapter.grads));
+    o.Set("step", static_cast<double>(st_->adapter.opt.step));
+    Napi::Array ts = Napi::Array::New(env, a->tensors.size());
+    for (size_t i = 0; i < a->tensors.size(); ++i) {
+      Napi::Object t = Napi::Object::New(env);
+      t.Set("name", a->tensors[i].name), t.Set("offset", static_cast<double>(a->tensors[i].offset));
+      Napi::Array shape = Napi::Array::New(env, 2);
+      shape.Set(0u, static_cast<double>(a->tensors[i].shape[0])), shape.Set(1u, static_cast<double>(a->tensors[i].shape[1]));
+      t.Set("shape", shape);
+      ts.Set(i, t);
+    }
+    o.Set("tensors", ts);
+    return o;
+  }
+  /** setLoraParams(params) -> void: replaces the adapter's values (its layout, getLora().tensors). */
+  Napi::Value SetLoraParams(const Napi::CallbackInfo& info) {
+    require_idle(info.Env(), "setLoraParams");
+    Lora* a = st_->adapter.lora.get();
+    if (!a) type_error(info.Env(), "setLoraParams: no adapter (setLora or loadLora first)");
+    Napi::Object args = Napi::Object::New(info.Env());
+    args.Set("params", info[0]);
+    std::vector<float> p = typed<float>(args, "params", napi_float32_array, "Float32Array", true);
+    if (p.size() != a->params.size())
+      type_error(info.Env(), "setLoraParams: got " + std::to_string(p.size()) + " floats, the adapter has " + std::to_string(a->params.size()));
+    a->params = std::move(p);
+    return info.Env().Undefined();
+  }
+  /** saveLora(dir, weightVersion = "", baseModel = "") -> Promise<void>: the adapter in PEFT's format. */
+  Napi::Value SaveLora(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsString()) type_error(info.Env(), "saveLora(dir, weightVersion?, baseModel?): dir must be a string");
+    if (!st_->adapter.present()) type_error(info.Env(), "saveLora: no adapter (setLora or loadLora first)");
+    const std::string dir = info[0].As<Napi::String>();
+    const std::string version = info.Length() > 1 && info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+    const std::string base = info.Length() > 2 && info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "";
+    claim(info.Env(), "saveLora");
+    auto st = st_;
+    return run(
+        info, [st, dir, version, base] { save_lora_dir(*st->adapter.lora, dir, base, version); },
+        [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
+  }
+  /** loadLora(dir) -> Promise<{weightVersion}>: trains the PEFT adapter in `dir` over the frozen base (fresh optimizer). */
+  Napi::Value LoadLora(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsString()) type_error(info.Env(), "loadLora(dir): dir must be a string");
+    const std::string dir = info[0].As<Napi::String>();
+    claim(info.Env(), "loadLora");
+    auto st = st_;
+    auto version = std::make_shared<std::string>();
+    return run(
+        info,
+        [st, dir, version] { st->set_adapter(std::make_unique<Lora>(load_lora_dir(st->model->cfg, dir, version.get()))); },
+        [version](Napi::Env env) -> Napi::Value {
+          Napi::Object o = Napi::Object::New(env);
+          o.Set("weightVersion", *version);
+          return o;
+        });
+  }
+  /** load(dir) -> Promise<{weightVersion}>: replaces model, zeroes grads, resets the optimizer, drops the adapter. */
   Napi::Value Load(const Napi::CallbackInfo& info) {
     if (info.Length() < 1 || !info[0].IsString()) type_error(info.Env(), "load(dir): dir must be a string");
     std::string dir = info[0].As<Napi::String>();
@@ -539,10 +629,10 @@ class TrainerWrap : public Napi::ObjectWrap<TrainerWrap> {
           LoadedInfo li;
           auto m = std::make_unique<Model>(load_model_dir(dir, &li));
           *version = li.weight_version;
-          st->grads.assign(m->params.size(), 0.0f);
           st->opt = AdamWState{};
           st->head.clear();  // the caller loads the directory's value head, if it has one
           st->model = std::move(m);
+          st->clear_adapter();  // and its adapter, if it trains one (loadLora)
         },
         [version](Napi::Env env) -> Napi::Value {
           Napi::Object o = Napi::Object::New(env);

@@ -181,7 +181,7 @@ describe("checkpoint I/O", () => {
     writeSafetensors(st, entries.slice(1));
     expect(() => native.loadModelDir(dir)).toThrow(/tensor 'model.embed_tokens.weight' is missing/);
     writeSafetensors(st, entries.map((e, i) => (i === 1 ? { ...e, shape: [e.shape[0]! * 2], bytes: new Uint8Array(e.bytes.length * 2) } : e)));
-    expect(() => native.loadModelDir(dir)).toThrow(/tensor 'model.layers.0.input_layernorm.weight': shape \[128,\] but the config needs \[64,\]/);
+    expect(() => native.loadModelDir(dir)).toThrow(/tensor 'model.layers.0.input_layernorm.weight': shape \[128\] but the config needs \[64\]/);
     writeSafetensors(st, entries.map((e, i) => (i === 0 ? { ...e, dtype: "I8" } : e)));
     expect(() => native.loadModelDir(dir)).toThrow(/dtype I8 is not supported/);
     writeFileSync(join(dir, "config.json"), "{\"vocab_size\": 259,");

@@ -9,7 +9,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { OozeError, type WireError } from "../../src/errors.ts";
 import { packageRoot } from "../../src/package-root.ts";
-import type { LlamaHfConfig, TensorLayout } from "../index.d.ts";
+import type { LlamaHfConfig, LoraConfig, TensorLayout } from "../index.d.ts";
 import type {
   NativeForward,
   NativeLossConfig,
@@ -18,6 +18,7 @@ import type {
   NativeOptimResult,
   NativePackedBatch,
   NativeTrainBatch,
+  TrainerLora,
   TrainerSource,
   TrainStepMetrics,
 } from "../trainer.ts";
@@ -62,6 +63,12 @@ export interface TrainerWorkerOptions {
    * the policy's checkpoint directories.
    */
   critic?: TrainerSource | null;
+  /**
+   * Train a LoRA adapter over the frozen base: every (re)started worker whose restore point carries
+   * no adapter (a checkpoint directory's adapter/, see Trainer.save) gets a fresh one, PEFT's
+   * initialisation from `seed`. Absent or null: the whole model trains.
+   */
+  lora?: (Partial<LoraConfig> & { seed?: number }) | null;
 }
 
 /** The critic's directory inside a checkpoint directory (HF loaders and weight sync ignore subdirectories). */
@@ -88,7 +95,15 @@ interface Pending {
 }
 
 /** Model info as the worker reports it. */
-export type WorkerModelInfo = { config: LlamaHfConfig; numParams: number; step: number; valueHead: boolean; tensors: TensorLayout[] };
+export type WorkerModelInfo = {
+  config: LlamaHfConfig;
+  numParams: number;
+  step: number;
+  valueHead: boolean;
+  tensors: TensorLayout[];
+  /** The adapter being trained (absent from workers that do not implement LoRA). */
+  lora?: (LoraConfig & { numParams: number }) | null;
+};
 
 /** A Trainer in a supervised child process; same methods as native/trainer.ts's Trainer. */
 export class TrainerWorker {
@@ -169,7 +184,8 @@ export class TrainerWorker {
     child.stdin!.on("error", () => undefined); // EPIPE when it died; 'exit' handles it
     child.on("exit", (code, signal) => this.onExit(child, code, signal));
     child.on("error", (e) => this.onExit(child, null, null, e));
-    await this.send("init", [this.restorePoint], child);
+    const info = (await this.send("init", [this.restorePoint], child)) as WorkerModelInfo;
+    if (this.opts.lora && !info.lora) await this.send("setLora", [this.opts.lora], child);
     if (this.opts.valueHead) await this.send("ensureValueHead", [], child);
     if (this.criticRestorePoint) {
       await this.send("init", [this.criticRestorePoint], child, "critic");
@@ -295,6 +311,14 @@ export class TrainerWorker {
   }
   info(): Promise<WorkerModelInfo> {
     return this.call("info", []);
+  }
+  /** The adapter being trained: config, params, grads, step, PEFT layout; null when the whole model trains. */
+  getLora(): Promise<TrainerLora | null> {
+    return this.call("getLora", []);
+  }
+  /** Writes the adapter in PEFT's format (adapter_config.json + adapter_model.safetensors). */
+  saveLora(dir: string, weightVersion = "", baseModel = ""): Promise<void> {
+    return this.call("saveLora", [resolve(dir), weightVersion, baseModel]);
   }
   /** The worker's pid as it reports it. */
   ping(): Promise<{ pid: number }> {

@@ -63,6 +63,14 @@ async function handle(op: WorkerRequest["op"], a: any[], target: "policy" | "cri
       return need().setValueHead(a[0]);
     case "getValueHead":
       return need().getValueHead();
+    case "setLora":
+      return need().setLora(a[0]);
+    case "getLora":
+      return need().getLora();
+    case "saveLora":
+      return need().saveLora(a[0], a[1], a[2]);
+    case "loadLora":
+      return need().loadLora(a[0]);
     case "hang": // fault injection for tests: a call that never completes
       return new Promise(() => undefined);
   }

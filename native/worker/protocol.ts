@@ -26,6 +26,10 @@ export type WorkerOp =
   | "ensureValueHead"
   | "setValueHead"
   | "getValueHead"
+  | "setLora"
+  | "getLora"
+  | "saveLora"
+  | "loadLora"
   | "hang";
 
 /**

@@ -136,3 +136,33 @@ describe.each(["native", "torch"] as const)("TrainerWorker faults (%s worker)", 
     await expect(w.ping()).rejects.toThrow(/closed/);
   });
 });
+
+describe("a LoRA adapter in the native worker", () => {
+  it("trains over the frozen base, and after SIGKILL the restarted worker holds the saved adapter and its optimizer", async () => {
+    const waiters: ((n: number) => void)[] = [];
+    const w = await TrainerWorker.start({
+      source: { config: cfg, params: null, seed: 3 },
+      lora: { rank: 2, alpha: 4, targets: ["q_proj", "v_proj", "down_proj"], seed: 1 },
+      onRestart: (e) => waiters.shift()?.(e.restarts),
+    });
+    try {
+      expect((await w.info()).lora).toMatchObject({ rank: 2, alpha: 4, targets: ["q_proj", "v_proj", "down_proj"] });
+      const base = await w.getParams();
+      await w.trainStep(batch, {}, { lr: 1e-2 });
+      const dir = mkdtempSync(join(tmpdir(), "ooze-worker-lora-"));
+      dirs.push(dir);
+      await w.save(dir, "v1", { optimizer: true });
+      const saved = (await w.getLora())!.params;
+      await w.trainStep(batch, {}, { lr: 1e-2 });
+      expect(checkTensor("adapter moved", (await w.getLora())!.params, saved, 0, 0)).not.toBe("");
+      expect(checkTensor("base frozen", await w.getParams(), base, 0, 0)).toBe("");
+      const restarted = new Promise<number>((res) => waiters.push(res));
+      process.kill(w.pid!, "SIGKILL");
+      expect(await restarted).toBe(1);
+      expect(checkTensor("adapter after restart", (await w.getLora())!.params, saved, 0, 0)).toBe("");
+      expect((await w.info()).step).toBe(1); // the adapter's AdamW state came back with it
+    } finally {
+      await w.close();
+    }
+  });
+});

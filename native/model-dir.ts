@@ -2,11 +2,48 @@
 // (with a real tokenizer copied beside it) or a config with random weights, and read a directory's config.
 import { copyFileSync, existsSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { OozeError } from "../src/errors.ts";
 import type { LlamaHfConfig } from "./index.d.ts";
 import { loadNative } from "./load.ts";
 import { ARCHS, familyConfig, isPresetName, PRESETS, SIZES, type Arch, type Size } from "./presets.ts";
+
+/**
+ * The weights file of a checkpoint directory: `model.safetensors` (an HF model directory) or
+ * `adapter_model.safetensors` (a PEFT adapter directory, whose adapter_config.json names its base
+ * model's directory in base_model_name_or_path); null when it has neither.
+ */
+export function weightsFileOf(dir: string): "model.safetensors" | "adapter_model.safetensors" | null {
+  if (existsSync(join(dir, "model.safetensors"))) return "model.safetensors";
+  if (existsSync(join(dir, "adapter_model.safetensors")) && existsSync(join(dir, "adapter_config.json"))) return "adapter_model.safetensors";
+  return null;
+}
+
+/** Whether `dir` is a PEFT adapter directory (and not a model directory). */
+export function isAdapterDir(dir: string): boolean {
+  return weightsFileOf(dir) === "adapter_model.safetensors";
+}
+
+/**
+ * The base model directory a PEFT adapter directory was trained over (its adapter_config.json's
+ * base_model_name_or_path, relative paths taken from the adapter directory); throws
+ * CHECKPOINT_INVALID naming the file when it is missing or is not a model directory.
+ */
+export function adapterBaseDir(dir: string): string {
+  const file = join(dir, "adapter_config.json");
+  let base: unknown;
+  try {
+    base = (JSON.parse(readFileSync(file, "utf8")) as { base_model_name_or_path?: unknown }).base_model_name_or_path;
+  } catch (e) {
+    throw new OozeError("CHECKPOINT_INVALID", `${file}: cannot read (${(e as Error).message})`, { cause: e });
+  }
+  if (typeof base !== "string" || base === "")
+    throw new OozeError("CHECKPOINT_INVALID", `${file}: base_model_name_or_path is not set; ooze needs the base model's directory there to load the adapter`);
+  const abs = resolve(dir, base);
+  if (!existsSync(join(abs, "config.json")))
+    throw new OozeError("CHECKPOINT_INVALID", `${file}: base_model_name_or_path '${base}' is not a model directory (no ${join(abs, "config.json")}); a hub model id cannot be fetched here`);
+  return abs;
+}
 
 /** A preset name or a full config → the config (throws CONFIG_INVALID for an unknown preset). */
 export function resolveConfig(presetOrConfig: string | LlamaHfConfig): LlamaHfConfig {

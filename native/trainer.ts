@@ -2,9 +2,10 @@
 // native failures into OozeError, and packs samples (prompt + response, response-aligned arrays) into
 // the packed per-token batch the native trainer takes.
 import { existsSync, mkdirSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { OozeError } from "../src/errors.ts";
 import { loadNative } from "./load.ts";
+import { adapterBaseDir, isAdapterDir } from "./model-dir.ts";
 import type {
   LlamaHfConfig,
   LoraConfig,
@@ -40,8 +41,11 @@ export const OPTIMIZER_FILE = "optimizer.bin";
  */
 export const VALUE_HEAD_FILE = "value_head.bin";
 
-/** The folder in a checkpoint directory that holds the LoRA adapter being trained (PEFT's format), when there is one. */
-export const ADAPTER_DIR = "adapter";
+/**
+ * The folder of an adapter checkpoint that holds its base model when the trainer has no base
+ * directory to name (it was built from params, not loaded).
+ */
+export const BASE_DIR = "base";
 
 /** What `info()` says about the trainer. */
 export type TrainerInfo = NonNullable<ReturnType<NativeTrainer["info"]>>;
@@ -67,6 +71,8 @@ function wrapError(e: unknown, what: string): OozeError {
 /** The native trainer with types, defaults and a call queue. */
 export class Trainer {
   private queue: Promise<unknown> = Promise.resolve();
+  /** The model directory the base was loaded from (null: built from a config and params). */
+  private baseDir: string | null = null;
 
   private constructor(private readonly native: NativeTrainer) {}
 
@@ -195,10 +201,13 @@ export class Trainer {
   }
 
   /**
-   * Writes an HF checkpoint (config.json + model.safetensors, F32) of the current params; with
-   * `optimizer: true` also the AdamW state as dir/optimizer.bin; with a value head, the head and its
-   * moments as dir/value_head.bin. Those are written first, so a directory whose weights are complete
-   * has its matching optimizer and critic state.
+   * Writes a checkpoint: while the whole model trains, an HF model directory (config.json +
+   * model.safetensors, F32) of the current params; while an adapter trains, a PEFT adapter directory
+   * (adapter_config.json + adapter_model.safetensors) whose base_model_name_or_path is the base's
+   * directory (the one it was loaded from, else a copy written to dir/base once). With `optimizer:
+   * true` also the AdamW state of what trains as dir/optimizer.bin; with a value head, the head and
+   * its moments as dir/value_head.bin. Those are written first, so a directory whose weights are
+   * complete has its matching optimizer and critic state.
    */
   save(dir: string, weightVersion = "", opts: { optimizer: boolean } = { optimizer: false }): Promise<void> {
     return this.enqueue("save", async () => {
@@ -206,21 +215,30 @@ export class Trainer {
       const info = this.native.info();
       if (opts.optimizer) await this.native.saveOptimizer(join(dir, OPTIMIZER_FILE));
       if (info?.valueHead) await this.native.saveValueHead(join(dir, VALUE_HEAD_FILE));
-      if (info?.lora) await this.native.saveLora(join(dir, ADAPTER_DIR), weightVersion);
-      await this.native.save(dir, weightVersion);
+      if (!info?.lora) return this.native.save(dir, weightVersion);
+      let base = this.baseDir;
+      if (base === null) {
+        base = resolve(dir, BASE_DIR);
+        await this.native.save(base, "");
+      }
+      await this.native.saveLora(dir, weightVersion, base);
     });
   }
 
   /**
    * Replaces the model with a checkpoint's; grads zeroed; the optimizer state comes from
    * dir/optimizer.bin when there is one, else it is reset; the value head from dir/value_head.bin
-   * when there is one, else the trainer has none; the adapter from dir/adapter when there is one (it
-   * then trains over the frozen base, and the optimizer state is the adapter's).
+   * when there is one, else the trainer has none. A PEFT adapter directory (see save) loads its base
+   * model, then the adapter, which trains over the frozen base (the optimizer state is the
+   * adapter's, the weight version the adapter's).
    */
   load(dir: string): Promise<{ weightVersion: string; optimizerStep: number | null; valueHead: boolean }> {
     return this.enqueue("load", async () => {
-      const r = await this.native.load(dir);
-      if (existsSync(join(dir, ADAPTER_DIR, "adapter_config.json"))) await this.native.loadLora(join(dir, ADAPTER_DIR));
+      const adapter = isAdapterDir(dir);
+      const base = adapter ? adapterBaseDir(dir) : dir;
+      let r = await this.native.load(base);
+      this.baseDir = resolve(base);
+      if (adapter) r = await this.native.loadLora(dir);
       const opt = join(dir, OPTIMIZER_FILE), head = join(dir, VALUE_HEAD_FILE);
       const optimizerStep = existsSync(opt) ? (await this.native.loadOptimizer(opt)).step : null;
       const valueHead = existsSync(head);

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { OozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { agentSchema } from "./agent-config.ts";
+import { policiesSchema } from "./policies.ts";
 
 const estimators = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gspo"] as const;
 
@@ -195,8 +196,27 @@ export const trainSchema = z
       .strict()
       .nullable()
       .default(null),
+    /**
+     * What trains over the model (actors/protocol/policies.ts): `{NAME: {lora: {rank, alpha, targets,
+     * rslora}} | {full: true}}`. Absent: the full model, as one policy. One policy for now.
+     */
+    policies: policiesSchema,
   })
-  .strict();
+  .strict()
+  .superRefine((t, ctx) => {
+    if (!t.policies) return;
+    const names = Object.keys(t.policies);
+    if (names.length === 0) ctx.addIssue({ code: "custom", path: ["policies"], message: "name at least one policy, or leave policies out (the full model trains)" });
+    if (names.length > 1)
+      ctx.addIssue({ code: "custom", path: ["policies"], message: `${names.length} policies (${names.join(", ")}): a job trains one policy so far; several policies per job are not implemented yet` });
+    const lora = Object.entries(t.policies).find(([, p]) => "lora" in p);
+    if (lora && t.trainer.backend !== "native")
+      ctx.addIssue({ code: "custom", path: ["policies", lora[0], "lora"], message: "LoRA adapters train on the native worker only so far (trainer.backend: native)" });
+    if (lora && t.weightSync === "delta")
+      ctx.addIssue({ code: "custom", path: ["weightSync"], message: `policy ${lora[0]} is a LoRA adapter, which is synced whole (it is small); use weightSync: full` });
+    if (lora && t.algorithm === "ppo" && t.ppo.critic === "separate")
+      ctx.addIssue({ code: "custom", path: ["ppo", "critic"], message: "a separate value model with a LoRA policy is not supported; use critic: shared" });
+  });
 
 /** Schema of `engines:` (embedded engines started by `ooze train`, or external URLs). */
 export const enginesSchema = z

@@ -7,7 +7,7 @@
 // A train step and its save are one unit: if the worker dies anywhere in it, the worker comes back
 // at the previous version and the unit is redone, so a batch is applied exactly once.
 import { existsSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { initModelDir } from "../../native/model-dir.ts";
 import { CRITIC_DIR, TrainerWorker } from "../../native/worker/client.ts";
 import { ensureTorchEnv, torchWorkerCommand } from "../../native/worker/torch-env.ts";
@@ -16,6 +16,9 @@ import { computeGae, explainedVariance, type AdvantageWhitening, type GaeSample 
 import { OozeError } from "../../src/errors.ts";
 import type { TrainSample } from "../protocol/messages.ts";
 import type { TrainConfig } from "../protocol/config.ts";
+import { singlePolicy, writePolicyFile } from "../protocol/policies.ts";
+import { adapterBaseDir, isAdapterDir } from "../../native/model-dir.ts";
+import type { LoraConfig } from "../../native/index.d.ts";
 import type { StepMetrics } from "../protocol/metrics.ts";
 
 /** The learning rate of the step that produces weight version `version` (1-based) under `c`'s schedule. */
@@ -81,6 +84,12 @@ export interface PolicyTrainerConfig {
   microBatchTokens: number | null;
   /** Optimizer steps per batch: the batch is split by group into this many mini-batches (PPO-style). */
   updatesPerStep: number;
+  /** The LoRA adapter that trains over the frozen base (null/absent: the whole model trains). */
+  lora?: LoraConfig | null;
+  /** The policy's name: what engines serve its adapter under (POLICY_FILE in each version's directory). */
+  policy?: string;
+  /** Seed of a fresh adapter's initialisation. */
+  seed?: number;
 }
 
 /** The entropy target of adaptive entropy control at a step (null: no control). */
@@ -114,7 +123,7 @@ export function policyTrainerConfig(t: TrainConfig): PolicyTrainerConfig {
     entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, entropyCoefMax: t.entropyCoefMax,
     entropyTargetFinal: t.entropyTargetFinal, entropyTargetSteps: t.entropyTargetSteps, temperature: t.temperature,
     microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep, ppo: t.algorithm === "ppo" ? t.ppo : null,
-    worker: t.trainer,
+    worker: t.trainer, lora: singlePolicy(t.policies).lora, policy: singlePolicy(t.policies).name, seed: t.seed,
   };
 }
 
@@ -161,6 +170,8 @@ export class PolicyTrainer {
     private readonly weightsRoot: string,
     private readonly config: PolicyTrainerConfig,
     private current: { dir: string; version: number },
+    /** The base model's directory (a LoRA policy's versions name it; never pruned). */
+    private readonly baseDir: string,
   ) {
     this.entropyCoef = config.entropyCoef;
   }
@@ -191,6 +202,7 @@ export class PolicyTrainer {
       onRestart: (e) => opts.onRestart?.(e.reason, e.pid),
       valueHead: ppo !== null && !separate,
       critic: separate ? await criticSource(opts.modelDir, opts.weightsRoot, ppo.criticPreset ?? null) : null,
+      lora: opts.config.lora ? { ...opts.config.lora, seed: opts.config.seed ?? 0 } : null,
     });
     if (separate) {
       const [p, c] = [(await worker.info()).config.vocab_size, (await worker.critic!.info()).config.vocab_size];
@@ -199,7 +211,15 @@ export class PolicyTrainer {
         throw new OozeError("CONFIG_INVALID", `train: ppo.criticPreset: the value model's vocabulary (${c}) differs from the policy's (${p}); it reads the same tokens`);
       }
     }
-    return new PolicyTrainer(worker, opts.weightsRoot, opts.config, { dir: opts.modelDir, version: opts.version });
+    const base = isAdapterDir(opts.modelDir) ? adapterBaseDir(opts.modelDir) : resolve(opts.modelDir);
+    const t = new PolicyTrainer(worker, opts.weightsRoot, opts.config, { dir: opts.modelDir, version: opts.version }, base);
+    if (opts.config.lora && !isAdapterDir(opts.modelDir)) {
+      // A fresh adapter (PEFT's init: a no-op over the base) is version 0: the engines load it first.
+      const dir = join(opts.weightsRoot, "v0-adapter");
+      await t.saveTo(dir);
+      t.current = { dir, version: opts.version };
+    }
+    return t;
   }
 
   /** The worker's process id (for fault-injection tests). */
@@ -280,6 +300,7 @@ export class PolicyTrainer {
   private async saveOrRollBack(dir: string, version: number): Promise<void> {
     try {
       await this.worker.save(dir, String(version), { optimizer: true });
+      this.markPolicy(dir);
     } catch (e) {
       if (e instanceof OozeError && e.code === "WORKER_DIED") throw e;
       await this.worker.load(this.current.dir).catch((le: unknown) => {
@@ -326,7 +347,12 @@ export class PolicyTrainer {
   /** Keeps the two newest version directories (the engines may still read the previous one). */
   private prune(version: number): void {
     const old = version - 2;
-    if (old >= 0) rmSync(this.dirOf(old), { recursive: true, force: true });
+    if (old >= 0 && resolve(this.dirOf(old)) !== this.baseDir) rmSync(this.dirOf(old), { recursive: true, force: true });
+  }
+
+  /** A LoRA policy's version directory names the policy, so that engines load the adapter under that name. */
+  private markPolicy(dir: string): void {
+    if (this.config.lora) writePolicyFile(dir, this.config.policy ?? "default");
   }
 
   /** Saves the current version (weights + optimizer) to `dir`, e.g. a checkpoint. */
@@ -334,6 +360,7 @@ export class PolicyTrainer {
     for (let attempt = 0; ; attempt++) {
       try {
         await this.worker.save(dir, String(this.current.version), { optimizer: true });
+        this.markPolicy(dir);
         return;
       } catch (e) {
         if (!(e instanceof OozeError && e.code === "WORKER_DIED" && e.retryable && attempt < 10)) throw e;

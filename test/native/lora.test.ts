@@ -3,7 +3,7 @@
 // adapters written by Hugging Face PEFT (test/fixtures/peft-lora-tiny) vs the logits PEFT computed, the
 // base frozen while the adapter trains, PEFT-format save/load, and clear errors for adapters that do
 // not fit the base.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, cpSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -220,16 +220,27 @@ describe("training an adapter", () => {
     expect(await again.loadOptimizer(opt)).toEqual({ step: 8 });
   });
 
-  it("a checkpoint directory carries the adapter and its optimizer state", async () => {
+  it("a checkpoint is a PEFT adapter directory over its base, with the adapter's optimizer state", async () => {
     const t = await Trainer.create({ config: cfg, params, seed: null });
     await t.setLora({ rank: 2, alpha: 4, targets: ["o_proj", "down_proj"], seed: 1 });
     for (let s = 0; s < 2; s++) await t.trainStep(train, {}, { lr: 0.01 });
     const dir = join(tmp, "ckpt");
     await t.save(dir, "2", { optimizer: true });
+    // Built from params, the trainer has no base directory to name: the base is written beside the adapter, once.
+    expect(JSON.parse(readFileSync(join(dir, "adapter_config.json"), "utf8")).base_model_name_or_path).toBe(join(dir, "base"));
+    expect(existsSync(join(dir, "model.safetensors"))).toBe(false);
     const back = await Trainer.create({ modelDir: dir });
     expect(back.info().lora).toMatchObject({ rank: 2, alpha: 4, targets: ["o_proj", "down_proj"] });
     expect(back.info().step).toBe(2);
     expect(checkTensor("adapter", (await back.getLora())!.params, (await t.getLora())!.params, 0, 0)).toBe("");
+    expect(await back.getParams()).toEqual(params);
+    // A trainer loaded from a checkpoint names that base and writes no copy.
+    await back.trainStep(train, {}, { lr: 0.01 });
+    const next = join(tmp, "ckpt-3");
+    await back.save(next, "3", { optimizer: true });
+    expect(JSON.parse(readFileSync(join(next, "adapter_config.json"), "utf8")).base_model_name_or_path).toBe(join(dir, "base"));
+    expect(existsSync(join(next, "base"))).toBe(false);
+    expect((await (await Trainer.create({ modelDir: next })).load(next)).weightVersion).toBe("3");
   });
 
   it("refuses a bad adapter config with the field named", async () => {

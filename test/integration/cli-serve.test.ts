@@ -4,8 +4,12 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { loadNative } from "../../native/load.ts";
+import { PRESETS } from "../../native/presets.ts";
 import { EngineClient } from "../../src/engine/client.ts";
+import { randomAdapter, writePeftAdapter } from "../fixtures/peft-adapter.ts";
 import { waitUntil } from "../harness/index.ts";
+import { postJson } from "../harness/http.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "ooze-cli-serve-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -49,6 +53,28 @@ describe("ooze model init / serve", () => {
     await waitUntil(() => log.includes("serving"), { timeoutMs: 30_000, what: "server up", diagnostics: () => log });
     parent.kill("SIGKILL");
     expect(await exited).toBe(0);
+  });
+
+  it("serves LoRA adapters given with --lora-paths from the start, and refuses one that does not fit naming the flag and file", async () => {
+    const adapter = writePeftAdapter(join(dir, "lora"), randomAdapter(loadNative().modelLayout(PRESETS.tiny).tensors, { rank: 2, alpha: 4, seed: 1 }));
+    const child = spawn(process.execPath, ["bin/ooze.mjs", "serve", "--preset", "tiny", "--port", "0", "--lora-paths", `sql=${adapter}`], { stdio: ["ignore", "pipe", "pipe"] });
+    let log = "";
+    child.stdout!.on("data", (d) => (log += d));
+    child.stderr!.on("data", (d) => (log += d));
+    const exited = new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
+    try {
+      const url = await waitUntil(() => /at (http:\/\/127\.0\.0\.1:\d+)/.exec(log)?.[1], { timeoutMs: 30_000, what: "server URL", diagnostics: () => log });
+      const info = (await (await fetch(`${url}/server_info`)).json()) as { lora_adapters: { name: string; path: string }[] };
+      expect(info.lora_adapters.map((a) => [a.name, a.path])).toEqual([["sql", adapter]]);
+      const out = await postJson(`${url}/generate`, { input_ids: [1, 2, 3], sampling_params: { max_new_tokens: 2 }, lora_path: "sql" });
+      expect(out.status).toBe(200);
+    } finally {
+      child.kill("SIGTERM");
+    }
+    expect(await exited).toBe(0);
+    const bad = spawnSync(process.execPath, ["bin/ooze.mjs", "serve", "--preset", "tiny", "--port", "0", "--lora-paths", `x=${join(dir, "nope")}`], { encoding: "utf8", timeout: 30_000 });
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toMatch(/--lora-paths x=.*nope: cannot load LoRA adapter 'x' from .*nope: .*adapter_config\.json: not found/);
   });
 
   it("refuses ambiguous or missing model arguments clearly", () => {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 
@@ -108,60 +109,41 @@ class StepWorker : public Napi::AsyncWorker {
   std::vector<EngineEvent> events_;
 };
 
-class LoadWorker : public Napi::AsyncWorker {
+/**
+ * Runs `work` off the event loop (it only touches C++ state), then resolves with `result(env)` on the
+ * JS thread, or rejects with the exception's message.
+ */
+class PromiseWorker : public Napi::AsyncWorker {
  public:
-  LoadWorker(Napi::Env env, std::shared_ptr<Engine> eng, std::string dir)
-      : Napi::AsyncWorker(env, "ooze.Engine.loadWeights"),
-        eng_(std::move(eng)),
-        dir_(std::move(dir)),
+  PromiseWorker(Napi::Env env, const char* name, std::function<void()> work, std::function<Napi::Value(Napi::Env)> result)
+      : Napi::AsyncWorker(env, name),
+        work_(std::move(work)),
+        result_(std::move(result)),
         deferred_(Napi::Promise::Deferred::New(env)) {}
   Napi::Promise promise() { return deferred_.Promise(); }
   void Execute() override {
     try {
-      eng_->load_weights(load_model_dir(dir_));
+      work_();
     } catch (const std::exception& e) {
       SetError(e.what());
     }
   }
-  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+  void OnOK() override { deferred_.Resolve(result_(Env())); }
   void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
 
  private:
-  std::shared_ptr<Engine> eng_;
-  std::string dir_;
+  std::function<void()> work_;
+  std::function<Napi::Value(Napi::Env)> result_;
   Napi::Promise::Deferred deferred_;
 };
 
-/** Reads a PEFT adapter directory against the engine's base config and loads it under a name. */
-class LoraLoadWorker : public Napi::AsyncWorker {
- public:
-  LoraLoadWorker(Napi::Env env, std::shared_ptr<Engine> eng, std::string name, std::string dir)
-      : Napi::AsyncWorker(env, "ooze.Engine.loadLoraAdapter"),
-        eng_(std::move(eng)),
-        name_(std::move(name)),
-        dir_(std::move(dir)),
-        deferred_(Napi::Promise::Deferred::New(env)) {}
-  Napi::Promise promise() { return deferred_.Promise(); }
-  void Execute() override {
-    try {
-      replaced_ = eng_->load_adapter(name_, load_lora_dir(eng_->config(), dir_));
-    } catch (const std::exception& e) {
-      SetError(e.what());
-    }
-  }
-  void OnOK() override {
-    Napi::Object o = Napi::Object::New(Env());
-    o.Set("replaced", replaced_);
-    deferred_.Resolve(o);
-  }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
-
- private:
-  std::shared_ptr<Engine> eng_;
-  std::string name_, dir_;
-  bool replaced_ = false;
-  Napi::Promise::Deferred deferred_;
-};
+/** Queues a PromiseWorker and returns its promise. */
+Napi::Value queue(Napi::Env env, const char* name, std::function<void()> work, std::function<Napi::Value(Napi::Env)> result) {
+  auto* w = new PromiseWorker(env, name, std::move(work), std::move(result));
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
 
 /** An adapter name argument: a string, or undefined/null for the base. */
 std::string adapter_arg(Napi::Env env, Napi::Value v, const char* usage) {
@@ -280,10 +262,10 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value LoadWeights(const Napi::CallbackInfo& info) {
     eng(info.Env());
     if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "loadWeights(dir: string)");
-    auto* w = new LoadWorker(info.Env(), eng_, info[0].As<Napi::String>());
-    Napi::Promise p = w->promise();
-    w->Queue();
-    return p;
+    std::string dir = info[0].As<Napi::String>();
+    return queue(
+        info.Env(), "ooze.Engine.loadWeights", [eng = eng_, dir] { eng->load_weights(load_model_dir(dir)); },
+        [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
   }
 
   Napi::Value ForwardLogits(const Napi::CallbackInfo& info) {
@@ -308,10 +290,17 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     eng(info.Env());
     if (!info[0].IsString() || !info[1].IsString())
       throw Napi::TypeError::New(info.Env(), "loadLoraAdapter(name: string, dir: string)");
-    auto* w = new LoraLoadWorker(info.Env(), eng_, info[0].As<Napi::String>(), info[1].As<Napi::String>());
-    Napi::Promise p = w->promise();
-    w->Queue();
-    return p;
+    std::string name = info[0].As<Napi::String>(), dir = info[1].As<Napi::String>();
+    auto replaced = std::make_shared<bool>(false);
+    // The PEFT files are read against the base's config; the registry swap itself is cheap.
+    return queue(
+        info.Env(), "ooze.Engine.loadLoraAdapter",
+        [eng = eng_, name, dir, replaced] { *replaced = eng->load_adapter(name, load_lora_dir(eng->config(), dir)); },
+        [replaced](Napi::Env env) -> Napi::Value {
+          Napi::Object o = Napi::Object::New(env);
+          o.Set("replaced", *replaced);
+          return o;
+        });
   }
 
   Napi::Value UnloadLoraAdapter(const Napi::CallbackInfo& info) {

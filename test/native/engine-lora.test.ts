@@ -136,8 +136,40 @@ describe("LoRA adapters in the native engine", () => {
     const r3 = (await drain(e)).get("r3")!;
     expect(r3.tokens.length).toBe(11);
     expect(r3.finished).toEqual({ type: "length", length: 12 });
+    // A waiting request holding a prefix hit of an adapter that is then replaced keeps both.
+    await e.loadLoraAdapter("x", dirX);
+    e.add("w0", ids, s, "x");
+    await drain(e);
+    expect(e.add("w1", ids, s, "x")).toBe(ids.length - 1);
+    await e.loadLoraAdapter("x", dirX2);
+    expect((await drain(e)).get("w1")!.tokens).toEqual(oldAlone.tokens);
     const st = e.cacheStats();
     expect(st.freeSlots + st.cachedTokens).toBe(st.budgetTokens);
+    e.close();
+  });
+
+  it("a full pool evicts across the trees (retired first, then least recently used) and every slot comes back", async () => {
+    // 512 slots (the context): three 150-token prefixes cached under x, y and the base, then a
+    // request needing 500 slots under x; its prefix hit must survive, the rest must go.
+    const e = await engine({ x: dirX, y: dirY }, { cacheTokens: 512 });
+    const s = sampling({ maxNewTokens: 2 });
+    for (const [rid, a] of [["a", "x"], ["b", "y"], ["c", null]] as const) {
+      e.add(rid, prompt(150, 8), s, a);
+      await drain(e);
+    }
+    expect(e.cacheStats().cachedTokens).toBe(3 * 151);
+    await e.loadLoraAdapter("y", dirX2); // y's old tree is retired: emptied at once
+    expect(e.cacheStats().cachedTokens).toBe(2 * 151);
+    const long = Int32Array.from([...prompt(150, 8), ...prompt(200, 9)]);
+    const big = sampling({ maxNewTokens: 150 });
+    expect(e.add("d", long, big, "x")).toBe(150);
+    const got = (await drain(e)).get("d")!;
+    expect(got.tokens).toEqual((await generate(await engine({ x: dirX }), "d", long, big, "x")).tokens);
+    const st = e.cacheStats();
+    expect(st.freeSlots + st.cachedTokens).toBe(st.budgetTokens);
+    // "d" needed 349 slots beyond its hit with 210 free: the base's tree (older than x's) gave 139 of its 151.
+    expect(e.add("e", prompt(150, 8), s)).toBe(12);
+    await drain(e);
     e.close();
   });
 

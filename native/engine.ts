@@ -3,6 +3,8 @@
 import type {
   BackendAdmission,
   BackendCacheStats,
+  BackendLora,
+  BackendLoraAdapter,
   BackendModelInfo,
   BackendSampling,
   InferenceBackend,
@@ -26,6 +28,9 @@ export interface NativeBackendOptions {
 
 class NativeBackend implements InferenceBackend {
   readonly info: BackendModelInfo;
+  readonly lora: BackendLora;
+  /** Where each loaded adapter was read from. */
+  private readonly loraPaths = new Map<string, string>();
   private engine: NativeEngine | null;
   /** step() and loadWeights() run one at a time, in call order. */
   private chain: Promise<unknown> = Promise.resolve();
@@ -50,6 +55,31 @@ class NativeBackend implements InferenceBackend {
       eosTokenId: config.eos_token_id,
       maxContext: config.max_position_embeddings,
     };
+    this.lora = {
+      load: (name, path) => this.loadLora(name, path),
+      unload: (name) => {
+        this.loraPaths.delete(name);
+        return this.native().unloadLoraAdapter(name);
+      },
+      list: () => this.listLora(),
+    };
+  }
+
+  private async loadLora(name: string, path: string): Promise<BackendLoraAdapter> {
+    try {
+      await this.native().loadLoraAdapter(name, path);
+    } catch (e) {
+      if (e instanceof OozeError) throw e;
+      throw new OozeError("CHECKPOINT_INVALID", `cannot load LoRA adapter '${name}' from ${path}: ${(e as Error).message}`, { cause: e });
+    }
+    this.loraPaths.set(name, path);
+    return this.listLora().find((a) => a.name === name)!;
+  }
+
+  private listLora(): BackendLoraAdapter[] {
+    return this.native()
+      .loraAdapters()
+      .map((a) => ({ name: a.name, path: this.loraPaths.get(a.name) ?? "", rank: a.rank, alpha: a.alpha, targets: [...a.targets] }));
   }
 
   private native(): NativeEngine {
@@ -63,10 +93,10 @@ class NativeBackend implements InferenceBackend {
     return run;
   }
 
-  add(rid: string, inputIds: Int32Array, sampling: BackendSampling): BackendAdmission {
+  add(rid: string, inputIds: Int32Array, sampling: BackendSampling, lora: string | null = null): BackendAdmission {
     const engine = this.native();
     try {
-      return { cachedTokens: engine.add(rid, inputIds, sampling) };
+      return { cachedTokens: engine.add(rid, inputIds, sampling, lora) };
     } catch (e) {
       throw new OozeError("BAD_REQUEST", (e as Error).message, { cause: e });
     }

@@ -192,10 +192,26 @@ export interface NativeEngineConstructor {
   new (opts: NativeEngineOptions): NativeEngine;
 }
 
+/** PEFT's name of a Linear layer a LoRA adapter can target. */
+export type LoraTargetName = "q_proj" | "k_proj" | "v_proj" | "o_proj" | "gate_proj" | "up_proj" | "down_proj";
+
+/** A LoRA adapter loaded into the engine (Engine.loraAdapters). */
+export interface NativeLoraAdapterInfo {
+  name: string;
+  rank: number;
+  alpha: number;
+  rslora: boolean;
+  targets: LoraTargetName[];
+}
+
 /** The native engine. Methods other than step/loadWeights are synchronous and cheap. */
 export interface NativeEngine {
-  /** Queues a request; returns prompt tokens served from the prefix cache. Throws on an empty or too-long prompt, bad ids or a duplicate rid. */
-  add(rid: string, inputIds: Int32Array, sampling: NativeSampling): number;
+  /**
+   * Queues a request under a loaded LoRA adapter (null or absent: the base); returns prompt tokens
+   * served from that adapter's prefix cache. Throws on an empty or too-long prompt, bad ids, a
+   * duplicate rid or an adapter that is not loaded (the message names it).
+   */
+  add(rid: string, inputIds: Int32Array, sampling: NativeSampling, adapter?: string | null): number;
   /**
    * Admits waiting requests (in order, while places, KV slots and a 4096-token prefill budget allow),
    * prefills them and decodes one token for the others, in one batched forward off the event loop.
@@ -215,8 +231,19 @@ export interface NativeEngine {
   cacheStats(): { cachedTokens: number; budgetTokens: number; promptTokens: number; hitTokens: number; freeSlots: number };
   /** Loads new weights from a model directory (same shapes) off the event loop; flushes the prefix cache. */
   loadWeights(dir: string): Promise<void>;
-  /** Logits [n × vocab] at every position of tokens, from a fresh cache (tests, debugging). Sync. */
-  forwardLogits(tokens: Int32Array): Float32Array;
+  /** Logits [n × vocab] at every position of tokens under an adapter (null: the base), from a fresh cache (tests, debugging). Sync. */
+  forwardLogits(tokens: Int32Array, adapter?: string | null): Float32Array;
+  /**
+   * Reads a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) against the
+   * base's config, off the event loop, and serves it as `name`. Loading a name again replaces it:
+   * requests added before keep the old adapter to their end, and its cached prefixes are never
+   * reused. Rejects with a message naming the file and the field or tensor that does not fit.
+   */
+  loadLoraAdapter(name: string, dir: string): Promise<{ replaced: boolean }>;
+  /** Unloads an adapter (running requests finish with it; its cached prefixes are freed); false if not loaded. */
+  unloadLoraAdapter(name: string): boolean;
+  /** The loaded adapters, by name. */
+  loraAdapters(): NativeLoraAdapterInfo[];
   /** The model's config.json (as written by ooze). */
   config(): LlamaHfConfig;
   /** Releases native memory; later calls throw. */

@@ -1,5 +1,6 @@
 // The inference engine (see engine.h): admission against the KV slot pool and the radix prefix cache,
-// batched prefill + decode through forward_step, sampling, and hand-back of finished sequences.
+// batched prefill + decode through forward_step, sampling, hand-back of finished sequences, and the
+// adapter registry with one prefix-cache tree per adapter load.
 #include "engine.h"
 
 #include <algorithm>
@@ -18,14 +19,106 @@ Engine::Engine(Model model, int pool_tokens, int max_running)
   kv_.init(c.num_hidden_layers, pool, c.kv_dim());
   free_slots_.reserve(pool);
   for (int s = pool - 1; s >= 0; --s) free_slots_.push_back(s);
-  // Every slot is free, held by a request, or held by the cache, so a budget of the whole pool
-  // means insert() never has to drop tokens it was given.
-  cache_ = std::make_unique<RadixCache>(static_cast<size_t>(pool), [this](const int32_t* s, size_t n) {
-    free_slots_.insert(free_slots_.end(), s, s + n);
-  });
+  new_cache(0);
 }
 
-int Engine::add(const std::string& rid, std::vector<int32_t> prompt, const SamplingParams& sp) {
+void Engine::new_cache(uint64_t id) {
+  // Every slot is free, held by a request, or held by one tree, so a budget of the whole pool
+  // means insert() never has to drop tokens it was given.
+  PrefixCache& c = caches_[id];
+  c.tree = std::make_unique<RadixCache>(static_cast<size_t>(kv_.slots), [this](const int32_t* s, size_t n) {
+    free_slots_.insert(free_slots_.end(), s, s + n);
+  });
+  c.last_use = ++cache_tick_;
+}
+
+RadixCache& Engine::tree(const Request* r) { return *caches_.at(r->cache_id).tree; }
+
+Engine::PrefixCache* Engine::cache_of(const Request* r) {
+  auto it = caches_.find(r->cache_id);
+  return it == caches_.end() ? nullptr : &it->second;
+}
+
+void Engine::retire_cache(uint64_t id) {
+  PrefixCache& c = caches_.at(id);
+  c.retired = true;
+  c.tree->evict(c.tree->size());
+  drop_if_idle(id);
+}
+
+void Engine::drop_if_idle(uint64_t id) {
+  auto it = caches_.find(id);
+  if (it != caches_.end() && it->second.retired && it->second.tree->flush()) caches_.erase(it);
+}
+
+void Engine::flush_unpinned() {
+  for (auto it = caches_.begin(); it != caches_.end();) {
+    RadixCache& t = *it->second.tree;
+    if (!t.flush()) t.evict(t.size());
+    else if (it->second.retired) {
+      it = caches_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+std::shared_ptr<const EngineAdapter> Engine::find_adapter(const std::string& name, const std::string& who) {
+  if (name.empty()) return nullptr;
+  auto it = adapters_.find(name);
+  if (it != adapters_.end()) return it->second;
+  std::string loaded;
+  for (auto& [n, a] : adapters_) loaded += (loaded.empty() ? "" : ", ") + n;
+  throw std::invalid_argument(who + "LoRA adapter '" + name + "' is not loaded (" +
+                              (loaded.empty() ? "no adapters are loaded" : "loaded: " + loaded) + ")");
+}
+
+bool Engine::load_adapter(const std::string& name, Lora lora) {
+  if (name.empty()) throw std::invalid_argument("an adapter needs a non-empty name");
+  const Lora want = make_lora(model_.cfg, lora.cfg);  // validates the config
+  bool fits = lora.layers == want.layers && lora.params.size() == want.params.size() && lora.tensors.size() == want.tensors.size();
+  for (size_t i = 0; fits && i < want.tensors.size(); ++i)
+    fits = lora.tensors[i].name == want.tensors[i].name && lora.tensors[i].shape == want.tensors[i].shape &&
+           lora.tensors[i].offset == want.tensors[i].offset;
+  if (!fits)
+    throw std::invalid_argument("adapter '" + name + "': its tensor layout does not fit the base model (" +
+                                std::to_string(model_.cfg.num_hidden_layers) + " layers, hidden " +
+                                std::to_string(model_.cfg.hidden_size) + ")");
+  std::lock_guard<std::mutex> lk(mu_);
+  const uint64_t id = next_adapter_id_++;
+  auto a = std::make_shared<const EngineAdapter>(name, id, std::move(lora));
+  new_cache(id);
+  auto it = adapters_.find(name);
+  const bool replaced = it != adapters_.end();
+  if (replaced) {
+    const uint64_t old = it->second->id;
+    it->second = std::move(a);
+    retire_cache(old);
+  } else {
+    adapters_.emplace(name, std::move(a));
+  }
+  return replaced;
+}
+
+bool Engine::unload_adapter(const std::string& name) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = adapters_.find(name);
+  if (it == adapters_.end()) return false;
+  const uint64_t id = it->second->id;
+  adapters_.erase(it);
+  retire_cache(id);
+  return true;
+}
+
+std::vector<std::shared_ptr<const EngineAdapter>> Engine::adapters() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::shared_ptr<const EngineAdapter>> out;
+  for (auto& [n, a] : adapters_) out.push_back(a);
+  std::sort(out.begin(), out.end(), [](auto& x, auto& y) { return x->name < y->name; });
+  return out;
+}
+
+int Engine::add(const std::string& rid, std::vector<int32_t> prompt, const SamplingParams& sp, const std::string& adapter) {
   const LlamaConfig& c = model_.cfg;
   const int n = static_cast<int>(prompt.size());
   if (n == 0) throw std::invalid_argument("request '" + rid + "': input_ids is empty");
@@ -38,7 +131,10 @@ int Engine::add(const std::string& rid, std::vector<int32_t> prompt, const Sampl
                                   std::to_string(c.vocab_size - 1) + ")");
   std::lock_guard<std::mutex> lk(mu_);
   if (reqs_.count(rid)) throw std::invalid_argument("request '" + rid + "' is already running");
+  std::shared_ptr<const EngineAdapter> a = find_adapter(adapter, "request '" + rid + "': ");
   auto r = std::make_unique<Request>();
+  r->adapter = a;
+  r->cache_id = a ? a->id : 0;
   r->rid = rid;
   r->serial = next_serial_++;
   r->prompt_len = n;
@@ -48,11 +144,13 @@ int Engine::add(const std::string& rid, std::vector<int32_t> prompt, const Sampl
   const int max_new = sp.max_new_tokens < 0 ? c.max_position_embeddings : std::max(1, sp.max_new_tokens);
   r->max_fed = std::min(n + max_new - 1, c.max_position_embeddings);
   // Leave the last prompt token uncached: its logits give the first sampled token. No reuse while
-  // prefixes from before a weight reload are still pinned.
+  // prefixes from before a weight reload are still pinned. Only the adapter's own tree is searched.
   RadixCache::Match m{0, {}, 0};
-  if (stale_pins_ == 0) m = cache_->match(r->tokens.data(), static_cast<size_t>(n - 1));
+  PrefixCache& pc = caches_.at(r->cache_id);
+  pc.last_use = ++cache_tick_;
+  if (stale_pins_ == 0) m = pc.tree->match(r->tokens.data(), static_cast<size_t>(n - 1));
   if (m.length > 0) {
-    cache_->lock(m.node);
+    pc.tree->lock(m.node);
     r->node = m.node;
     r->cached = static_cast<int>(m.length);
     r->slots = std::move(m.slots);
@@ -89,46 +187,64 @@ size_t Engine::running() {
 
 bool Engine::flush_cache() {
   std::lock_guard<std::mutex> lk(mu_);
-  return cache_->flush();
+  for (auto& [id, c] : caches_)
+    if (c.tree->locked_tokens() > 0) return false;  // all or nothing
+  flush_unpinned();
+  return true;
 }
 
 EngineCacheStats Engine::cache_stats() {
   std::lock_guard<std::mutex> lk(mu_);
-  return {cache_->size(), cache_->budget(), prompt_tokens_, hit_tokens_, free_slots_.size()};
+  size_t cached = 0;
+  for (auto& [id, c] : caches_) cached += c.tree->size();
+  return {cached, static_cast<size_t>(kv_.slots), prompt_tokens_, hit_tokens_, free_slots_.size()};
 }
 
 bool Engine::ensure_free(size_t n) {
-  if (free_slots_.size() < n) cache_->evict(n - free_slots_.size());
+  if (free_slots_.size() >= n) return true;
+  // Retired trees first (nothing can reuse them), then the least recently used trees.
+  std::vector<std::pair<uint64_t, RadixCache*>> order;
+  for (auto& [id, c] : caches_) order.emplace_back(c.retired ? 0 : c.last_use, c.tree.get());
+  std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  for (auto& [use, t] : order) {
+    if (free_slots_.size() >= n) break;
+    t->evict(n - free_slots_.size());
+  }
   return free_slots_.size() >= n;
 }
 
 void Engine::unpin_waiting() {
   for (Request* r : waiting_) {
     if (r->cached == 0) continue;
-    cache_->unlock(r->node);
+    tree(r).unlock(r->node);
     r->node = 0;
     r->cached = 0;
     r->fed = 0;
     r->slots.clear();
+    drop_if_idle(r->cache_id);
   }
 }
 
 void Engine::release(Request* r) {
   const size_t fed = static_cast<size_t>(r->fed);
   size_t start_own = static_cast<size_t>(r->cached);
-  const bool cacheable = !r->stale && stale_pins_ == 0;  // keys/values all from the current weights
+  // Keys/values all from the current weights, under an adapter still loaded (a retired adapter's
+  // tree goes once nothing pins it; a request that pins nothing may outlive it).
+  PrefixCache* pc = cache_of(r);
+  const bool cacheable = !r->stale && stale_pins_ == 0 && pc && !pc->retired;
   if (fed > 0 && cacheable) {
     // Tokens [cached, already) were cached meanwhile by another request: ours are duplicates.
-    size_t already = cache_->insert(r->tokens.data(), r->slots.data(), fed);
+    size_t already = pc->tree->insert(r->tokens.data(), r->slots.data(), fed);
     for (size_t i = start_own; i < already; ++i) free_slots_.push_back(r->slots[i]);
     start_own = fed;  // [max(cached, already), fed) now belong to the cache
   }
   for (size_t i = cacheable ? std::max(start_own, fed) : start_own; i < r->slots.size(); ++i)
     free_slots_.push_back(r->slots[i]);
   if (r->node != 0) {
-    cache_->unlock(r->node);
+    tree(r).unlock(r->node);  // a pinned tree is never dropped
     // The last request pinning pre-reload prefixes is gone: nothing is locked now, drop them all.
-    if (r->stale && --stale_pins_ == 0) cache_->flush();
+    if (r->stale && --stale_pins_ == 0) flush_unpinned();
+    else drop_if_idle(r->cache_id);
   }
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   active_.erase(std::remove(active_.begin(), active_.end(), r), active_.end());
@@ -139,10 +255,12 @@ void Engine::release(Request* r) {
 void Engine::share_prompt(Request* r) {
   // Hand the freshly prefilled prompt to the cache so requests added from now on reuse it, and
   // switch this request to the cache's slots wherever the cache already had the same tokens.
-  if (r->stale || stale_pins_ > 0) return;
+  PrefixCache* pc = cache_of(r);
+  if (r->stale || stale_pins_ > 0 || !pc || pc->retired) return;
+  RadixCache& t = *pc->tree;
   const size_t fed = static_cast<size_t>(r->fed);
-  cache_->insert(r->tokens.data(), r->slots.data(), fed);
-  RadixCache::Match m = cache_->match(r->tokens.data(), fed);
+  t.insert(r->tokens.data(), r->slots.data(), fed);
+  RadixCache::Match m = t.match(r->tokens.data(), fed);
   // The budget is the whole pool, so everything fits; should a tail not have been kept, its
   // slots came back to the free list and are taken out again (this request still uses them).
   for (size_t i = m.length; i < fed; ++i) {
@@ -155,8 +273,8 @@ void Engine::share_prompt(Request* r) {
       free_slots_.push_back(r->slots[i]);  // a duplicate of what the cache holds
       r->slots[i] = m.slots[i];
     }
-  cache_->lock(m.node);
-  if (r->node != 0) cache_->unlock(r->node);
+  t.lock(m.node);
+  if (r->node != 0) t.unlock(r->node);
   r->node = m.node;
   r->cached = static_cast<int>(m.length);
 }
@@ -216,7 +334,7 @@ std::vector<EngineEvent> Engine::step() {
       r->in_batch = true;
       batch.push_back(r);
       const int n_in = r->n_gen == 0 ? r->prompt_len - r->fed : 1;  // prefill rest, or the last token
-      chunks.push_back({r->tokens.data() + r->fed, n_in, r->fed, r->slots.data()});
+      chunks.push_back({r->tokens.data() + r->fed, n_in, r->fed, r->slots.data(), r->adapter ? &r->adapter->view : nullptr});
     }
   }
   if (batch.empty()) return events;
@@ -302,16 +420,21 @@ void Engine::load_weights(Model&& model) {
     if (r->node != 0 && !r->stale) ++stale_pins_;
     r->stale = true;
   }
-  if (!cache_->flush()) cache_->evict(cache_->size());
+  flush_unpinned();
 }
 
-std::vector<float> Engine::forward_logits(const std::vector<int32_t>& tokens) {
+std::vector<float> Engine::forward_logits(const std::vector<int32_t>& tokens, const std::string& adapter) {
+  std::shared_ptr<const EngineAdapter> a;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    a = find_adapter(adapter, "forwardLogits: ");
+  }
   std::lock_guard<std::mutex> compute(compute_mu_);
   for (int32_t t : tokens)
     if (t < 0 || t >= model_.cfg.vocab_size) throw std::invalid_argument("token id outside the vocabulary");
   if (tokens.empty() || static_cast<int>(tokens.size()) > model_.cfg.max_position_embeddings)
     throw std::invalid_argument("forwardLogits: need 1..max_position_embeddings tokens");
-  return forward_full(model_, tokens.data(), static_cast<int>(tokens.size()));
+  return forward_full(model_, tokens.data(), static_cast<int>(tokens.size()), a ? &a->view : nullptr);
 }
 
 }  // namespace ooze

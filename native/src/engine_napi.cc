@@ -1,15 +1,17 @@
-// JavaScript binding of the inference engine: class Engine (ObjectWrap) whose step() and
-// loadWeights() run in Napi::AsyncWorkers; Execute() only touches the C++ Engine.
+// JavaScript binding of the inference engine: class Engine (ObjectWrap) whose step(), loadWeights()
+// and loadLoraAdapter() run in Napi::AsyncWorkers; Execute() only touches the C++ Engine.
 #include <napi.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 
 #include "checkpoint.h"
 #include "config_js.h"
 #include "engine.h"
+#include "lora.h"
 #include "registry.h"
 
 namespace ooze {
@@ -107,29 +109,48 @@ class StepWorker : public Napi::AsyncWorker {
   std::vector<EngineEvent> events_;
 };
 
-class LoadWorker : public Napi::AsyncWorker {
+/**
+ * Runs `work` off the event loop (it only touches C++ state), then resolves with `result(env)` on the
+ * JS thread, or rejects with the exception's message.
+ */
+class PromiseWorker : public Napi::AsyncWorker {
  public:
-  LoadWorker(Napi::Env env, std::shared_ptr<Engine> eng, std::string dir)
-      : Napi::AsyncWorker(env, "ooze.Engine.loadWeights"),
-        eng_(std::move(eng)),
-        dir_(std::move(dir)),
+  PromiseWorker(Napi::Env env, const char* name, std::function<void()> work, std::function<Napi::Value(Napi::Env)> result)
+      : Napi::AsyncWorker(env, name),
+        work_(std::move(work)),
+        result_(std::move(result)),
         deferred_(Napi::Promise::Deferred::New(env)) {}
   Napi::Promise promise() { return deferred_.Promise(); }
   void Execute() override {
     try {
-      eng_->load_weights(load_model_dir(dir_));
+      work_();
     } catch (const std::exception& e) {
       SetError(e.what());
     }
   }
-  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+  void OnOK() override { deferred_.Resolve(result_(Env())); }
   void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
 
  private:
-  std::shared_ptr<Engine> eng_;
-  std::string dir_;
+  std::function<void()> work_;
+  std::function<Napi::Value(Napi::Env)> result_;
   Napi::Promise::Deferred deferred_;
 };
+
+/** Queues a PromiseWorker and returns its promise. */
+Napi::Value queue(Napi::Env env, const char* name, std::function<void()> work, std::function<Napi::Value(Napi::Env)> result) {
+  auto* w = new PromiseWorker(env, name, std::move(work), std::move(result));
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
+
+/** An adapter name argument: a string, or undefined/null for the base. */
+std::string adapter_arg(Napi::Env env, Napi::Value v, const char* usage) {
+  if (v.IsUndefined() || v.IsNull()) return "";
+  if (!v.IsString()) throw Napi::TypeError::New(env, usage);
+  return v.As<Napi::String>();
+}
 
 class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
  public:
@@ -141,6 +162,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
                         InstanceMethod("cacheStats", &EngineWrap::CacheStats),
                         InstanceMethod("loadWeights", &EngineWrap::LoadWeights),
                         InstanceMethod("forwardLogits", &EngineWrap::ForwardLogits),
+                        InstanceMethod("loadLoraAdapter", &EngineWrap::LoadLoraAdapter),
+                        InstanceMethod("unloadLoraAdapter", &EngineWrap::UnloadLoraAdapter),
+                        InstanceMethod("loraAdapters", &EngineWrap::LoraAdapters),
                         InstanceMethod("config", &EngineWrap::Config), InstanceMethod("close", &EngineWrap::Close)});
   }
 
@@ -188,14 +212,15 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     Napi::Env env = info.Env();
     Engine& e = eng(env);
     if (!info[0].IsString() || !info[1].IsTypedArray())
-      throw Napi::TypeError::New(env, "add(rid: string, inputIds: Int32Array, sampling)");
+      throw Napi::TypeError::New(env, "add(rid: string, inputIds: Int32Array, sampling, adapter?: string | null)");
     Napi::TypedArray ta = info[1].As<Napi::TypedArray>();
     if (ta.TypedArrayType() != napi_int32_array) throw Napi::TypeError::New(env, "inputIds must be an Int32Array");
     Napi::Int32Array ids = ta.As<Napi::Int32Array>();
     std::vector<int32_t> prompt(ids.Data(), ids.Data() + ids.ElementLength());
     SamplingParams sp = sampling_from_js(env, info[2]);
+    const std::string adapter = adapter_arg(env, info[3], "add: adapter must be a string (a loaded adapter's name) or null");
     try {
-      return Napi::Number::New(env, e.add(info[0].As<Napi::String>(), std::move(prompt), sp));
+      return Napi::Number::New(env, e.add(info[0].As<Napi::String>(), std::move(prompt), sp, adapter));
     } catch (const std::exception& ex) {
       throw Napi::Error::New(env, ex.what());
     }
@@ -237,27 +262,70 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value LoadWeights(const Napi::CallbackInfo& info) {
     eng(info.Env());
     if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "loadWeights(dir: string)");
-    auto* w = new LoadWorker(info.Env(), eng_, info[0].As<Napi::String>());
-    Napi::Promise p = w->promise();
-    w->Queue();
-    return p;
+    std::string dir = info[0].As<Napi::String>();
+    return queue(
+        info.Env(), "ooze.Engine.loadWeights", [eng = eng_, dir] { eng->load_weights(load_model_dir(dir)); },
+        [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
   }
 
   Napi::Value ForwardLogits(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Engine& e = eng(env);
     if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
-      throw Napi::TypeError::New(env, "forwardLogits(tokens: Int32Array)");
+      throw Napi::TypeError::New(env, "forwardLogits(tokens: Int32Array, adapter?: string | null)");
     Napi::Int32Array ids = info[0].As<Napi::Int32Array>();
+    const std::string adapter = adapter_arg(env, info[1], "forwardLogits: adapter must be a string or null");
     std::vector<float> out;
     try {
-      out = e.forward_logits(std::vector<int32_t>(ids.Data(), ids.Data() + ids.ElementLength()));
+      out = e.forward_logits(std::vector<int32_t>(ids.Data(), ids.Data() + ids.ElementLength()), adapter);
     } catch (const std::exception& ex) {
       throw Napi::Error::New(env, ex.what());
     }
     Napi::Float32Array a = Napi::Float32Array::New(env, out.size());
     std::memcpy(a.Data(), out.data(), out.size() * 4);
     return a;
+  }
+
+  Napi::Value LoadLoraAdapter(const Napi::CallbackInfo& info) {
+    eng(info.Env());
+    if (!info[0].IsString() || !info[1].IsString())
+      throw Napi::TypeError::New(info.Env(), "loadLoraAdapter(name: string, dir: string)");
+    std::string name = info[0].As<Napi::String>(), dir = info[1].As<Napi::String>();
+    auto replaced = std::make_shared<bool>(false);
+    // The PEFT files are read against the base's config; the registry swap itself is cheap.
+    return queue(
+        info.Env(), "ooze.Engine.loadLoraAdapter",
+        [eng = eng_, name, dir, replaced] { *replaced = eng->load_adapter(name, load_lora_dir(eng->config(), dir)); },
+        [replaced](Napi::Env env) -> Napi::Value {
+          Napi::Object o = Napi::Object::New(env);
+          o.Set("replaced", *replaced);
+          return o;
+        });
+  }
+
+  Napi::Value UnloadLoraAdapter(const Napi::CallbackInfo& info) {
+    if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "unloadLoraAdapter(name: string)");
+    return Napi::Boolean::New(info.Env(), eng(info.Env()).unload_adapter(info[0].As<Napi::String>()));
+  }
+
+  Napi::Value LoraAdapters(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    auto list = eng(env).adapters();
+    Napi::Array arr = Napi::Array::New(env, list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      const LoraConfig& c = list[i]->lora.cfg;
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("name", list[i]->name);
+      o.Set("rank", c.rank);
+      o.Set("alpha", static_cast<double>(c.alpha));
+      o.Set("rslora", c.rslora);
+      Napi::Array targets = Napi::Array::New(env);
+      for (int t = 0, k = 0; t < kLoraTargets; ++t)
+        if (c.has(t)) targets.Set(k++, lora_target_name(t));
+      o.Set("targets", targets);
+      arr.Set(i, o);
+    }
+    return arr;
   }
 
   Napi::Value Config(const Napi::CallbackInfo& info) { return config_to_js(info.Env(), eng(info.Env()).config()); }

@@ -61,6 +61,37 @@ void add_bias(float* y, const float* b, int rows, int n) {
   }
 }
 
+/** Consecutive chunks' rows [row0, row0 + rows) under one adapter. */
+struct LoraRun {
+  const LoraView* lora;
+  int row0, rows;
+};
+
+/** The runs of rows that carry an adapter (empty when no chunk has one: the base costs nothing extra). */
+std::vector<LoraRun> lora_runs(const std::vector<SeqChunk>& chunks) {
+  std::vector<LoraRun> runs;
+  int r = 0;
+  for (auto& ch : chunks) {
+    if (ch.lora && ch.n > 0) {
+      if (!runs.empty() && runs.back().lora == ch.lora && runs.back().row0 + runs.back().rows == r) runs.back().rows += ch.n;
+      else runs.push_back({ch.lora, r, ch.n});
+    }
+    r += ch.n;
+  }
+  return runs;
+}
+
+/** y[R, out] += s·(x·Aᵀ)·Bᵀ of `target` in `layer`, on each run's rows of x [R, in] (runs whose adapter targets it). */
+void add_lora(const std::vector<LoraRun>& runs, int layer, int target, const float* x, int in, float* y, int out,
+              std::vector<float>& tmp) {
+  for (const LoraRun& run : runs) {
+    const LoraPair& p = run.lora->layers[static_cast<size_t>(layer)].t[target];
+    if (!p.A) continue;
+    lora_apply(x + static_cast<size_t>(run.row0) * in, run.rows, in, out, p, run.lora->cfg->rank, run.lora->scaling,
+               y + static_cast<size_t>(run.row0) * out, tmp);
+  }
+}
+
 void rope_rotate(float* vec, const float* c, const float* s, int half) {
   for (int i = 0; i < half; ++i) {
     const float a = vec[i], b = vec[i + half];
@@ -97,6 +128,11 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
   ws.x.resize(sz(R, H)), ws.h.resize(sz(R, H)), ws.q.resize(sz(R, Q)), ws.k.resize(sz(R, KV)),
       ws.v.resize(sz(R, KV)), ws.att.resize(sz(R, Q)), ws.g.resize(sz(R, I)), ws.u.resize(sz(R, I));
   Model::Ptrs P = m.ptrs(const_cast<float*>(m.params.data()));
+  const std::vector<LoraRun> runs = lora_runs(chunks);
+  for (const LoraRun& run : runs)
+    if (run.lora->layers.size() != static_cast<size_t>(c.num_hidden_layers))
+      throw std::invalid_argument("a LoRA adapter has " + std::to_string(run.lora->layers.size()) + " layers; the model has " +
+                                  std::to_string(c.num_hidden_layers));
   // Embedding lookup.
   {
     int r = 0;
@@ -118,6 +154,9 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
       add_bias(ws.k.data(), L.k_bias, R, KV);
       add_bias(ws.v.data(), L.v_bias, R, KV);
     }
+    add_lora(runs, l, kLoraQ, ws.h.data(), H, ws.q.data(), Q, ws.lora_tmp);
+    add_lora(runs, l, kLoraK, ws.h.data(), H, ws.k.data(), KV, ws.lora_tmp);
+    add_lora(runs, l, kLoraV, ws.h.data(), H, ws.v.data(), KV, ws.lora_tmp);
     if (L.q_norm) {  // RMSNorm of each head's q and k (rows of head_dim), before the rotation
       rmsnorm(ws.q.data(), L.q_norm, ws.q.data(), R * NH, D, c.rms_norm_eps);
       rmsnorm(ws.k.data(), L.k_norm, ws.k.data(), R * NKV, D, c.rms_norm_eps);
@@ -165,9 +204,12 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
     }
     matmul_nt(ws.att.data(), L.o_proj, ws.x.data(), R, H, Q, true);  // residual
     if (L.o_bias) add_bias(ws.x.data(), L.o_bias, R, H);
+    add_lora(runs, l, kLoraO, ws.att.data(), Q, ws.x.data(), H, ws.lora_tmp);
     rmsnorm(ws.x.data(), L.post_attention_layernorm, ws.h.data(), R, H, c.rms_norm_eps);
     matmul_nt(ws.h.data(), L.gate_proj, ws.g.data(), R, I, H, false);
     matmul_nt(ws.h.data(), L.up_proj, ws.u.data(), R, I, H, false);
+    add_lora(runs, l, kLoraGate, ws.h.data(), H, ws.g.data(), I, ws.lora_tmp);
+    add_lora(runs, l, kLoraUp, ws.h.data(), H, ws.u.data(), I, ws.lora_tmp);
     const size_t n_gu = sz(R, I);
 #pragma omp parallel for schedule(static) if (n_gu > 65536)
     for (size_t i = 0; i < n_gu; ++i) {
@@ -175,6 +217,7 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
       ws.g[i] = gv / (1.0f + std::exp(-gv)) * ws.u[i];
     }
     matmul_nt(ws.g.data(), L.down_proj, ws.x.data(), R, H, I, true);  // residual
+    add_lora(runs, l, kLoraDown, ws.g.data(), I, ws.x.data(), H, ws.lora_tmp);
   }
   // Final norm and lm_head over the rows that need logits.
   std::vector<int> out_rows;
@@ -196,14 +239,14 @@ void forward_step(const Model& m, const RopeTable& rope, KvPool& kv, const std::
   matmul_nt(ws.out_h.data(), P.lm_head, logits.data(), NO, V, H, false);
 }
 
-std::vector<float> forward_full(const Model& m, const int32_t* tokens, int n) {
+std::vector<float> forward_full(const Model& m, const int32_t* tokens, int n, const LoraView* lora) {
   KvPool kv;
   kv.init(m.cfg.num_hidden_layers, n, m.cfg.kv_dim());
   RopeTable rope;
   rope.init(m.cfg);
   std::vector<int32_t> slots(n);
   for (int i = 0; i < n; ++i) slots[i] = i;
-  SeqChunk ch{tokens, n, 0, slots.data()};
+  SeqChunk ch{tokens, n, 0, slots.data(), lora};
   Workspace ws;
   std::vector<float> logits;
   forward_step(m, rope, kv, {ch}, true, ws, logits);

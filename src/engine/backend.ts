@@ -59,6 +59,31 @@ export interface BackendCacheStats {
   hitTokens: number;
 }
 
+/** A LoRA adapter a backend serves, as the server lists it. */
+export interface BackendLoraAdapter {
+  name: string;
+  /** The PEFT directory it was read from. */
+  path: string;
+  rank: number;
+  alpha: number;
+  /** PEFT module names ("q_proj", …). */
+  targets: string[];
+}
+
+/** LoRA adapters over the base model (SGLang's LoRA API), for backends that can serve them. */
+export interface BackendLora {
+  /**
+   * Reads the PEFT adapter directory `path` (adapter_config.json + adapter_model.safetensors) and
+   * serves it as `name`, replacing an adapter of that name: requests admitted before keep the old
+   * one to their end. Throws OozeError("CHECKPOINT_INVALID") naming the file and field or tensor.
+   */
+  load(name: string, path: string): Promise<BackendLoraAdapter>;
+  /** Stops serving `name` (running requests finish with it); false if it was not loaded. */
+  unload(name: string): boolean;
+  /** The loaded adapters, by name. */
+  list(): BackendLoraAdapter[];
+}
+
 /**
  * An inference engine with continuous batching: requests are added at any time; each `step()`
  * runs prefill for newly added requests and one decode step for every running request, together,
@@ -66,8 +91,13 @@ export interface BackendCacheStats {
  */
 export interface InferenceBackend {
   readonly info: BackendModelInfo;
-  /** Admit a request. Throws OozeError("BAD_REQUEST") if the prompt is longer than the context. */
-  add(rid: string, inputIds: Int32Array, sampling: BackendSampling): BackendAdmission;
+  /**
+   * Admit a request, under LoRA adapter `lora` when given (null: the base). Throws
+   * OozeError("BAD_REQUEST") if the prompt is longer than the context or the adapter is not loaded.
+   */
+  add(rid: string, inputIds: Int32Array, sampling: BackendSampling, lora?: string | null): BackendAdmission;
+  /** LoRA adapters; absent or null: this backend serves the base only, and the server refuses `lora_path`. */
+  readonly lora?: BackendLora | null;
   /** One scheduling iteration, off the event loop. Resolves with [] when nothing is running. */
   step(): Promise<TokenEvent[]>;
   /** Drop a request (its partial sequence may stay in the prefix cache). Unknown rids are ignored. */

@@ -36,6 +36,8 @@ export interface WireGenerateRequest {
   top_logprobs_num?: number | number[];
   return_text_in_logprobs?: boolean;
   stream?: boolean;
+  /** The LoRA adapter (its name as loaded) per request: one for all, or one per batch item (null: the base). */
+  lora_path?: string | (string | null)[] | null;
 }
 
 /** finish_reason as it travels; SGLang adds `status_code` and `err_type` to an abort it decided itself (400: the request was refused). */
@@ -142,6 +144,7 @@ const requestSchema = z.looseObject({
   top_logprobs_num: perItem(int.min(0)),
   return_text_in_logprobs: opt(z.boolean()),
   stream: opt(z.boolean()),
+  lora_path: opt(z.union([z.string().min(1, "lora_path must name a loaded adapter"), z.array(z.string().min(1, "lora_path must name a loaded adapter").nullable())])),
 });
 
 /** One request of a (possibly batched) /generate call, defaults applied. */
@@ -160,6 +163,8 @@ export interface GenerateItem {
   noStopTrim: boolean;
   returnLogprob: boolean;
   returnTextInLogprobs: boolean;
+  /** The LoRA adapter's name (`lora_path`), or null for the base. */
+  lora: string | null;
 }
 
 /** A validated /generate request. */
@@ -220,6 +225,7 @@ export function parseGenerateRequest(body: unknown, newRid: () => string, vocabS
     const sp = r.sampling_params;
     if (Array.isArray(sp) && !batchInput) return { ok: false, message: "sampling_params: a list is only allowed for a batch input" };
     if (Array.isArray(r.rid) && !batchInput) return { ok: false, message: "rid: a list is only allowed for a batch input" };
+    if (Array.isArray(r.lora_path) && !batchInput) return { ok: false, message: "lora_path: a list is only allowed for a batch input" };
     const items: GenerateItem[] = [];
     let anyN = false;
     for (let i = 0; i < count; i++) {
@@ -245,6 +251,7 @@ export function parseGenerateRequest(body: unknown, newRid: () => string, vocabS
       }
       if (returnLogprob && topN > 0) throw new Error("top_logprobs_num: top logprobs are not supported by this engine; use 0");
       const ridIn = pick(r.rid, i, "rid", count);
+      const lora = pick(r.lora_path, i, "lora_path", count) ?? null;
       const input = inputs[i]!;
       for (let j = 0; j < n; j++) {
         const baseRid = ridIn ?? null;
@@ -275,6 +282,7 @@ export function parseGenerateRequest(body: unknown, newRid: () => string, vocabS
           noStopTrim: s.no_stop_trim ?? false,
           returnLogprob,
           returnTextInLogprobs: r.return_text_in_logprobs ?? false,
+          lora,
         });
       }
     }

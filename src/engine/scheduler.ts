@@ -16,6 +16,8 @@ export interface SchedRequest {
   promptIds: Int32Array;
   sampling: BackendSampling;
   stop: readonly string[];
+  /** The LoRA adapter it runs under (null: the base). A retracted request resumes under the adapter loaded by that name then. */
+  lora: string | null;
   /** Health checks and other internal requests are left out of loads. */
   internal: boolean;
   outIds: number[];
@@ -42,8 +44,9 @@ export function newSchedRequest(
   stop: readonly string[],
   onUpdate: (r: SchedRequest) => void,
   internal = false,
+  lora: string | null = null,
 ): SchedRequest {
-  return { rid, promptIds, sampling, stop, internal, outIds: [], logprobs: [], cachedTokens: 0, finish: null, error: null, resumedAt: 0, stopAt: null, state: "queued", onUpdate };
+  return { rid, promptIds, sampling, stop, lora, internal, outIds: [], logprobs: [], cachedTokens: 0, finish: null, error: null, resumedAt: 0, stopAt: null, state: "queued", onUpdate };
 }
 
 /** The scheduling loop of one engine server. */
@@ -190,7 +193,7 @@ export class Scheduler {
   }
 
   private admit(r: SchedRequest, ids: Int32Array, sampling: BackendSampling): void {
-    const adm = this.backend.add(r.rid, ids, sampling);
+    const adm = this.backend.add(r.rid, ids, sampling, r.lora);
     if (r.state === "queued") r.cachedTokens = adm.cachedTokens;
     r.state = "running";
   }

@@ -1,6 +1,6 @@
 // ooze's SGLang-compatible HTTP engine server (node:http) over an InferenceBackend: /generate (plain,
-// batched, n > 1, SSE streaming, logprobs, stop strings) and the control endpoints of
-// /work/shared/sglang-api.md. Bad requests get SGLang's 400 bodies, requests too long for the context
+// batched, n > 1, SSE streaming, logprobs, stop strings, LoRA adapters per request) and the control
+// endpoints of /work/shared/sglang-api.md, SGLang's LoRA endpoints included (lora-api.ts). Bad requests get SGLang's 400 bodies, requests too long for the context
 // are refused and capped as SGLang does (limits.ts); no request can crash the server.
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -10,6 +10,7 @@ import { OozeError } from "../errors.ts";
 import { counter, gauge, histogram, newRegistry, sendMetrics } from "../metrics.ts";
 import type { InferenceBackend } from "./backend.ts";
 import { lengthRefusal, limitsOfContext, outputCap, type LengthLimits } from "./limits.ts";
+import { loraApi } from "./lora-api.ts";
 import { badRequestBody, parseGenerateRequest, type GenerateItem, type WireGenerateResponse, type WireMetaInfo } from "./protocol.ts";
 import { newSchedRequest, Scheduler, type PauseMode, type SchedRequest } from "./scheduler.ts";
 import { decodeBytes, encodeBytes } from "./tokenizer.ts";
@@ -156,6 +157,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       await backend.loadWeights(modelPath);
     });
   const sched = new Scheduler(backend);
+  const lora = loraApi(backend);
   // SGLang's limits: max_req_len = min(context − 1, KV pool − 1), inputs below it − 5 (limits.ts).
   const limits = (): LengthLimits => limitsOfContext(backend.info.maxContext, backend.cacheStats().budgetTokens);
   let status: "starting" | "ready" | "stopping" = "starting";
@@ -261,7 +263,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
     // on max_new_tokens (the default and null included): the context left, less its reserve.
     const lim = limits();
     const late: { i: number; rec: SchedRequest; message: string }[] = [];
-    let early: string | null = null;
+    let early: string | null = lora.refusal(items.map((it) => it.lora));
     items.forEach((it, i) => {
       const prompt = it.inputIds ?? encodeBytes(it.text ?? "", true);
       const why = lengthRefusal(lim, prompt.length, it.maxNewTokensSent);
@@ -269,7 +271,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       const cap = outputCap(lim, prompt.length);
       const maxNewTokens = Math.min(it.sampling.maxNewTokens ?? cap, cap);
       const sampling = { ...it.sampling, maxNewTokens, minNewTokens: Math.min(it.sampling.minNewTokens, maxNewTokens) };
-      const rec = newSchedRequest(it.rid, prompt, sampling, it.stop, onUpdate(i));
+      const rec = newSchedRequest(it.rid, prompt, sampling, it.stop, onUpdate(i), false, it.lora);
       if (why?.stage === "scheduler") late.push({ i, rec, message: why.message });
       recs.push(rec);
     });
@@ -425,6 +427,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       max_total_num_tokens: stats.budgetTokens,
       max_req_input_len: limits().maxReqInputLen,
       weight_version: weightVersion,
+      ...lora.info(),
       version: "ooze-0.1.0",
       internal_states: [{ cache: stats, paused: sched.pauseMode }],
     };
@@ -466,6 +469,8 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
     else if (p.data.rid) sched.abort(p.data.rid);
     return [200, null];
   });
+  route(["/load_lora_adapter"], ["POST"], async (_q, _r, body) => lora.load(body), false);
+  route(["/unload_lora_adapter"], ["POST"], async (_q, _r, body) => lora.unload(body), false);
   route(["/v1/loads", "/get_loads"], ["GET"], async () => [200, loads()]);
   route(["/metrics"], ["GET"], async (_q, res) => sendMetrics(res, registry));
 

@@ -9,32 +9,13 @@ import { loadNative } from "../../native/load.ts";
 import { initModelDir, readModelConfig } from "../../native/model-dir.ts";
 import { paramCount, PRESETS } from "../../native/presets.ts";
 import { referenceLayout } from "../../native/reference/model.ts";
+import { writeSafetensors, type SafetensorsEntry as Entry } from "../fixtures/peft-adapter.ts";
 
 const native = loadNative();
 const root = mkdtempSync(join(tmpdir(), "ooze-ckpt-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 const tiny: LlamaHfConfig = { ...PRESETS.tiny };
 
-interface Entry {
-  name: string;
-  dtype: string;
-  shape: number[];
-  bytes: Uint8Array;
-}
-
-/** A minimal safetensors writer for fixtures (independent of the native one). */
-function writeSafetensors(path: string, entries: Entry[], metadata: Record<string, string> | null = null) {
-  const header: Record<string, unknown> = metadata ? { __metadata__: metadata } : {};
-  let off = 0;
-  for (const e of entries) {
-    header[e.name] = { dtype: e.dtype, shape: e.shape, data_offsets: [off, off + e.bytes.length] };
-    off += e.bytes.length;
-  }
-  const json = Buffer.from(JSON.stringify(header), "utf8");
-  const len = Buffer.alloc(8);
-  len.writeBigUInt64LE(BigInt(json.length));
-  writeFileSync(path, Buffer.concat([len, json, ...entries.map((e) => Buffer.from(e.bytes))]));
-}
 
 function toBf16(x: Float32Array): { bits: Uint16Array; values: Float32Array } {
   const u = new Uint32Array(x.buffer, x.byteOffset, x.length);

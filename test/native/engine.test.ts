@@ -5,10 +5,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { LlamaHfConfig, NativeEngine, NativeSampling, NativeTokenEvent } from "../../native/index.d.ts";
+import type { LlamaHfConfig, NativeSampling } from "../../native/index.d.ts";
 import { loadNative } from "../../native/load.ts";
 import { PRESETS } from "../../native/presets.ts";
 import { referenceArgmax, referenceLogits, referenceLogprob } from "../../native/reference/model.ts";
+import { drain, expectClose, generate, prompt, sampling } from "./engine-helpers.ts";
 
 const native = loadNative();
 const root = mkdtempSync(join(tmpdir(), "ooze-engine-"));
@@ -27,52 +28,6 @@ function engine(opts: { cacheTokens?: number; maxRunning?: number; config?: Llam
     ...(opts.cacheTokens === undefined ? {} : { cacheTokens: opts.cacheTokens }),
     ...(opts.maxRunning === undefined ? {} : { maxRunning: opts.maxRunning }),
   });
-}
-
-function sampling(s: Partial<NativeSampling> = {}): NativeSampling {
-  return { maxNewTokens: 8, temperature: 0, topP: 1, topK: -1, minNewTokens: 0, stopTokenIds: [], ignoreEos: true, seed: 1, ...s };
-}
-
-function prompt(n: number, salt = 0): Int32Array {
-  return Int32Array.from({ length: n }, (_, i) => (i * 31 + salt * 17 + 5) % 256);
-}
-
-interface Out {
-  tokens: number[];
-  logprobs: number[];
-  finished: NativeTokenEvent["finished"];
-}
-
-/** Steps until nothing runs; collects each request's tokens. */
-async function drain(e: NativeEngine, onStep?: (events: NativeTokenEvent[]) => void): Promise<Map<string, Out>> {
-  const out = new Map<string, Out>();
-  for (let steps = 0; e.running() > 0; steps++) {
-    if (steps > 5000) throw new Error("engine did not finish within 5000 steps");
-    const events = await e.step();
-    onStep?.(events);
-    for (const ev of events) {
-      const o = out.get(ev.rid) ?? { tokens: [], logprobs: [], finished: null };
-      if (ev.tokenId >= 0) o.tokens.push(ev.tokenId), o.logprobs.push(ev.logprob);
-      o.finished = ev.finished;
-      out.set(ev.rid, o);
-    }
-  }
-  return out;
-}
-
-async function generate(e: NativeEngine, rid: string, ids: Int32Array, s: NativeSampling): Promise<Out> {
-  e.add(rid, ids, s);
-  return (await drain(e)).get(rid)!;
-}
-
-/** Fails with the first differing values (llm.c's check_tensor). */
-function expectClose(got: Float32Array | number[], want: Float32Array | number[], tol: number, what: string) {
-  expect(got.length).toBe(want.length);
-  const bad: string[] = [];
-  for (let i = 0; i < got.length; i++)
-    if (!(Math.abs(got[i]! - want[i]!) <= tol)) bad.push(`[${i}] got ${got[i]} want ${want[i]}`);
-  if (bad.length) console.error(`${what}: ${bad.length} values differ by more than ${tol}; first: ${bad.slice(0, 5).join(", ")}`);
-  expect(bad.length).toBe(0);
 }
 
 describe("native engine vs the TypeScript reference", () => {

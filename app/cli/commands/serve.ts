@@ -1,5 +1,6 @@
 // `ooze serve`: an SGLang-compatible HTTP server over the embedded native engine, for a model
-// directory or a randomly initialised preset. Binds to loopback unless --host says otherwise.
+// directory or a randomly initialised preset, with LoRA adapters loaded at start (--lora-paths).
+// Binds to loopback unless --host says otherwise.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,6 +19,29 @@ interface ServeOptions {
   cacheTokens: string;
   weightVersion: string;
   parentPid?: string;
+  loraPaths?: string[];
+}
+
+/** SGLang's --lora-paths entries: NAME=PATH, PATH (named by itself), or {"lora_name": …, "lora_path": …}. */
+export function parseLoraPaths(specs: readonly string[]): { name: string; path: string }[] {
+  return specs.map((spec) => {
+    if (spec.trim().startsWith("{")) {
+      let o: unknown;
+      try {
+        o = JSON.parse(spec);
+      } catch (e) {
+        throw new OozeError("CONFIG_INVALID", `--lora-paths '${spec}': not valid JSON (${(e as Error).message})`);
+      }
+      const { lora_name: name, lora_path: path } = (o ?? {}) as Record<string, unknown>;
+      if (typeof name !== "string" || name === "" || typeof path !== "string" || path === "")
+        throw new OozeError("CONFIG_INVALID", `--lora-paths '${spec}': the JSON form needs string fields lora_name and lora_path`);
+      return { name, path };
+    }
+    const eq = spec.indexOf("=");
+    const [name, path] = eq < 0 ? [spec, spec] : [spec.slice(0, eq), spec.slice(eq + 1)];
+    if (name === "" || path === "") throw new OozeError("CONFIG_INVALID", `--lora-paths '${spec}': give NAME=PATH (or PATH) with both non-empty`);
+    return { name, path };
+  });
 }
 
 function positiveInt(name: string, v: string, min = 0): number {
@@ -39,6 +63,7 @@ export function register(program: Command) {
     .option("--cache-tokens <n>", "KV pool and prefix-cache budget in tokens", "16384")
     .option("--weight-version <v>", "initial weight_version", "default")
     .option("--parent-pid <pid>", "exit when this process is gone (set by ooze when it starts engines)")
+    .option("--lora-paths <specs...>", "LoRA adapters (PEFT directories) to serve from the start: NAME=PATH, PATH, or SGLang's JSON form")
     .action(async (opts: ServeOptions) => {
       if ((opts.model === undefined) === (opts.preset === undefined))
         throw new OozeError("CONFIG_INVALID", "ooze serve needs exactly one of --model DIR or --preset NAME");
@@ -54,11 +79,22 @@ export function register(program: Command) {
         modelDir = join(tmp, opts.preset);
         await initModelDir(opts.preset, modelDir, positiveInt("seed", opts.seed));
       }
+      const adapters = parseLoraPaths(opts.loraPaths ?? []);
       const backend = createNativeBackend({
         modelDir: modelDir!,
         cacheTokens: positiveInt("cache-tokens", opts.cacheTokens, 1),
         maxRunning: positiveInt("max-running", opts.maxRunning, 1),
       });
+      for (const { name, path } of adapters) {
+        try {
+          if (adapters.filter((a) => a.name === name).length > 1) throw new Error(`adapter '${name}' is named more than once`);
+          await backend.lora!.load(name, path);
+        } catch (e) {
+          backend.close();
+          if (tmp) rmSync(tmp, { recursive: true, force: true });
+          throw new OozeError("CONFIG_INVALID", `--lora-paths ${name}=${path}: ${(e as Error).message}`, { cause: e });
+        }
+      }
       const server = await startEngineServer({
         backend,
         host: opts.host,

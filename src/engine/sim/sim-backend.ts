@@ -128,8 +128,9 @@ export class SimBackend implements InferenceBackend {
     };
   }
 
-  add(rid: string, inputIds: Int32Array, sampling: BackendSampling): BackendAdmission {
+  add(rid: string, inputIds: Int32Array, sampling: BackendSampling, lora: string | null = null): BackendAdmission {
     if (this.closed) throw new OozeError("INTERNAL", "the simulated engine is closed");
+    if (lora !== null) throw new OozeError("BAD_REQUEST", `the simulated engine serves no LoRA adapters (asked for '${lora}')`);
     if (inputIds.length === 0) throw new OozeError("BAD_REQUEST", "input_ids is empty");
     if (inputIds.length >= this.table.maxContext)
       throw new OozeError("BAD_REQUEST", `the prompt has ${inputIds.length} tokens; the context is ${this.table.maxContext}`);

@@ -24,6 +24,7 @@ import { DELTA_LOAD_FORMAT } from "../weight-sync/engine-loader.ts";
 import { fullObjectName } from "../weight-sync/full-store.ts";
 import { EmbeddedEngine, killOrphan } from "./embedded.ts";
 import { LocalWeights } from "./local-weights.ts";
+import { weightsFileOf } from "../../native/model-dir.ts";
 import { fleetMsg, type FleetMsg, type FleetReply } from "../protocol/fleet-messages.ts";
 import { watchFleet } from "../protocol/loop-metrics.ts";
 
@@ -89,7 +90,7 @@ type Fallbacks = { engine: string; reason: string }[];
 async function restoreServed(registry: FleetRegistry, bus: Bus, weights: LocalWeights, job: string, log: { info(l: string): void; warn(l: string): void }): Promise<void> {
   const v = await registry.version();
   if (!v) return;
-  if (existsSync(join(v.modelDir, "model.safetensors"))) {
+  if (weightsFileOf(v.modelDir) !== null) {
     weights.adopt(v.version, v.modelDir);
     return;
   }

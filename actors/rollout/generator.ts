@@ -94,6 +94,8 @@ export async function startEngineProcess(opts: { modelDir: string; maxRunning: n
 export class FleetGenerator implements Generator {
   private promptTokens = 0;
   private cachedTokens = 0;
+  /** The LoRA adapter (the job's LoRA policy) every request generates with; null: the base model. */
+  lora: string | null = null;
 
   private constructor(readonly fleet: Fleet) {}
 
@@ -113,7 +115,9 @@ export class FleetGenerator implements Generator {
   }
 
   async generate(req: GenRequest): Promise<GenOutput> {
-    const r = await this.fleet.generate({ inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, ...(req.signal ? { signal: req.signal } : {}) });
+    const r = await this.fleet.generate({
+      inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, lora: this.lora, ...(req.signal ? { signal: req.signal } : {}),
+    });
     this.count(req.inputIds.length, r.cachedTokens);
     return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };
   }
@@ -126,7 +130,7 @@ export class FleetGenerator implements Generator {
   countingFleet(): Pick<Fleet, "generate" | "endSession"> {
     return {
       generate: async (req) => {
-        const r = await this.fleet.generate(req);
+        const r = await this.fleet.generate(req.lora === undefined && this.lora ? { ...req, lora: this.lora } : req);
         this.count(req.inputIds.length, r.cachedTokens);
         return r;
       },

@@ -17,6 +17,7 @@ import { defineLoopActor } from "../protocol/context.ts";
 import { groupMsg, groupMsgId, promptRegistry } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../protocol/streams.ts";
 import { fullyAsyncLimits } from "../protocol/config.ts";
+import { singlePolicy } from "../protocol/policies.ts";
 import { FleetGenerator } from "./generator.ts";
 import { loadTask } from "../environment/task-loader.ts";
 import { rolloutRange } from "./rollout.ts";
@@ -120,6 +121,9 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const { progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries } = cfg;
       const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries }).filter(([, v]) => v !== undefined));
       const gen = await FleetGenerator.create([], (l) => ctx.log.info(l), faultOpts);
+      // A LoRA policy: every request names its adapter, which the engines load under the policy's name.
+      const policy = singlePolicy(train.policies);
+      if (policy.lora) gen.lora = policy.name;
       let agents: AgentRollout | null = null;
       try {
         if (served) gen.fleet.followVersion(served.version);

@@ -3,7 +3,9 @@
 // "ooze-delta", model_path = a delta file written by encodeDelta). A delta is applied to the weights
 // the engine serves now — checked by base version and per-tensor checksums, so a delta made from
 // other weights is refused and nothing changes — and the result is loaded like a full checkpoint;
-// re-applying the delta the engine serves already is a no-op.
+// re-applying the delta the engine serves already is a no-op. A LoRA policy's version is a PEFT
+// adapter directory naming its policy (POLICY_FILE): the engine serves it under that name over the
+// base it has (SGLang's load_lora_adapter), and the base stays.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,6 +15,8 @@ import type { InferenceBackend } from "../../src/engine/backend.ts";
 import type { LoadWeightsHook } from "../../src/engine/server.ts";
 import { OozeError } from "../../src/errors.ts";
 import { applyDelta, decodeDelta, tensorLayout, type TensorSlot } from "./delta.ts";
+import { isAdapterDir } from "../../native/model-dir.ts";
+import { POLICY_FILE, readPolicyFile } from "../protocol/policies.ts";
 
 /** The load_format value of ooze's delta files. */
 export const DELTA_LOAD_FORMAT = "ooze-delta";
@@ -35,6 +39,14 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
     return current;
   };
   return async ({ modelPath, loadFormat, currentVersion }) => {
+    if ((loadFormat === null || loadFormat === "auto") && isAdapterDir(modelPath)) {
+      const policy = readPolicyFile(modelPath);
+      if (policy === null)
+        throw new OozeError("CHECKPOINT_INVALID", `${modelPath} is a LoRA adapter without ${POLICY_FILE}: it does not say which name to serve it under; load it with POST /load_lora_adapter`);
+      if (!backend.lora) throw new OozeError("BAD_REQUEST", `${modelPath} is a LoRA adapter (policy '${policy}') and this engine serves no adapters`);
+      await backend.lora.load(policy, modelPath);
+      return;
+    }
     if (loadFormat === null || loadFormat === "auto" || loadFormat === "safetensors") {
       await backend.loadWeights(modelPath);
       fullDir = modelPath;

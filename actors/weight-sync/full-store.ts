@@ -31,6 +31,8 @@ export const directFullStore: FullStore = {
 
 /** Files of a model directory that never travel: the trainer's AdamW state and the critic's value head (engines serve the policy only). */
 const SKIPPED = new Set(["optimizer.bin", "value_head.bin"]);
+/** The weights file a checkpoint object must hold: a model directory's, or a LoRA policy's adapter directory's. */
+const WEIGHT_FILES = new Set(["model.safetensors", "adapter_model.safetensors"]);
 const MAGIC = new TextEncoder().encode("OOZEFULL");
 const HEADER = MAGIC.length + 4;
 const CHUNK = 1 << 20;
@@ -82,8 +84,8 @@ function manifestOf(dir: string, version: number): Manifest {
     readChunks(path, (c) => (crc = crc32(c, crc)));
     files.push({ name, size: statSync(path).size, crc32: crc });
   }
-  if (!files.some((f) => f.name === "model.safetensors"))
-    throw new OozeError("CHECKPOINT_INVALID", `weight sync: ${dir} has no model.safetensors; it is not the model directory of version ${version}`);
+  if (!files.some((f) => WEIGHT_FILES.has(f.name)))
+    throw new OozeError("CHECKPOINT_INVALID", `weight sync: ${dir} has no model.safetensors (nor adapter_model.safetensors); it is not the model (or adapter) directory of version ${version}`);
   return { format: "ooze-full", v: 1, version: String(version), files };
 }
 
@@ -271,7 +273,7 @@ class ObjectReader {
   end(): Manifest {
     if (this.manifest === null) throw this.corrupt("it ends before its manifest");
     if (this.file < this.manifest.files.length) throw this.corrupt(`it ends inside ${this.manifest.files[this.file]!.name}`);
-    if (!this.manifest.files.some((f) => f.name === "model.safetensors")) throw this.corrupt("it has no model.safetensors");
+    if (!this.manifest.files.some((f) => WEIGHT_FILES.has(f.name))) throw this.corrupt("it has no model.safetensors (nor adapter_model.safetensors)");
     return this.manifest;
   }
 

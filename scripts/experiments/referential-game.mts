@@ -39,7 +39,7 @@ const { values: a } = parseArgs({
     entropy: { type: "string", default: "0" }, // entropy bonus coefficient (both roles)
     estimator: { type: "string", default: "grpo" }, // grpo | dr_grpo | rloo
     guesserGroup: { type: "string", default: "secret" }, // secret | message | batch
-    prompt: { type: "string", default: "long" }, // long: "secret: A\nmessage:" ; short: "A:"
+    prompt: { type: "string", default: "long" }, // long | last (see describerPrompt)
     names: { type: "string", default: "ABCDEFGH" }, // the 8 secrets, one byte each
     minutes: { type: "string", default: "5" },
     maxSteps: { type: "string", default: "1000000" },
@@ -85,10 +85,13 @@ const cat = (...parts: ArrayLike<number>[]) => {
   return out;
 };
 const bytes = (s: string) => encodeBytes(s);
+// long: "secret: A\nmessage:" / "message: <msg>\nsecret:"; last: the secret (describer) and the
+// message (guesser) are the prompt's last tokens: "secret: A" / "message: <msg>" (a random model with
+// tied embeddings leans towards repeating the last token, which both roles can build on).
 const describerPrompt = (s: number) =>
-  a.prompt === "short" ? cat([BOS_ID], bytes(`${names[s]}:`)) : cat([BOS_ID], bytes(`secret: ${names[s]}\nmessage:`));
-const guesserPrefix = a.prompt === "short" ? cat([BOS_ID]) : cat([BOS_ID], bytes("message:"));
-const guesserSuffix = a.prompt === "short" ? bytes("=") : bytes("\nsecret:");
+  a.prompt === "last" ? cat([BOS_ID], bytes(`secret: ${names[s]}`)) : cat([BOS_ID], bytes(`secret: ${names[s]}\nmessage:`));
+const guesserPrefix = a.prompt === "last" ? cat([BOS_ID], bytes("message: ")) : cat([BOS_ID], bytes("message:"));
+const guesserSuffix = a.prompt === "last" ? bytes("") : bytes("\nsecret:");
 /** The guesser's prompt: the describer's sampled ids verbatim (a stop EOS dropped). */
 const guesserPrompt = (msg: Int32Array) => cat(guesserPrefix, msg, guesserSuffix);
 /** Right iff the guesser's first sampled token is the secret's byte. */

@@ -67,6 +67,8 @@ export interface GenerateRequest {
   rid?: string;
   /** Sent as X-SMG-Routing-Key. */
   routingKey?: string;
+  /** The LoRA adapter to generate with, by the name the engine loaded it under (SGLang's lora_path); absent or null: the base. */
+  lora?: string | null;
   /** Overrides the client's deadline for this call, ms. */
   timeoutMs?: number;
   signal?: AbortSignal;
@@ -438,6 +440,7 @@ export class EngineClient {
     const body: Record<string, unknown> = { input_ids: Array.from(req.inputIds), sampling_params: req.sampling ?? {} };
     if (req.returnLogprob) body.return_logprob = true;
     if (req.rid !== undefined) body.rid = req.rid;
+    if (req.lora) body.lora_path = req.lora;
     if (stream) body.stream = true;
     return body;
   }

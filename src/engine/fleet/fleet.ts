@@ -369,6 +369,7 @@ export class Fleet {
             returnLogprob: true,
             rid: attempt.rid,
             ...(req.sessionId !== undefined ? { routingKey: req.sessionId } : {}),
+            ...(req.lora ? { lora: req.lora } : {}),
             signal: attempt.ctl.signal,
           };
           const ctx: DispatchContext = {

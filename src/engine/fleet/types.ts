@@ -21,6 +21,8 @@ export interface FleetGenerateRequest {
   sampling: WireSamplingParams;
   /** Session id: routing affinity and the X-SMG-Routing-Key header. */
   sessionId?: string;
+  /** The LoRA adapter (policy) to generate with, as the engines loaded it (SGLang's lora_path); absent or null: the base. */
+  lora?: string | null;
   /** Request id (default: a fresh uuid); `abort(rid)` uses it. Re-dispatches send `rid.N` to engines. */
   rid?: string;
   /** Aborting it is the same as `abort(rid)`: the request ends as aborted and is not re-dispatched. */

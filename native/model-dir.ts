@@ -1,6 +1,6 @@
 // Model directories (config.json + model.safetensors): create one from a preset, a family's shape
 // (with a real tokenizer copied beside it) or a config with random weights, and read a directory's config.
-import { copyFileSync, existsSync, readFileSync } from "node:fs";
+import { copyFileSync, existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { OozeError } from "../src/errors.ts";
@@ -17,6 +17,34 @@ export function weightsFileOf(dir: string): "model.safetensors" | "adapter_model
   if (existsSync(join(dir, "model.safetensors"))) return "model.safetensors";
   if (existsSync(join(dir, "adapter_model.safetensors")) && existsSync(join(dir, "adapter_config.json"))) return "adapter_model.safetensors";
   return null;
+}
+
+/**
+ * The adapter directories of a version of several LoRA policies: the subdirectories of `dir` that are
+ * PEFT adapter directories, sorted by name; null when `dir` is itself a model or adapter directory or
+ * has none.
+ */
+export function adapterSetOf(dir: string): string[] | null {
+  if (weightsFileOf(dir) !== null || !existsSync(dir)) return null;
+  const subs = readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && weightsFileOf(join(dir, e.name)) === "adapter_model.safetensors")
+    .map((e) => join(dir, e.name))
+    .sort();
+  return subs.length > 0 ? subs : null;
+}
+
+/** Whether `dir` holds a checkpoint's weights: a model, an adapter, or a set of adapters. */
+export function hasWeights(dir: string): boolean {
+  return weightsFileOf(dir) !== null || adapterSetOf(dir) !== null;
+}
+
+/** Bytes of a checkpoint's weights files (a model's, an adapter's, or a set of adapters'); 0 when it has none. */
+export function weightsBytes(dir: string): number {
+  const one = (d: string) => {
+    const f = weightsFileOf(d);
+    return f ? statSync(join(d, f)).size : 0;
+  };
+  return weightsFileOf(dir) !== null ? one(dir) : (adapterSetOf(dir) ?? []).reduce((n, d) => n + one(d), 0);
 }
 
 /** Whether `dir` is a PEFT adapter directory (and not a model directory). */

@@ -34,6 +34,8 @@ export interface Sample {
   /** Which weight version sampled which response positions (model tokens only). */
   weightVersions: VersionSpan[];
   metadata: Record<string, unknown>;
+  /** The policy that sampled its model tokens and trains on them (jobs with several policies); absent: the job's one policy. */
+  policy?: string;
 }
 
 /**
@@ -54,6 +56,8 @@ export class SampleBuilder {
     readonly rolloutId: string,
     readonly prompt: unknown,
     promptIds: ArrayLike<number>,
+    /** The policy whose turns these are (several policies per job); absent: the job's one policy. */
+    readonly policy?: string,
   ) {
     const cap = Math.max(64, promptIds.length * 2);
     this.ids = new Int32Array(cap);
@@ -130,6 +134,7 @@ export class SampleBuilder {
       status,
       weightVersions: this.spans.map((s) => ({ ...s })),
       metadata,
+      ...(this.policy !== undefined ? { policy: this.policy } : {}),
     };
   }
 }

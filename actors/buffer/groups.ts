@@ -129,10 +129,13 @@ export class GroupBuffer {
     return requeue;
   }
 
-  /** A batch of `taken` groups with advantages computed over all of them. */
+  /**
+   * A batch of `taken` groups with advantages computed over all of them, per policy: each policy's
+   * samples of a group are a group of their own (a role's baseline is its own role's episodes).
+   */
   private batchOf(taken: readonly { index: number; samples: Sample[] }[], trainerVersion: number): Batch {
     const flat = taken.flatMap((g) => g.samples);
-    const adv = computeAdvantages(flat.map(score), this.config.estimator);
+    const adv = advantagesByPolicy(flat, this.config.estimator);
     let stalenessMax = 0;
     const samples = flat.map((s, i) => {
       stalenessMax = Math.max(stalenessMax, trainerVersion - (oldestVersion(s) ?? trainerVersion));
@@ -148,6 +151,23 @@ function groupOldest(samples: readonly Sample[], fallback: number): number {
   let v = fallback;
   for (const s of samples) v = Math.min(v, oldestVersion(s) ?? fallback);
   return v;
+}
+
+/** Group advantages computed separately over each policy's samples (one computation without policies). */
+function advantagesByPolicy(samples: readonly Sample[], estimator: AdvantageEstimator): Float64Array {
+  const byPolicy = new Map<string | undefined, number[]>();
+  samples.forEach((s, i) => {
+    const at = byPolicy.get(s.policy);
+    if (at) at.push(i);
+    else byPolicy.set(s.policy, [i]);
+  });
+  if (byPolicy.size <= 1) return computeAdvantages(samples.map(score), estimator);
+  const out = new Float64Array(samples.length);
+  for (const positions of byPolicy.values()) {
+    const adv = computeAdvantages(positions.map((i) => score(samples[i]!)), estimator);
+    positions.forEach((i, k) => (out[i] = adv[k]!));
+  }
+  return out;
 }
 
 function score(s: Sample) {

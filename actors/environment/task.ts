@@ -11,6 +11,13 @@ export interface StepResult<S> {
   observation: Int32Array;
   done: boolean;
   /**
+   * The next model turn starts a new context (a new sample): `promptIds` is all it sees, played by
+   * `role` (one of the task's `roles`, each mapped to a policy by the topology's `train.roles`). A
+   * role's context never shows what another role saw: the describer of a referential game sees the
+   * secret, the guesser only the message. `observation` is ignored when set.
+   */
+  context?: { role: string; prompt: string; promptIds: Int32Array };
+  /**
    * Optional reward for this turn (turn-level credit): recorded on the sample at the turn's last
    * model token (metadata.turnRewards) and discounted through GAE by algorithm: ppo. It is a part of
    * the episode's reward given early, not an extra: `reward(state)` stays the episode's total, and
@@ -24,6 +31,12 @@ export interface Task<S = unknown> {
   readonly name: string;
   /** Most model turns in one episode (1 for single-turn tasks). */
   readonly maxTurns: number;
+  /**
+   * A task played by several roles: their names, the first being the role of reset's prompt. Each
+   * episode then yields one sample per context (StepResult.context), at most one per role, and the
+   * topology's `train.roles` maps each role to the policy that plays and learns it. Absent: one role.
+   */
+  readonly roles?: readonly string[];
   /** Most tokens the model may sample in one turn. */
   readonly maxTurnTokens: number;
   /**

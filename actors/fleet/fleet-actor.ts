@@ -24,7 +24,7 @@ import { DELTA_LOAD_FORMAT } from "../weight-sync/engine-loader.ts";
 import { fullObjectName } from "../weight-sync/full-store.ts";
 import { EmbeddedEngine, killOrphan } from "./embedded.ts";
 import { LocalWeights } from "./local-weights.ts";
-import { weightsFileOf } from "../../native/model-dir.ts";
+import { hasWeights } from "../../native/model-dir.ts";
 import { fleetMsg, type FleetMsg, type FleetReply } from "../protocol/fleet-messages.ts";
 import { watchFleet } from "../protocol/loop-metrics.ts";
 
@@ -90,7 +90,7 @@ type Fallbacks = { engine: string; reason: string }[];
 async function restoreServed(registry: FleetRegistry, bus: Bus, weights: LocalWeights, job: string, log: { info(l: string): void; warn(l: string): void }): Promise<void> {
   const v = await registry.version();
   if (!v) return;
-  if (weightsFileOf(v.modelDir) !== null) {
+  if (hasWeights(v.modelDir)) {
     weights.adopt(v.version, v.modelDir);
     return;
   }

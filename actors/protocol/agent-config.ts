@@ -91,9 +91,19 @@ export type SandboxConfig = z.infer<typeof sandboxSchema>;
 export type RewardCommandConfig = z.infer<typeof rewardCommandSchema>;
 
 /**
- * Sample indices a prompt owns: samplesPerPrompt episodes × maxSegments each with an agent, else
- * samplesPerPrompt. The buffer hands out index ranges of this size per prompt group.
+ * Sample indices a prompt owns: samplesPerPrompt episodes × maxSegments each with an agent, or ×
+ * the task's roles (one context each), else samplesPerPrompt. The buffer hands out index ranges of this size per prompt group.
  */
-export function slotsPerPrompt(train: { samplesPerPrompt: number; agent?: AgentConfig | undefined }): number {
-  return train.samplesPerPrompt * (train.agent?.maxSegments ?? 1);
+export function slotsPerPrompt(train: { samplesPerPrompt: number; agent?: AgentConfig | undefined; roles?: Record<string, string> | null }): number {
+  return train.samplesPerPrompt * slotsPerEpisode(train);
+}
+
+/** Sample indices one episode owns: an agent's maxSegments, or one per role of a built-in task. */
+export function slotsPerEpisode(train: { agent?: AgentConfig | undefined; roles?: Record<string, string> | null }): number {
+  return train.agent?.maxSegments ?? contextsPerEpisode(train);
+}
+
+/** Samples one episode of a built-in task may yield: one per role (`train.roles`), else 1. */
+export function contextsPerEpisode(train: { roles?: Record<string, string> | null }): number {
+  return Math.max(1, Object.keys(train.roles ?? {}).length);
 }

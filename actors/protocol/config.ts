@@ -4,7 +4,7 @@ import { z } from "zod";
 import { OozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { agentSchema } from "./agent-config.ts";
-import { policiesSchema } from "./policies.ts";
+import { policiesSchema, policyName } from "./policies.ts";
 
 const estimators = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gspo"] as const;
 
@@ -198,17 +198,28 @@ export const trainSchema = z
       .default(null),
     /**
      * What trains over the model (actors/protocol/policies.ts): `{NAME: {lora: {rank, alpha, targets,
-     * rslora}} | {full: true}}`. Absent: the full model, as one policy. One policy for now.
+     * rslora}} | {full: true}}`. Absent: the full model, as one policy. Several policies are LoRA
+     * adapters over the one base, one per role of the task (`roles`).
      */
     policies: policiesSchema,
+    /** A task played by several roles: each role's policy (`{describer: describer, guesser: guesser}`). */
+    roles: z.record(z.string().min(1), policyName).nullable().default(null),
   })
   .strict()
   .superRefine((t, ctx) => {
+    for (const [role, p] of Object.entries(t.roles ?? {}))
+      if (!t.policies?.[p]) ctx.addIssue({ code: "custom", path: ["roles", role], message: `policy '${p}' is not one of policies (${Object.keys(t.policies ?? {}).join(", ") || "none"})` });
     if (!t.policies) return;
     const names = Object.keys(t.policies);
     if (names.length === 0) ctx.addIssue({ code: "custom", path: ["policies"], message: "name at least one policy, or leave policies out (the full model trains)" });
-    if (names.length > 1)
-      ctx.addIssue({ code: "custom", path: ["policies"], message: `${names.length} policies (${names.join(", ")}): a job trains one policy so far; several policies per job are not implemented yet` });
+    if (names.length > 1) {
+      const full = names.filter((n) => !("lora" in t.policies![n]!));
+      if (full.length > 0)
+        ctx.addIssue({ code: "custom", path: ["policies", full[0]!], message: "with several policies each is a LoRA adapter over the one base; full models per role are not implemented yet" });
+      if (!t.roles) ctx.addIssue({ code: "custom", path: ["roles"], message: `several policies (${names.join(", ")}): map the task's roles to them with roles: {ROLE: POLICY}` });
+      if (t.agent) ctx.addIssue({ code: "custom", path: ["policies"], message: "several policies with an agent (picked by the request's model field) are not implemented yet" });
+      if (t.algorithm === "ppo") ctx.addIssue({ code: "custom", path: ["algorithm"], message: "several policies train with group advantages only so far (algorithm: group)" });
+    }
     const lora = Object.entries(t.policies).find(([, p]) => "lora" in p);
     if (lora && t.trainer.backend !== "native")
       ctx.addIssue({ code: "custom", path: ["policies", lora[0], "lora"], message: "LoRA adapters train on the native worker only so far (trainer.backend: native)" });

@@ -20,6 +20,7 @@ const sampleFields = {
   status: z.enum(["pending", "completed", "truncated", "aborted", "failed"]),
   weightVersions: z.array(z.object({ start: index, end: index, version: z.string() })),
   metadata: z.record(z.string(), z.unknown()),
+  policy: z.string().optional(),
 };
 
 const aligned = (s: Sample, ctx: z.RefinementCtx) => {

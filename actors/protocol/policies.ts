@@ -45,11 +45,28 @@ export function loraOf(p: PolicyConfig): LoraConfig | null {
   return { rank: l.rank, alpha: l.alpha ?? 2 * l.rank, targets: [...l.targets], rslora: l.rslora };
 }
 
-/** The job's one policy: its name and adapter (null: the full model). Several policies are refused by trainSchema until they are supported. */
-export function singlePolicy(policies: Record<string, PolicyConfig> | null): { name: string; lora: LoraConfig | null } {
-  if (!policies) return { name: "default", lora: null };
-  const [name, p] = Object.entries(policies)[0]!;
-  return { name, lora: loraOf(p) };
+/** A policy by name, with its adapter config (null: the full model). */
+export interface PolicySpec {
+  name: string;
+  lora: LoraConfig | null;
+}
+
+/** The job's policies in configuration order; without `policies:`, the full model as policy `default`. */
+export function policySpecs(policies: Record<string, PolicyConfig> | null): PolicySpec[] {
+  if (!policies || Object.keys(policies).length === 0) return [{ name: "default", lora: null }];
+  return Object.entries(policies).map(([name, p]) => ({ name, lora: loraOf(p) }));
+}
+
+/** The job's policy when it has one (the first one otherwise: callers with several use rolePolicies). */
+export function singlePolicy(policies: Record<string, PolicyConfig> | null): PolicySpec {
+  return policySpecs(policies)[0]!;
+}
+
+/** Each role's policy (`train.roles`), or null for a task of one role. */
+export function rolePolicies(train: { policies: Record<string, PolicyConfig> | null; roles: Record<string, string> | null }): Map<string, PolicySpec> | null {
+  if (!train.roles) return null;
+  const specs = new Map(policySpecs(train.policies).map((p) => [p.name, p]));
+  return new Map(Object.entries(train.roles).map(([role, name]) => [role, specs.get(name) ?? { name, lora: null }]));
 }
 
 /**

@@ -4,7 +4,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OozeError } from "../../src/errors.ts";
-import { weightsFileOf } from "../../native/model-dir.ts";
+import { hasWeights } from "../../native/model-dir.ts";
 import type { PendingGroup } from "./messages.ts";
 
 export type { PendingGroup };
@@ -56,7 +56,7 @@ export function latestCheckpoint(out: string): { dir: string; state: RunState } 
   } catch (e) {
     throw new OozeError("CHECKPOINT_INVALID", `${p}: cannot read (${(e as Error).message}); remove it to start over`, { cause: e });
   }
-  if (weightsFileOf(j.dir) === null)
+  if (!hasWeights(j.dir))
     throw new OozeError("CHECKPOINT_INVALID", `${p} points to ${j.dir}, which has no model.safetensors (nor a LoRA adapter)`);
   const { dir, ...state } = j;
   return { dir, state };

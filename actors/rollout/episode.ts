@@ -5,7 +5,9 @@
 // budget, each span recorded under the weight version that produced it. Without partial rollout, a
 // turn that a weight update interrupted is generated again from its start on the new weights.
 // Requests are sized to the engines' context (src/engine/limits.ts): an episode that fills it ends
-// truncated, never with a request an engine would refuse.
+// truncated, never with a request an engine would refuse. A task of several roles starts a new
+// context (a new sample, index + 1) where a step says so: its requests send that context's tokens
+// only and name its role's adapter, and every context of the episode gets the episode's reward.
 import type { Generator } from "./generator.ts";
 import { OozeError } from "../../src/errors.ts";
 import { sendableMaxNewTokens } from "../../src/engine/limits.ts";
@@ -33,6 +35,11 @@ export interface EpisodeSpec {
   partialRollout?: boolean;
   /** Abandons the episode: its generation is aborted and runEpisode rejects with ACTOR_STOPPED. */
   signal?: AbortSignal;
+  /**
+   * A task of several roles: each role's policy, and its LoRA adapter's name on the engines (null:
+   * the base). The episode's samples are indices index, index + 1, … (one per context).
+   */
+  roles?: ReadonlyMap<string, { policy: string; lora: string | null }> | null;
 }
 
 /** Tokens a request of `inputLen` tokens may ask for on the generator's engines (Infinity when they report no limits). */
@@ -41,21 +48,45 @@ function roomFor(gen: Generator, inputLen: number): number {
   return limits === null ? Infinity : sendableMaxNewTokens(limits, inputLen);
 }
 
+/** The role a context is played by, as its sample and requests name it. */
+function roleOf(spec: EpisodeSpec, role: string | undefined, index: number): { policy?: string; lora?: string | null } {
+  if (!spec.roles || role === undefined) return {};
+  const r = spec.roles.get(role);
+  if (!r) throw new OozeError("CONFIG_INVALID", `episode ${index}: the task's role '${role}' has no policy in train.roles (${[...spec.roles.keys()].join(", ")})`);
+  return { policy: r.policy, lora: r.lora };
+}
+
+/** One context of an episode: its sample being built and what its requests name. */
+interface Context {
+  b: SampleBuilder;
+  role: string | null;
+  lora: string | null | undefined;
+  turns: number;
+  turnRewards: { ends: number[]; rewards: number[] };
+}
+
 /**
- * Runs one episode of `task` on `gen`; never throws for a model's bad answer, only for engine
- * failures and a prompt that leaves no room in the engines' context (ENGINE_REJECTED). Each request
- * asks for no more than the context leaves; an episode that fills the context ends truncated.
+ * Runs one episode of `task` on `gen`: one sample per context (one, unless the task has roles);
+ * never throws for a model's bad answer, only for engine failures and a prompt that leaves no room
+ * in the engines' context (ENGINE_REJECTED). Each request asks for no more than the context leaves;
+ * an episode that fills the context ends truncated.
  */
-export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec): Promise<Sample> {
+export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec): Promise<Sample[]> {
   const { prompt, promptIds, state: s0 } = task.reset(spec.groupIndex, spec.seed);
   const rolloutId = `r${spec.index}`;
-  const b = new SampleBuilder(spec.index, spec.groupIndex, rolloutId, prompt, promptIds);
+  const open = (role: string | undefined, p: unknown, ids: Int32Array, n: number): Context => {
+    const r = roleOf(spec, role, spec.index + n);
+    return { b: new SampleBuilder(spec.index + n, spec.groupIndex, rolloutId, p, ids, r.policy), role: role ?? null, lora: r.lora, turns: 0, turnRewards: { ends: [], rewards: [] } };
+  };
+  const contexts = [open(task.roles?.[0], prompt, promptIds, 0)];
+  let c = contexts[0]!;
+  let b = c.b;
   let state = s0;
   let truncated = false;
   let turns = 0;
-  const turnRewards: { ends: number[]; rewards: number[] } = { ends: [], rewards: [] };
   for (let turn = 0; turn < task.maxTurns; turn++) {
     turns++;
+    c.turns++;
     const turnStart = b.responseLength;
     let budget = task.maxTurnTokens;
     let resumes = 0;
@@ -75,7 +106,8 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
       const res = await gen.generate({
         inputIds: b.tokens.slice(),
         sampling: { max_new_tokens: Math.min(budget, room), temperature: spec.temperature, top_p: 1, top_k: -1, sampling_seed: spec.samplingSeed + turn * 1009 + resumes + restarts * 31 },
-        sessionId: rolloutId,
+        sessionId: contexts.length > 1 ? `${rolloutId}.${contexts.length - 1}` : rolloutId,
+        ...(c.lora !== undefined ? { lora: c.lora } : {}),
         ...(spec.signal ? { signal: spec.signal } : {}),
       });
       if (spec.signal?.aborted) throw new OozeError("ACTOR_STOPPED", `episode ${spec.index} (prompt ${spec.groupIndex}) was abandoned`);
@@ -100,8 +132,17 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     const action = ids.length > 0 && ids[ids.length - 1] === (task.eosId ?? EOS_ID) ? ids.subarray(0, ids.length - 1) : ids;
     const r = task.step(state, action.slice());
     state = r.state;
-    if (r.reward !== undefined) turnRewards.ends.push(b.responseLength), turnRewards.rewards.push(r.reward);
+    if (r.reward !== undefined) c.turnRewards.ends.push(b.responseLength), c.turnRewards.rewards.push(r.reward);
     if (r.done) break;
+    if (r.context) {
+      // a new context for another role: a sample of its own, which sees only its prompt
+      if (contexts.length >= Math.max(1, task.roles?.length ?? 1))
+        throw new OozeError("CONFIG_INVALID", `task ${task.name}: episode ${spec.index} opened more contexts than its ${task.roles?.length ?? 1} role(s)`);
+      c = open(r.context.role, r.context.prompt, r.context.promptIds, contexts.length);
+      contexts.push(c);
+      b = c.b;
+      continue;
+    }
     // An observation after which the engines could not reply ends the episode here, truncated: the
     // sample never holds more than the context, and no request is sent that an engine would refuse.
     if (roomFor(gen, b.tokens.length + r.observation.length) === 0) {
@@ -111,9 +152,14 @@ export async function runEpisode(task: Task, gen: Generator, spec: EpisodeSpec):
     b.appendEnv(r.observation);
   }
   // success only where the task tests it: rewardStats counts the full reward otherwise
-  return b.build(task.reward(state), truncated ? "truncated" : "completed", {
-    turns,
-    ...(task.success ? { success: task.success(state) } : {}),
-    ...(turnRewards.ends.length > 0 ? { turnRewards } : {}),
-  });
+  const reward = task.reward(state);
+  const success = task.success ? { success: task.success(state) } : {};
+  return contexts.map((x, i) =>
+    x.b.build(reward, truncated ? "truncated" : "completed", {
+      turns: contexts.length > 1 ? x.turns : turns,
+      ...success,
+      ...(x.turnRewards.ends.length > 0 ? { turnRewards: x.turnRewards } : {}),
+      ...(task.roles ? { context: i, role: x.role } : {}),
+    }),
+  );
 }

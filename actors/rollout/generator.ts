@@ -24,6 +24,8 @@ export interface GenRequest {
   inputIds: Int32Array;
   sampling: WireSamplingParams;
   sessionId: string;
+  /** The LoRA adapter to generate with (a role's policy); absent: the generator's default (FleetGenerator.lora). */
+  lora?: string | null;
   signal?: AbortSignal;
 }
 
@@ -116,7 +118,7 @@ export class FleetGenerator implements Generator {
 
   async generate(req: GenRequest): Promise<GenOutput> {
     const r = await this.fleet.generate({
-      inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, lora: this.lora, ...(req.signal ? { signal: req.signal } : {}),
+      inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, lora: req.lora !== undefined ? req.lora : this.lora, ...(req.signal ? { signal: req.signal } : {}),
     });
     this.count(req.inputIds.length, r.cachedTokens);
     return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };

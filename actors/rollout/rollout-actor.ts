@@ -17,7 +17,9 @@ import { defineLoopActor } from "../protocol/context.ts";
 import { groupMsg, groupMsgId, promptRegistry } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, type StreamConsumer } from "../protocol/streams.ts";
 import { fullyAsyncLimits } from "../protocol/config.ts";
-import { singlePolicy } from "../protocol/policies.ts";
+import { rolePolicies, singlePolicy } from "../protocol/policies.ts";
+import type { TrainConfig } from "../protocol/config.ts";
+import type { Task } from "../environment/task.ts";
 import { FleetGenerator } from "./generator.ts";
 import { loadTask } from "../environment/task-loader.ts";
 import { rolloutRange } from "./rollout.ts";
@@ -105,6 +107,20 @@ async function engineUrls(registry: FleetRegistry, waitMs: number): Promise<stri
   }
 }
 
+/**
+ * Each role's policy and adapter name for a task of several roles; null for a task of one. The
+ * task's roles and the topology's `train.roles` must name the same roles.
+ */
+function rolesOf(task: Task | null, train: TrainConfig): Map<string, { policy: string; lora: string | null }> | null {
+  const taskRoles = task?.roles ?? null;
+  const map = rolePolicies(train);
+  if (!taskRoles && !map) return null;
+  const configured = [...(map?.keys() ?? [])].sort().join(", ");
+  if (!taskRoles || !map || [...taskRoles].sort().join(", ") !== configured)
+    throw new OozeError("CONFIG_INVALID", `train.roles (${configured || "none"}) must map exactly the roles of task ${task?.name ?? train.task} (${taskRoles?.join(", ") || "one role"})`);
+  return new Map([...map].map(([role, p]) => [role, { policy: p.name, lora: p.lora ? p.name : null }]));
+}
+
 /** The rollout actor definition for a node's system and topology. */
 export function rolloutActor(system: ActorSystem, topology: Topology) {
   return defineLoopActor(system, topology, {
@@ -124,6 +140,8 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       // A LoRA policy: every request names its adapter, which the engines load under the policy's name.
       const policy = singlePolicy(train.policies);
       if (policy.lora) gen.lora = policy.name;
+      // A task of several roles: each context's requests name its role's policy.
+      const roles = rolesOf(task, train);
       let agents: AgentRollout | null = null;
       try {
         if (served) gen.fleet.followVersion(served.version);
@@ -144,7 +162,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
           const r = agents
             ? { samples: await agents.group(p) }
             : await rolloutRange(task!, gen, { firstPrompt: p.groupIndex, prompts: 1, samplesPerPrompt: p.samples, firstSample: p.firstSample }, {
-                seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout, log: (l) => ctx.log.warn(l),
+                seed: train.seed, temperature: train.temperature, partialRollout: train.partialRollout, log: (l) => ctx.log.warn(l), roles,
               });
           if (cfg.holdGroup === p.groupIndex && info.deliveryCount === 1) {
             ctx.log.warn(`rollout: holding group ${p.groupIndex} unpublished (holdGroup fault injection)`);

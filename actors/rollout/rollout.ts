@@ -7,13 +7,14 @@ import type { Generator } from "./generator.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Task } from "../environment/task.ts";
 import { OozeError } from "../../src/errors.ts";
-import { runEpisode } from "./episode.ts";
+import { runEpisode, type EpisodeSpec } from "./episode.ts";
 
 /** Where a rollout starts in the job's data stream, and how much it produces. */
 export interface RolloutRange {
   /** First prompt index (the task's reset index and the group index). */
   firstPrompt: number;
   prompts: number;
+  /** Sample indices per prompt: its episodes × the samples one episode may yield (`slots`). */
   samplesPerPrompt: number;
   /** Index of the first sample produced. */
   firstSample: number;
@@ -41,18 +42,25 @@ export interface RolloutOptions {
   signal?: AbortSignal;
   /** Told why each failed episode failed. */
   log?: (line: string) => void;
+  /** A task of several roles: each role's policy and adapter (EpisodeSpec.roles); its episodes own one sample index per role. */
+  roles?: EpisodeSpec["roles"];
 }
 
-/** Runs `prompts × samplesPerPrompt` episodes; sample indices are firstSample + p·n + k. */
+/**
+ * Runs the episodes of `prompts` prompts: samplesPerPrompt / slots each, where slots is the task's
+ * roles (1 without); episode k of prompt p owns sample indices firstSample + p·samplesPerPrompt +
+ * k·slots onwards, one per context.
+ */
 export async function rolloutRange(task: Task, gen: Generator, range: RolloutRange, opts: RolloutOptions): Promise<RolloutResult> {
   const t0 = performance.now();
-  const n = range.samplesPerPrompt;
+  const slots = Math.max(1, task.roles?.length ?? 1);
+  const n = Math.max(1, Math.floor(range.samplesPerPrompt / slots));
   let failures = 0;
-  const jobs: Promise<Sample>[] = [];
+  const jobs: Promise<Sample[]>[] = [];
   for (let p = 0; p < range.prompts; p++) {
     const groupIndex = range.firstPrompt + p;
     for (let k = 0; k < n; k++) {
-      const index = range.firstSample + p * n + k;
+      const index = range.firstSample + p * range.samplesPerPrompt + k * slots;
       jobs.push(
         (async () => {
           const attempts = opts.attempts ?? 3;
@@ -64,8 +72,9 @@ export async function rolloutRange(task: Task, gen: Generator, range: RolloutRan
                 samplingSeed: (opts.seed * 1_000_003 + index * 7919 + a * 104729) >>> 0,
                 ...(opts.partialRollout !== undefined ? { partialRollout: opts.partialRollout } : {}),
                 ...(opts.signal ? { signal: opts.signal } : {}),
+                ...(opts.roles ? { roles: opts.roles } : {}),
               });
-              opts.onSample?.(s);
+              for (const x of s) opts.onSample?.(x);
               return s;
             } catch (e) {
               lastErr = e;
@@ -86,13 +95,16 @@ export async function rolloutRange(task: Task, gen: Generator, range: RolloutRan
             },
           };
           opts.onSample?.(failed);
-          return failed;
+          return [failed];
         })(),
       );
     }
   }
-  const samples = await Promise.all(jobs);
+  const samples = (await Promise.all(jobs)).flat();
   const groups = [];
-  for (let p = 0; p < range.prompts; p++) groups.push({ groupIndex: range.firstPrompt + p, count: n });
+  for (let p = 0; p < range.prompts; p++) {
+    const groupIndex = range.firstPrompt + p;
+    groups.push({ groupIndex, count: samples.filter((s) => s.groupIndex === groupIndex).length });
+  }
   return { samples, groups, seconds: (performance.now() - t0) / 1000, failures };
 }

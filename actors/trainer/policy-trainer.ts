@@ -6,7 +6,7 @@
 // advantages and returns, and each update trains policy and critic together.
 // A train step and its save are one unit: if the worker dies anywhere in it, the worker comes back
 // at the previous version and the unit is redone, so a batch is applied exactly once.
-import { existsSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { initModelDir } from "../../native/model-dir.ts";
 import { CRITIC_DIR, TrainerWorker } from "../../native/worker/client.ts";
@@ -88,6 +88,11 @@ export interface PolicyTrainerConfig {
   lora?: LoraConfig | null;
   /** The policy's name: what engines serve its adapter under (POLICY_FILE in each version's directory). */
   policy?: string;
+  /**
+   * One of several policies: its versions are the subdirectory `subdir` of each version directory
+   * (weightsRoot/vN/POLICY), beside the other policies'.
+   */
+  subdir?: string;
   /** Seed of a fresh adapter's initialisation. */
   seed?: number;
 }
@@ -215,7 +220,7 @@ export class PolicyTrainer {
     const t = new PolicyTrainer(worker, opts.weightsRoot, opts.config, { dir: opts.modelDir, version: opts.version }, base);
     if (opts.config.lora && !isAdapterDir(opts.modelDir)) {
       // A fresh adapter (PEFT's init: a no-op over the base) is version 0: the engines load it first.
-      const dir = join(opts.weightsRoot, "v0-adapter");
+      const dir = join(opts.weightsRoot, "v0-adapter", opts.config.subdir ?? "");
       await t.saveTo(dir);
       t.current = { dir, version: opts.version };
     }
@@ -241,7 +246,20 @@ export class PolicyTrainer {
 
   /** Directory of version `v`'s weights. */
   dirOf(v: number): string {
-    return join(this.weightsRoot, `v${v}`);
+    return join(this.weightsRoot, `v${v}`, this.config.subdir ?? "");
+  }
+
+  /**
+   * Makes the next version without an update (a policy with no samples in a step, beside policies
+   * that trained): the current weights and optimizer state saved as version + 1.
+   */
+  async advance(): Promise<{ modelDir: string; version: number }> {
+    const version = this.current.version + 1;
+    const dir = this.dirOf(version);
+    await this.saveTo(dir);
+    this.current = { dir, version };
+    this.prune(version);
+    return { modelDir: dir, version };
   }
 
   /** Trains on one batch and saves the next version. */
@@ -347,7 +365,10 @@ export class PolicyTrainer {
   /** Keeps the two newest version directories (the engines may still read the previous one). */
   private prune(version: number): void {
     const old = version - 2;
-    if (old >= 0 && resolve(this.dirOf(old)) !== this.baseDir) rmSync(this.dirOf(old), { recursive: true, force: true });
+    if (old < 0 || resolve(this.dirOf(old)) === this.baseDir) return;
+    rmSync(this.dirOf(old), { recursive: true, force: true });
+    // the version directory of several policies goes with the last of them
+    if (this.config.subdir) rmEmptyDir(join(this.weightsRoot, `v${old}`));
   }
 
   /** A LoRA policy's version directory names the policy, so that engines load the adapter under that name. */
@@ -387,8 +408,20 @@ export function miniBatches<T extends { groupIndex: number }>(samples: readonly 
   return out.filter((b) => b.length > 0);
 }
 
-/** Metrics of several mini-batch updates: means, except clipfrac (max) and ppoKl (the last, most off-policy). */
-function mergeMetrics(ms: TrainStepMetrics[]): TrainStepMetrics {
+/** Removes `dir` if it exists and is empty. */
+function rmEmptyDir(dir: string): void {
+  try {
+    if (readdirSync(dir).length === 0) rmSync(dir, { recursive: true, force: true });
+  } catch {
+    // gone already
+  }
+}
+
+/**
+ * Metrics of several updates (a step's mini-batches, or several policies'): means, except clipfrac
+ * (max) and ppoKl (the last, most off-policy).
+ */
+export function mergeMetrics(ms: TrainStepMetrics[]): TrainStepMetrics {
   const mean = (f: (m: TrainStepMetrics) => number) => ms.reduce((a, m) => a + f(m), 0) / ms.length;
   const last = ms[ms.length - 1]!;
   return {

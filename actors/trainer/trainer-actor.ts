@@ -22,6 +22,8 @@ import { defineLoopActor, type LoopEnv } from "../protocol/context.ts";
 import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../protocol/streams.ts";
 import { appendJsonl, readJsonl, sampleTokensRecord, writeRewardSvg, type BatchRecord, type StepMetrics } from "../protocol/metrics.ts";
+import { policySpecs } from "../protocol/policies.ts";
+import { PolicySetTrainer } from "./policy-set-trainer.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../protocol/state.ts";
 import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
 import { SimTrainer, type StepTrainer } from "./sim-trainer.ts";
@@ -67,9 +69,16 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
       const explorer = t.explorer.keepSteps > 0 ? new ExplorerLog(out, t.explorer.keepSteps, t.model ? resolve(env.baseDir, t.model) : null, (l) => ctx.log.warn(l)) : null;
       explorer?.cutAfter(from.step);
       const config = policyTrainerConfig(t);
+      const policies = policySpecs(t.policies);
+      const onRestart = (reason: string, pid: number | null) => ctx.log.warn(`trainer worker restarted: ${reason}; trainer: worker pid ${pid ?? "-"} now`);
       const trainer: StepTrainer = t.simulate
         ? new SimTrainer(from.modelDir, from.version, t.simulate)
-        : await PolicyTrainer.start({
+        : policies.length > 1
+          ? await PolicySetTrainer.start({
+              modelDir: from.modelDir, version: from.version, weightsRoot: from.weightsRoot, config, policies, onRestart,
+              resumed: existsSync(join(from.modelDir, policies[0]!.name, "adapter_config.json")),
+            })
+          : await PolicyTrainer.start({
             modelDir: from.modelDir,
             version: from.version,
             weightsRoot: from.weightsRoot,

@@ -15,7 +15,7 @@ import type { InferenceBackend } from "../../src/engine/backend.ts";
 import type { LoadWeightsHook } from "../../src/engine/server.ts";
 import { OozeError } from "../../src/errors.ts";
 import { applyDelta, decodeDelta, tensorLayout, type TensorSlot } from "./delta.ts";
-import { isAdapterDir } from "../../native/model-dir.ts";
+import { adapterSetOf, isAdapterDir } from "../../native/model-dir.ts";
 import { POLICY_FILE, readPolicyFile } from "../protocol/policies.ts";
 
 /** The load_format value of ooze's delta files. */
@@ -39,12 +39,17 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
     return current;
   };
   return async ({ modelPath, loadFormat, currentVersion }) => {
-    if ((loadFormat === null || loadFormat === "auto") && isAdapterDir(modelPath)) {
-      const policy = readPolicyFile(modelPath);
-      if (policy === null)
-        throw new OozeError("CHECKPOINT_INVALID", `${modelPath} is a LoRA adapter without ${POLICY_FILE}: it does not say which name to serve it under; load it with POST /load_lora_adapter`);
-      if (!backend.lora) throw new OozeError("BAD_REQUEST", `${modelPath} is a LoRA adapter (policy '${policy}') and this engine serves no adapters`);
-      await backend.lora.load(policy, modelPath);
+    const adapters = loadFormat === null || loadFormat === "auto" ? (isAdapterDir(modelPath) ? [modelPath] : adapterSetOf(modelPath)) : null;
+    if (adapters) {
+      // each policy's adapter, checked first: a version is served whole or not at all
+      const named = adapters.map((dir) => {
+        const policy = readPolicyFile(dir);
+        if (policy === null)
+          throw new OozeError("CHECKPOINT_INVALID", `${dir} is a LoRA adapter without ${POLICY_FILE}: it does not say which name to serve it under; load it with POST /load_lora_adapter`);
+        if (!backend.lora) throw new OozeError("BAD_REQUEST", `${dir} is a LoRA adapter (policy '${policy}') and this engine serves no adapters`);
+        return { dir, policy, lora: backend.lora };
+      });
+      for (const a of named) await a.lora.load(a.policy, a.dir);
       return;
     }
     if (loadFormat === null || loadFormat === "auto" || loadFormat === "safetensors") {

@@ -7,7 +7,8 @@
 // itself (engines read the trainer's path) or this object store (bounded retention: the newest
 // `keep` objects and the one the engines serve).
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
+import { adapterSetOf } from "../../native/model-dir.ts";
 import { crc32 } from "node:zlib";
 import { StorageType } from "@nats-io/jetstream";
 import type { ObjectStore } from "@nats-io/obj";
@@ -74,17 +75,24 @@ function readChunks(file: string, each: (chunk: Uint8Array) => void): void {
   }
 }
 
-/** The manifest of model directory `dir` (its regular files, optimizer state left out, CRC32 of each). */
+/**
+ * The manifest of model directory `dir` (its regular files, optimizer state left out, CRC32 of each;
+ * with several LoRA policies, the files of each policy's adapter subdirectory as `POLICY/FILE`).
+ */
 function manifestOf(dir: string, version: number): Manifest {
   const files: ManifestFile[] = [];
-  for (const name of readdirSync(dir).sort()) {
-    const path = join(dir, name);
-    if (SKIPPED.has(name) || !statSync(path).isFile()) continue;
-    let crc = 0;
-    readChunks(path, (c) => (crc = crc32(c, crc)));
-    files.push({ name, size: statSync(path).size, crc32: crc });
-  }
-  if (!files.some((f) => WEIGHT_FILES.has(f.name)))
+  const add = (sub: string) => {
+    for (const name of readdirSync(join(dir, sub)).sort()) {
+      const path = join(dir, sub, name);
+      if (SKIPPED.has(name) || !statSync(path).isFile()) continue;
+      let crc = 0;
+      readChunks(path, (c) => (crc = crc32(c, crc)));
+      files.push({ name: sub ? `${sub}/${name}` : name, size: statSync(path).size, crc32: crc });
+    }
+  };
+  add("");
+  if (files.length === 0) for (const sub of (adapterSetOf(dir) ?? []).map((d) => basename(d))) add(sub);
+  if (!files.some((f) => WEIGHT_FILES.has(basename(f.name))))
     throw new OozeError("CHECKPOINT_INVALID", `weight sync: ${dir} has no model.safetensors (nor adapter_model.safetensors); it is not the model (or adapter) directory of version ${version}`);
   return { format: "ooze-full", v: 1, version: String(version), files };
 }
@@ -213,7 +221,7 @@ class ObjectReader {
     }
     if (m?.format !== "ooze-full" || m.v !== 1 || typeof m.version !== "string" || !Array.isArray(m.files)) throw this.corrupt("its manifest is not an ooze-full v1 manifest");
     for (const f of m.files)
-      if (typeof f?.name !== "string" || !/^[^/\\]+$/.test(f.name) || f.name === "." || f.name === ".." || !Number.isInteger(f.size) || f.size < 0 || !Number.isInteger(f.crc32))
+      if (typeof f?.name !== "string" || !/^(?:[^/\\]+\/)?[^/\\]+$/.test(f.name) || f.name.split("/").some((p) => p === "." || p === "..") || !Number.isInteger(f.size) || f.size < 0 || !Number.isInteger(f.crc32))
         throw this.corrupt(`its manifest lists an invalid file ${JSON.stringify(f)}`);
     return m;
   }
@@ -235,13 +243,20 @@ class ObjectReader {
     this.drain();
   }
 
+  /** Creates a file of the manifest (a policy's subdirectory first, for `POLICY/FILE`). */
+  private create(name: string): number {
+    const path = join(this.dir, name);
+    if (name.includes("/")) mkdirSync(dirname(path), { recursive: true });
+    return openSync(path, "wx");
+  }
+
   /** Writes pending bytes into the current files. */
   private drain(): void {
     const files = this.manifest!.files;
     while (this.pending.length > 0) {
       const f = files[this.file];
       if (!f) throw this.corrupt(`${this.pendingBytes} bytes follow its last file`);
-      this.fd ??= openSync(join(this.dir, f.name), "wx");
+      this.fd ??= this.create(f.name);
       const c = this.pending[0]!;
       const k = Math.min(c.length, f.size - this.written);
       const part = c.subarray(0, k);
@@ -254,7 +269,7 @@ class ObjectReader {
       if (this.written === f.size) this.closeFile();
     }
     while (this.manifest && this.file < files.length && files[this.file]!.size === 0) {
-      this.fd ??= openSync(join(this.dir, files[this.file]!.name), "wx");
+      this.fd ??= this.create(files[this.file]!.name);
       this.closeFile();
     }
   }
@@ -273,7 +288,7 @@ class ObjectReader {
   end(): Manifest {
     if (this.manifest === null) throw this.corrupt("it ends before its manifest");
     if (this.file < this.manifest.files.length) throw this.corrupt(`it ends inside ${this.manifest.files[this.file]!.name}`);
-    if (!this.manifest.files.some((f) => WEIGHT_FILES.has(f.name))) throw this.corrupt("it has no model.safetensors (nor adapter_model.safetensors)");
+    if (!this.manifest.files.some((f) => WEIGHT_FILES.has(basename(f.name)))) throw this.corrupt("it has no model.safetensors (nor adapter_model.safetensors)");
     return this.manifest;
   }
 

@@ -22,7 +22,7 @@ import { defineLoopActor } from "../protocol/context.ts";
 import { weightsRegistry, type VersionRecord } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, VersionsKv, type StreamConsumer } from "../protocol/streams.ts";
 import { DeltaWeightSync, type PushRecord } from "./delta-sync.ts";
-import { weightsFileOf } from "../../native/model-dir.ts";
+import { weightsBytes } from "../../native/model-dir.ts";
 import { ObjectDeltaStore, parseObjectLocation } from "./delta-store.ts";
 import { DELTA_LOAD_FORMAT } from "./engine-loader.ts";
 import { FullWeightSync, type WeightTarget } from "./full.ts";
@@ -110,8 +110,7 @@ function describe(rec: PushRecord): string {
 /** What a push sent, for the versions record (dashboards): a delta's size, or the full checkpoint's. */
 function syncOf(rec: PushRecord | void, modelDir: string): VersionRecord["sync"] {
   if (rec) return { kind: rec.kind, bytes: rec.kind === "delta" ? (rec.deltaBytes ?? rec.fullBytes) : rec.fullBytes, fullBytes: rec.fullBytes };
-  const name = weightsFileOf(modelDir);
-  const bytes = name ? statSync(join(modelDir, name)).size : 0;
+  const bytes = weightsBytes(modelDir);
   return { kind: "full", bytes, fullBytes: bytes };
 }
 

@@ -11,6 +11,7 @@ import { join, resolve } from "node:path";
 import { serveArgs } from "../../actors/fleet/embedded.ts";
 import { fleetConfig } from "../../actors/fleet/fleet-actor.ts";
 import { fullyAsyncLimits, trainConfigOf, type EnginesConfig, type TrainConfig } from "../../actors/protocol/config.ts";
+import { slotsPerEpisode } from "../../actors/protocol/agent-config.ts";
 import { OozeError } from "../../src/errors.ts";
 import { oozeBin } from "../../src/package-root.ts";
 import type { ScheduleSpace } from "../../src/testing/arbitraries.ts";
@@ -272,7 +273,7 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
 
     const bound = train.mode === "sync" ? 0 : train.mode === "async" ? 1 : fullyAsyncLimits(train).maxStaleness;
     const invariants: Invariant[] = [
-      train.agent && train.agent.maxSegments > 1 ? everyEpisodeOnce(train.agent.maxSegments) : everySampleOnce,
+      slotsPerEpisode(train) > 1 ? everyEpisodeOnce(slotsPerEpisode(train)) : everySampleOnce,
       noFailedSamples,
       versionsIncrease,
       stalenessWithin(bound),

@@ -39,8 +39,9 @@ const { values: a } = parseArgs({
     entropy: { type: "string", default: "0" }, // entropy bonus coefficient (both roles)
     estimator: { type: "string", default: "grpo" }, // grpo | dr_grpo | rloo
     guesserGroup: { type: "string", default: "secret" }, // secret | message | batch
-    prompt: { type: "string", default: "long" }, // long | last (see describerPrompt)
-    names: { type: "string", default: "ABCDEFGH" }, // the 8 secrets, one byte each
+    prompt: { type: "string", default: "long" }, // long | last | short (see describerPrompt)
+    names: { type: "string", default: "ABCDEFGH" }, // the 8 secrets as the describer sees them, one byte each
+    answers: { type: "string", default: "" }, // what the guesser must answer for each (default: names)
     minutes: { type: "string", default: "5" },
     maxSteps: { type: "string", default: "1000000" },
     target: { type: "string", default: "0.9" },
@@ -71,6 +72,8 @@ const estimator = a.estimator as AdvantageEstimator;
 const guesserGroup = a.guesserGroup as "secret" | "message" | "batch";
 const names = a.names!;
 if (names.length !== 8) throw new Error("--names: 8 one-byte names");
+const answers = a.answers || names; // the byte the guesser must write for each secret
+if (answers.length !== 8) throw new Error("--answers: 8 one-byte names");
 const maxMs = num(a.minutes, 5) * 60_000, maxSteps = num(a.maxSteps, 1e6), target = num(a.target, 0.9);
 const avgN = num(a.avg, 3), evalEvery = num(a.evalEvery, 10);
 
@@ -87,15 +90,17 @@ const cat = (...parts: ArrayLike<number>[]) => {
 const bytes = (s: string) => encodeBytes(s);
 // long: "secret: A\nmessage:" / "message: <msg>\nsecret:"; last: the secret (describer) and the
 // message (guesser) are the prompt's last tokens: "secret: A" / "message: <msg>" (a random model with
-// tied embeddings leans towards repeating the last token, which both roles can build on).
+// tied embeddings leans towards repeating the last token, which both roles can build on); short: the
+// bare ids, BOS + secret / BOS + message (the secret/message dominates the random model's state).
 const describerPrompt = (s: number) =>
+  a.prompt === "short" ? cat([BOS_ID], bytes(names[s]!)) :
   a.prompt === "last" ? cat([BOS_ID], bytes(`secret: ${names[s]}`)) : cat([BOS_ID], bytes(`secret: ${names[s]}\nmessage:`));
-const guesserPrefix = a.prompt === "last" ? cat([BOS_ID], bytes("message: ")) : cat([BOS_ID], bytes("message:"));
-const guesserSuffix = a.prompt === "last" ? bytes("") : bytes("\nsecret:");
+const guesserPrefix = a.prompt === "short" ? cat([BOS_ID]) : a.prompt === "last" ? cat([BOS_ID], bytes("message: ")) : cat([BOS_ID], bytes("message:"));
+const guesserSuffix = a.prompt === "short" ? bytes("") : a.prompt === "last" ? bytes("") : bytes("\nsecret:");
 /** The guesser's prompt: the describer's sampled ids verbatim (a stop EOS dropped). */
 const guesserPrompt = (msg: Int32Array) => cat(guesserPrefix, msg, guesserSuffix);
 /** Right iff the guesser's first sampled token is the secret's byte. */
-const isRight = (guess: Int32Array, s: number) => guess.length > 0 && guess[0] === names.charCodeAt(s);
+const isRight = (guess: Int32Array, s: number) => guess.length > 0 && guess[0] === answers.charCodeAt(s);
 
 // --- models ---
 const baseParams = addon.initModelParams(cfg, seed, initStd);
@@ -179,7 +184,7 @@ async function main() {
   const settings = {
     arm, preset: a.preset, seed, initStd, rank: arm === "lora" ? rank : null, alpha: arm === "lora" ? alpha : null,
     targets: arm === "lora" ? targets : null, lrD, lrG, warmup, G, K, M, tempD, tempG, entropyCoef, estimator, guesserGroup,
-    prompt: a.prompt, names, threads: process.env.OMP_NUM_THREADS ?? null,
+    prompt: a.prompt, names, answers, threads: process.env.OMP_NUM_THREADS ?? null,
     trainable: arm === "lora" ? desc.info().lora!.numParams : desc.info().numParams,
   };
   const log = (o: object) => {
@@ -264,7 +269,7 @@ async function main() {
     });
     const rec: Record<string, unknown> = {
       step, seconds: +seconds.toFixed(1), success: +success.toFixed(3), ma: +ma.toFixed(3),
-      guessLetter: +mean(gOut.map((o) => (o.tokens.length && names.includes(String.fromCharCode(o.tokens[0]!)) ? 1 : 0))).toFixed(3),
+      guessLetter: +mean(gOut.map((o) => (o.tokens.length && answers.includes(String.fromCharCode(o.tokens[0]!)) ? 1 : 0))).toFixed(3),
       distinctMsgs, msgTop: +mean(top).toFixed(2), entD: +mD.entropy.toFixed(3), entG: +mG.entropy.toFixed(3),
       gnD: +mD.gradNorm.toFixed(3), gnG: +mG.gradNorm.toFixed(3),
     };

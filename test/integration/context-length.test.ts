@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Task } from "../../actors/environment/task.ts";
 import { runEpisode } from "../../actors/rollout/episode.ts";
+import type { Sample } from "../../src/sample.ts";
 import { FleetGenerator, type GenRequest } from "../../actors/rollout/generator.ts";
 import { rolloutRange } from "../../actors/rollout/rollout.ts";
 import { EngineClient } from "../../src/engine/client.ts";
@@ -155,7 +156,7 @@ describe("clients size their requests to the engines' context", () => {
       reward: () => 1,
     };
     // 4 + 12 + 2 + 12 + 2 = 32 tokens; the third turn gets 39 − 32 − 1 = 6, then no room is left.
-    const s = await runEpisode(chatty, gen, { index: 0, groupIndex: 0, seed: 0, temperature: 1, samplingSeed: 1 });
+    const [s] = (await runEpisode(chatty, gen, { index: 0, groupIndex: 0, seed: 0, temperature: 1, samplingSeed: 1 })) as [Sample];
     expect(s.status).toBe("truncated");
     expect(s.tokens).toHaveLength(38);
     expect(s.metadata.turns).toBe(3);

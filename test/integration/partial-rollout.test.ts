@@ -48,10 +48,10 @@ afterAll(async () => {
  * it), again with a weight update while it generates; null for a short one.
  */
 async function interrupted(spec: EpisodeSpec): Promise<{ ref: Sample; got: Sample; from: string; to: string } | null> {
-  const ref = await runEpisode(longTurn, gen, spec);
-  if (ref.responseLength < 200 || version >= 24) return null;
+  const [ref] = await runEpisode(longTurn, gen, spec);
+  if (!ref || ref.responseLength < 200 || version >= 24) return null;
   let settled = false;
-  const running = runEpisode(longTurn, gen, spec).finally(() => (settled = true));
+  const running = runEpisode(longTurn, gen, spec).then(([s]) => s!).finally(() => (settled = true));
   await waitUntil(() => settled || gen.fleet.list()[0]!.inFlight > 0, { what: "the episode's request on the engine", intervalMs: 1 });
   const from = String(version);
   version++;

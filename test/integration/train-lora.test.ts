@@ -74,7 +74,6 @@ describe("ooze train with a LoRA policy", () => {
   });
 
   it("refuses policies it cannot train, naming the field", () => {
-    expect(() => trainSchema.parse({ policies: { a: { lora: {} }, b: { lora: {} } } })).toThrow(/several policies per job are not implemented yet/);
     expect(() => trainSchema.parse({ policies: { a: { lora: {} } }, weightSync: "delta" })).toThrow(/synced whole/);
     expect(() => trainSchema.parse({ policies: { a: { lora: { targets: ["lm_head"] } } } })).toThrow(/targets/);
     expect(() => trainSchema.parse({ policies: { "Bad Name": { full: true } } })).toThrow(/policy name/);

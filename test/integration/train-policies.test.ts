@@ -1,0 +1,94 @@
+// Two policies in one job, end to end (`ooze train`'s job on a real nats-server and embedded engine):
+// the referential game's describer and guesser are LoRA adapters over one base. Each episode yields
+// one sample per role, the guesser's context holds the describer's sampled ids verbatim and never the
+// secret, each version directory holds both adapters, and every sample's tokens were generated with
+// its own role's adapter of the version that made them: the rollout logprobs equal the trainer's
+// under that adapter, and not under the other role's.
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { enginesSchema, trainSchema } from "../../actors/protocol/config.ts";
+import { batchRegistry, type TrainSample } from "../../actors/protocol/messages.ts";
+import { POLICY_FILE } from "../../actors/protocol/policies.ts";
+import { scanStream } from "../../actors/protocol/streams.ts";
+import { runTrainJob } from "../../app/job/train-job.ts";
+import { packSamples, Trainer } from "../../native/trainer.ts";
+import { encodeBytes } from "../../src/engine/tokenizer.ts";
+import { jobNames } from "../../src/transport/names.ts";
+import { parseTopology } from "../../src/topology/load.ts";
+import { useNats } from "../harness/index.ts";
+
+const nats = useNats();
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+const STEPS = 3;
+const lora = { lora: { rank: 4, targets: ["q_proj", "v_proj", "down_proj"] } };
+
+/** The largest |trainer logprob − rollout logprob| over the samples' model tokens, under the adapter in `modelDir`. */
+async function gap(modelDir: string, samples: readonly TrainSample[]): Promise<number> {
+  const packed = packSamples(samples.map((s) => ({ tokens: s.tokens, responseLength: s.responseLength, lossMask: s.lossMask, rolloutLogprobs: s.rolloutLogprobs, advantage: 0 })));
+  const lp = (await (await Trainer.create({ modelDir })).logprobs(packed)).logprobs;
+  let worst = 0;
+  for (let i = 0; i < lp.length; i++) if (packed.lossMask[i]) worst = Math.max(worst, Math.abs(lp[i]! - packed.rolloutLogprobs![i]!));
+  return worst;
+}
+
+describe("two policies in one job (the referential game)", () => {
+  it("trains each role's adapter on its own samples, generated with that role's adapter", async () => {
+    const out = mkdtempSync(join(tmpdir(), "ooze-train-policies-"));
+    dirs.push(out);
+    const job = `train-policies-${process.pid}`;
+    const train = trainSchema.parse({
+      task: "referential", taskConfig: { messageTokens: 2, guessTokens: 1 }, preset: "tiny", promptsPerStep: 4, samplesPerPrompt: 3,
+      // an entropy bonus moves the adapters even while every guess is wrong (a tiny random model's are)
+      lr: 0.02, entropyCoef: 0.05, steps: STEPS, checkpointEvery: 2, policies: { describer: lora, guesser: lora }, roles: { describer: "describer", guesser: "guesser" },
+    });
+    const summary = await runTrainJob({
+      topology: parseTopology("name: game\nactors: [{ name: trainer, kind: train.trainer }]\n"),
+      train, engines: enginesSchema.parse({ count: 1, maxRunning: 32, cacheTokens: 4096 }), out, job, verbose: false,
+      nats: { url: nats.server.url, token: nats.server.token },
+    });
+    expect(summary.steps).toBe(STEPS);
+
+    // Each version holds both adapters, each naming its policy; the base stays.
+    for (const v of ["v0-adapter", "v2", "v3"])
+      for (const p of ["describer", "guesser"]) {
+        expect(existsSync(join(out, "weights", v, p, "adapter_model.safetensors"))).toBe(true);
+        expect(JSON.parse(readFileSync(join(out, "weights", v, p, POLICY_FILE), "utf8"))).toEqual({ policy: p });
+      }
+    const ckpt = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as { dir: string };
+    expect(existsSync(join(ckpt.dir, "guesser", "adapter_config.json"))).toBe(true);
+
+    const bus = await nats.connect();
+    const batches = await scanStream(bus, jobNames(job).streamBatches, batchRegistry);
+    const last = batches.find((m) => m.body.step === STEPS)!.body.samples;
+    const of = (p: string) => last.filter((s) => s.policy === p);
+    // Every episode gave one sample per role: the describer's at the episode's first index, the guesser's next.
+    expect(of("describer").length).toBe(of("guesser").length);
+    expect(of("describer").length).toBeGreaterThan(0);
+    for (const d of of("describer")) {
+      const g = last.find((s) => s.rolloutId === d.rolloutId && s.policy === "guesser")!;
+      expect(g.index).toBe(d.index + 1);
+      expect(g.reward).toBe(d.reward);
+      // the guesser's prompt: BOS, "message: ", the describer's sampled ids as they are, "\nsecret:"
+      const message = Array.from(d.tokens.subarray(d.tokens.length - d.responseLength)).filter((t) => t !== 257).slice(0, 2);
+      const prompt = Array.from(g.tokens.subarray(0, g.tokens.length - g.responseLength));
+      expect(prompt).toEqual([256, ...encodeBytes("message: "), ...message, ...encodeBytes("\nsecret:")]);
+      expect(Buffer.from(prompt.filter((t) => t < 256)).toString("latin1")).not.toContain("secret: ");
+    }
+    // Version 2 generated the last batch: each role's tokens are its own adapter's (and not the other's).
+    expect(last.every((s) => s.weightVersions.every((w) => w.version === "2"))).toBe(true);
+    const v2 = join(out, "weights", "v2");
+    expect(await gap(join(v2, "describer"), of("describer"))).toBeLessThan(1e-4);
+    expect(await gap(join(v2, "guesser"), of("guesser"))).toBeLessThan(1e-4);
+    expect(await gap(join(v2, "guesser"), of("describer"))).toBeGreaterThan(1e-3);
+  });
+
+  it("refuses roles and policies that do not fit", () => {
+    expect(() => trainSchema.parse({ policies: { a: lora, b: lora } })).toThrow(/map the task's roles/);
+    expect(() => trainSchema.parse({ policies: { a: lora, b: { full: true } }, roles: { x: "a", y: "b" } })).toThrow(/full models per role are not implemented yet/);
+    expect(() => trainSchema.parse({ policies: { a: lora }, roles: { x: "b" } })).toThrow(/policy 'b' is not one of policies \(a\)/);
+  });
+});

@@ -216,8 +216,9 @@ export const trainSchema = z
       const full = names.filter((n) => !("lora" in t.policies![n]!));
       if (full.length > 0)
         ctx.addIssue({ code: "custom", path: ["policies", full[0]!], message: "with several policies each is a LoRA adapter over the one base; full models per role are not implemented yet" });
-      if (!t.roles) ctx.addIssue({ code: "custom", path: ["roles"], message: `several policies (${names.join(", ")}): map the task's roles to them with roles: {ROLE: POLICY}` });
-      if (t.agent) ctx.addIssue({ code: "custom", path: ["policies"], message: "several policies with an agent (picked by the request's model field) are not implemented yet" });
+      if (!t.roles && !t.agent)
+        ctx.addIssue({ code: "custom", path: ["roles"], message: `several policies (${names.join(", ")}): map the task's roles to them with roles: {ROLE: POLICY} (an agent picks them by the requests' model field)` });
+      if (t.roles && t.agent) ctx.addIssue({ code: "custom", path: ["roles"], message: "an agent picks its policies by the requests' model field; leave roles out" });
       if (t.algorithm === "ppo") ctx.addIssue({ code: "custom", path: ["algorithm"], message: "several policies train with group advantages only so far (algorithm: group)" });
     }
     const lora = Object.entries(t.policies).find(([, p]) => "lora" in p);

@@ -36,9 +36,17 @@ export interface GatewayOptions {
   defaultMaxTokens?: number;
   /**
    * The model name(s) served (default "ooze"): a request naming another is answered 404
-   * (model_not_found); one naming none gets the first. Every name is the same policy for now.
+   * (model_not_found); one naming none gets the first. Every name is the same policy, unless
+   * `policies` says otherwise.
    */
   model?: string | readonly string[];
+  /**
+   * Several policies (a job training one per agent role): model name → the policy's LoRA adapter on
+   * the engines (null: the base). A request's `model` picks the policy that samples and learns its
+   * turn (the session still scopes the trajectory; a segment never mixes policies). The names
+   * served are these; one naming none gets the first.
+   */
+  policies?: Readonly<Record<string, { lora: string | null }>> | null;
   /**
    * How the model writes tool calls and reasoning (reply-format.ts); default: detected from the chat
    * template (`<tool_call>` → hermes, `<|python_tag|>` → llama3_json, else hermes; `</think>` →
@@ -106,7 +114,8 @@ export class Gateway {
     this.tokenizer = opts.tokenizer ?? byteChatTokenizer();
     const t = opts.chatTemplate ?? new BuiltinChatTemplate(this.tokenizer);
     this.template = typeof t === "string" ? new JinjaChatTemplate(t, this.tokenizer) : t;
-    this.models = typeof opts.model === "string" ? [opts.model] : opts.model ? [...opts.model] : ["ooze"];
+    const policies = opts.policies ?? null;
+    this.models = policies ? Object.keys(policies) : typeof opts.model === "string" ? [opts.model] : opts.model ? [...opts.model] : ["ooze"];
     if (this.models.length === 0 || this.models.some((m) => typeof m !== "string" || m === "")) {
       throw new OozeError("CONFIG_INVALID", `gateway: model must be a non-empty name or a non-empty list of them (got ${JSON.stringify(opts.model)})`);
     }
@@ -132,6 +141,15 @@ export class Gateway {
       template: this.template,
       contextLength: opts.contextLength,
       defaultMaxTokens: opts.defaultMaxTokens ?? 1024,
+      ...(policies
+        ? {
+            policyOf: (model: string | null) => {
+              const name = model ?? this.models[0]!;
+              const p = policies[name];
+              return p ? { name, lora: p.lora } : null;
+            },
+          }
+        : {}),
     };
   }
 

@@ -44,10 +44,17 @@ export interface SessionContext {
   template: ChatTemplate;
   contextLength: number;
   defaultMaxTokens: number;
+  /**
+   * The policy a request's model names (several policies per job): its name (recorded on the
+   * samples) and its LoRA adapter on the engines (null: the base); null when the job has one policy.
+   */
+  policyOf?: (model: string | null) => { name: string; lora: string | null } | null;
 }
 
 interface Segment {
   builder: SampleBuilder;
+  /** The policy whose turns these are (several policies), else undefined: a segment never mixes policies. */
+  policy: string | undefined;
   /**
    * What the segment's ids stand for, as text: the renderings encoded into it, and each sampled turn
    * as it decodes (special tokens written out, so a turn's own end-of-turn token is in it). Always
@@ -106,6 +113,8 @@ interface Plan {
   envIds: number[];
   /** The segment's ids + envIds: what `rendered` reads as. */
   inputIds: Int32Array;
+  /** The policy the request's model names (several policies), else undefined. */
+  policy: string | undefined;
 }
 
 /** A session's state: its segments, its limits. */
@@ -145,7 +154,8 @@ export class Session {
     if (s.maxTokens !== undefined && this.sampledTokens >= s.maxTokens) {
       throw this.fatal(new GatewayError("limit", `session ${this.id}: the episode's limit of ${s.maxTokens} sampled tokens is spent; no more requests are served`));
     }
-    const plan = this.plan(req);
+    const policy = this.ctx.policyOf?.(req.model) ?? null;
+    const plan = this.plan(req, policy?.name);
     const input = plan.inputIds;
     // What SGLang serves (src/engine/limits.ts): a reply of at most the context left less its reserve.
     const room = sendableMaxNewTokens(limitsOfContext(this.ctx.contextLength), input.length);
@@ -183,6 +193,7 @@ export class Session {
             sampling: seed === null ? sampling : { ...sampling, sampling_seed: seed + k },
             sessionId: this.id,
             rid: `${this.id}-t${turnNo}-c${k}`,
+            ...(policy ? { lora: policy.lora } : {}),
             signal: ctl.signal,
             ...(onTokens ? { stream: true, onTokens: (ids: Int32Array, lps: Float32Array) => onTokens(k, ids, lps) } : {}),
           }),
@@ -243,12 +254,12 @@ export class Session {
    * so a sampled turn matches whenever the template writes it back exactly as it decodes, however
    * its text would re-encode; the ids sent are the segment's own followed by the rest encoded.
    */
-  private plan(req: ChatRequest): Plan {
+  private plan(req: ChatRequest, policy: string | undefined): Plan {
     // The prefill (a forced call's opening) is prompt the gateway wrote at the start of the reply.
     const rendered = this.ctx.template.render(req.messages, req.tools, req.output.templateVars) + req.output.prefill;
     let best: Segment | null = null;
     for (const seg of this.segments) {
-      if (seg.busy || (best && best.text.length >= seg.text.length)) continue;
+      if (seg.busy || seg.policy !== policy || (best && best.text.length >= seg.text.length)) continue;
       if (rendered.length > seg.text.length && rendered.startsWith(seg.text)) best = seg;
     }
     const tail = best ? rendered.slice(best.text.length) : rendered;
@@ -257,7 +268,7 @@ export class Session {
     const inputIds = new Int32Array(prior.length + envIds.length);
     inputIds.set(prior);
     inputIds.set(envIds, prior.length);
-    return { segment: best, rendered, tail, envIds, inputIds };
+    return { segment: best, rendered, tail, envIds, inputIds, policy };
   }
 
   /** Decodes a result into the response shape (reasoning, text, tool calls, finish): the prefill and the sampled text, parsed as the reply plan says. */
@@ -281,7 +292,7 @@ export class Session {
 
   /** Appends a generation to its segment (or opens one) — once, whatever the client does next. */
   private record(
-    plan: Pick<Plan, "segment" | "tail" | "envIds">,
+    plan: Pick<Plan, "segment" | "tail" | "envIds" | "policy">,
     r: FleetGenerateResult,
     choice: TurnChoice,
     messages: ChatMessage[],
@@ -292,7 +303,8 @@ export class Session {
     let seg = plan.segment;
     if (!seg) {
       seg = {
-        builder: new SampleBuilder(this.segments.length, this.settings.groupIndex, this.settings.episodeId, messages.map(transcriptEntry), plan.envIds),
+        builder: new SampleBuilder(this.segments.length, this.settings.groupIndex, this.settings.episodeId, messages.map(transcriptEntry), plan.envIds, plan.policy),
+        policy: plan.policy,
         text: "",
         busy: false,
         status: "pending",

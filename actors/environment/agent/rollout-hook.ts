@@ -2,6 +2,7 @@
 // fleet, the agent task module, and the model's tokenizer and chat template (a model directory's
 // own, or the built-in ones of the byte-level presets). The rollout actor calls `group` instead of
 // rolloutRange when the topology names an agent; nothing else in the rollout changes.
+import { policySpecs } from "../../protocol/policies.ts";
 import { existsSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { Gateway, loadHfChatModel, type Generator } from "../../../src/gateway/index.ts";
@@ -45,7 +46,10 @@ export async function startAgentRollout(train: TrainConfig & { agent: AgentConfi
   else if (isPresetName(train.preset)) contextLength = PRESETS[train.preset].max_position_embeddings;
   else throw new OozeError("CONFIG_INVALID", `train.preset '${train.preset}' is not a preset (${Object.keys(PRESETS).join(", ")})`);
   const hf = modelDir && existsSync(resolve(modelDir, "tokenizer.json")) ? loadHfChatModel(modelDir) : null;
-  const gateway = await Gateway.start({ fleet, contextLength, ...(hf ? { tokenizer: hf.tokenizer, chatTemplate: hf.chatTemplate } : {}) });
+  // Several policies: the request's model field picks the one that samples and learns the turn.
+  const specs = policySpecs(train.policies);
+  const policies = specs.length > 1 ? Object.fromEntries(specs.map((p) => [p.name, { lora: p.lora ? p.name : null }])) : null;
+  const gateway = await Gateway.start({ fleet, contextLength, policies, ...(hf ? { tokenizer: hf.tokenizer, chatTemplate: hf.chatTemplate } : {}) });
   const decode = hf ? (ids: Int32Array) => hf.tokenizer.decode(ids, false) : (ids: Int32Array) => decodeBytes(ids, false);
   const deps = { sessions: gateway, task, agent: train.agent, baseDir, decode };
   const stopping = new AbortController();

@@ -85,19 +85,20 @@ export function resolveConfig(presetOrConfig: string | LlamaHfConfig): LlamaHfCo
 }
 
 /**
- * Writes a randomly initialised model (weights ~ N(0, 0.02²), norms 1; deterministic per seed) to
- * `outDir` as a valid HF checkpoint. Returns the config written.
+ * Writes a randomly initialised model (weights ~ N(0, std²), std 0.02 as HF by default; norms 1;
+ * deterministic per seed) to `outDir` as a valid HF checkpoint. Returns the config written.
  */
 export async function initModelDir(
   presetOrConfig: string | LlamaHfConfig,
   outDir: string,
   seed = 0,
+  std = 0.02,
 ): Promise<LlamaHfConfig> {
   const config = resolveConfig(presetOrConfig);
   const native = loadNative();
   let params: Float32Array;
   try {
-    params = native.initModelParams(config, seed, 0.02);
+    params = native.initModelParams(config, seed, std);
     native.saveModelDir(outDir, config, params, null);
   } catch (e) {
     throw new OozeError("CHECKPOINT_INVALID", `cannot write model to ${outDir}: ${(e as Error).message}`, { cause: e });

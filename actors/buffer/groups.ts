@@ -153,17 +153,23 @@ function groupOldest(samples: readonly Sample[], fallback: number): number {
   return v;
 }
 
-/** Group advantages computed separately over each policy's samples (one computation without policies). */
+/**
+ * Group advantages computed separately over each policy's samples (one computation without
+ * policies). A role task's contexts (metadata.context) are grouped by their prompt too: the guesses of
+ * one message are GRPO's group of one prompt, whose baseline is what the guesser made of that message.
+ */
 function advantagesByPolicy(samples: readonly Sample[], estimator: AdvantageEstimator): Float64Array {
-  const byPolicy = new Map<string | undefined, number[]>();
+  const parts = new Map<string, number[]>();
   samples.forEach((s, i) => {
-    const at = byPolicy.get(s.policy);
+    const prompt = s.metadata.context !== undefined ? Array.from(s.tokens.subarray(0, s.tokens.length - s.responseLength)).join(",") : "";
+    const key = `${s.policy ?? ""}\u0000${prompt}`;
+    const at = parts.get(key);
     if (at) at.push(i);
-    else byPolicy.set(s.policy, [i]);
+    else parts.set(key, [i]);
   });
-  if (byPolicy.size <= 1) return computeAdvantages(samples.map(score), estimator);
+  if (parts.size <= 1) return computeAdvantages(samples.map(score), estimator);
   const out = new Float64Array(samples.length);
-  for (const positions of byPolicy.values()) {
+  for (const positions of parts.values()) {
     const adv = computeAdvantages(positions.map((i) => score(samples[i]!)), estimator);
     positions.forEach((i, k) => (out[i] = adv[k]!));
   }

@@ -1,5 +1,6 @@
 // The `train.agent` section of a topology: a black-box agent run as a command once per episode
 // (zod-validated; actors/protocol/config.ts embeds it in the train schema so errors name the field).
+import { roleOf, type RoleConfig } from "./policies.ts";
 import { z } from "zod";
 
 /** A command with arguments and extra environment (the reward command shares the shape). */
@@ -94,16 +95,16 @@ export type RewardCommandConfig = z.infer<typeof rewardCommandSchema>;
  * Sample indices a prompt owns: samplesPerPrompt episodes × maxSegments each with an agent, or ×
  * the task's roles (one context each), else samplesPerPrompt. The buffer hands out index ranges of this size per prompt group.
  */
-export function slotsPerPrompt(train: { samplesPerPrompt: number; agent?: AgentConfig | undefined; roles?: Record<string, string> | null }): number {
+export function slotsPerPrompt(train: { samplesPerPrompt: number; agent?: AgentConfig | undefined; roles?: Record<string, RoleConfig> | null }): number {
   return train.samplesPerPrompt * slotsPerEpisode(train);
 }
 
 /** Sample indices one episode owns: an agent's maxSegments, or one per role of a built-in task. */
-export function slotsPerEpisode(train: { agent?: AgentConfig | undefined; roles?: Record<string, string> | null }): number {
+export function slotsPerEpisode(train: { agent?: AgentConfig | undefined; roles?: Record<string, RoleConfig> | null }): number {
   return train.agent?.maxSegments ?? contextsPerEpisode(train);
 }
 
-/** Samples one episode of a built-in task may yield: one per role (`train.roles`), else 1. */
-export function contextsPerEpisode(train: { roles?: Record<string, string> | null }): number {
-  return Math.max(1, Object.keys(train.roles ?? {}).length);
+/** Samples one episode of a built-in task may yield: each role's contexts (`train.roles`), else 1. */
+export function contextsPerEpisode(train: { roles?: Record<string, RoleConfig> | null }): number {
+  return Math.max(1, Object.values(train.roles ?? {}).reduce((n, r) => n + roleOf(r).contexts, 0));
 }

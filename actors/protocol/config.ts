@@ -4,7 +4,7 @@ import { z } from "zod";
 import { OozeError } from "../../src/errors.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { agentSchema } from "./agent-config.ts";
-import { policiesSchema, policyName } from "./policies.ts";
+import { policiesSchema, roleSchema } from "./policies.ts";
 
 const estimators = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gspo"] as const;
 
@@ -55,6 +55,12 @@ export const trainSchema = z
     /** An existing model directory to start from. */
     model: z.string().optional(),
     seed: z.number().int().min(0).default(0),
+    /**
+     * Standard deviation of the preset's random initialisation (HF's 0.02). A LoRA policy over a random
+     * base cannot move the frozen embeddings: at 0.02 no token of the quickstart model can reach more
+     * than ~4 % at temperature 1, at 0.1 over 99 % (docs/policies.md).
+     */
+    initStd: z.number().positive().max(1).default(0.02),
     /** Training steps (each: one batch, one optimizer step, one weight version). */
     steps: z.number().int().min(1).default(100),
     /** Stop after this many seconds of wall time (checkpoint and summary as usual); 0 = no limit. */
@@ -202,13 +208,20 @@ export const trainSchema = z
      * adapters over the one base, one per role of the task (`roles`).
      */
     policies: policiesSchema,
-    /** A task played by several roles: each role's policy (`{describer: describer, guesser: guesser}`). */
-    roles: z.record(z.string().min(1), policyName).nullable().default(null),
+    /**
+     * A task played by several roles: each role's policy (`{describer: describer, guesser: guesser}`),
+     * or `{policy, contexts}`: the role plays `contexts` independent contexts of its own wherever the
+     * task opens one (e.g. 8 guesses of one message: the guesser's group baseline is then its own
+     * guesses of that message, and the describer's reward the mean of them).
+     */
+    roles: z.record(z.string().min(1), roleSchema).nullable().default(null),
   })
   .strict()
   .superRefine((t, ctx) => {
-    for (const [role, p] of Object.entries(t.roles ?? {}))
+    for (const [role, r] of Object.entries(t.roles ?? {})) {
+      const p = typeof r === "string" ? r : r.policy;
       if (!t.policies?.[p]) ctx.addIssue({ code: "custom", path: ["roles", role], message: `policy '${p}' is not one of policies (${Object.keys(t.policies ?? {}).join(", ") || "none"})` });
+    }
     if (!t.policies) return;
     const names = Object.keys(t.policies);
     if (names.length === 0) ctx.addIssue({ code: "custom", path: ["policies"], message: "name at least one policy, or leave policies out (the full model trains)" });

@@ -102,7 +102,10 @@ export function rewardStats(samples: readonly { reward: number | null; metadata:
   return {
     reward_mean: ok.length ? ok.reduce((a, s) => a + s.reward!, 0) / ok.length : 0,
     reward_max_frac: frac((s) => s.reward! >= 1),
-    success_rate: frac((s) => (typeof s.metadata.success === "boolean" ? s.metadata.success : s.reward! >= 1)),
+    // a sample whose success is null (a context of several branches: a rate, not one outcome) does not count
+    success_rate: ((xs) => (xs.length ? xs.filter((s) => (typeof s.metadata.success === "boolean" ? s.metadata.success : s.reward! >= 1)).length / xs.length : 0))(
+      ok.filter((s) => s.metadata.success !== null),
+    ),
   };
 }
 

@@ -32,6 +32,17 @@ export const policySchema = z.union([
 /** A policy's name: it travels as an adapter name in requests and as the gateway's model name. */
 export const policyName = z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, "a policy name is 1-64 of a-z, 0-9, _ and -, starting with a letter");
 
+/** A role's policy in `train.roles`: its name, or `{policy, contexts}` (contexts it plays per opening, default 1). */
+export const roleSchema = z.union([policyName, z.object({ policy: policyName, contexts: z.number().int().min(1).max(64).default(1) }).strict()]);
+
+/** A role as configured. */
+export type RoleConfig = z.output<typeof roleSchema>;
+
+/** A role's policy name and its contexts per opening. */
+export function roleOf(r: RoleConfig): { policy: string; contexts: number } {
+  return typeof r === "string" ? { policy: r, contexts: 1 } : r;
+}
+
 /** `policies:`, null when absent (one full policy). */
 export const policiesSchema = z.record(policyName, policySchema).nullable().default(null);
 
@@ -62,11 +73,16 @@ export function singlePolicy(policies: Record<string, PolicyConfig> | null): Pol
   return policySpecs(policies)[0]!;
 }
 
-/** Each role's policy (`train.roles`), or null for a task of one role. */
-export function rolePolicies(train: { policies: Record<string, PolicyConfig> | null; roles: Record<string, string> | null }): Map<string, PolicySpec> | null {
+/** Each role's policy (`train.roles`) and contexts per opening, or null for a task of one role. */
+export function rolePolicies(train: { policies: Record<string, PolicyConfig> | null; roles: Record<string, RoleConfig> | null }): Map<string, PolicySpec & { contexts: number }> | null {
   if (!train.roles) return null;
   const specs = new Map(policySpecs(train.policies).map((p) => [p.name, p]));
-  return new Map(Object.entries(train.roles).map(([role, name]) => [role, specs.get(name) ?? { name, lora: null }]));
+  return new Map(
+    Object.entries(train.roles).map(([role, r]) => {
+      const { policy, contexts } = roleOf(r);
+      return [role, { ...(specs.get(policy) ?? { name: policy, lora: null }), contexts }];
+    }),
+  );
 }
 
 /**

@@ -111,14 +111,14 @@ async function engineUrls(registry: FleetRegistry, waitMs: number): Promise<stri
  * Each role's policy and adapter name for a task of several roles; null for a task of one. The
  * task's roles and the topology's `train.roles` must name the same roles.
  */
-function rolesOf(task: Task | null, train: TrainConfig): Map<string, { policy: string; lora: string | null }> | null {
+function rolesOf(task: Task | null, train: TrainConfig): Map<string, { policy: string; lora: string | null; contexts: number }> | null {
   const taskRoles = task?.roles ?? null;
   const map = rolePolicies(train);
   if (!taskRoles && !map) return null;
   const configured = [...(map?.keys() ?? [])].sort().join(", ");
   if (!taskRoles || !map || [...taskRoles].sort().join(", ") !== configured)
     throw new OozeError("CONFIG_INVALID", `train.roles (${configured || "none"}) must map exactly the roles of task ${task?.name ?? train.task} (${taskRoles?.join(", ") || "one role"})`);
-  return new Map([...map].map(([role, p]) => [role, { policy: p.name, lora: p.lora ? p.name : null }]));
+  return new Map([...map].map(([role, p]) => [role, { policy: p.name, lora: p.lora ? p.name : null, contexts: p.contexts }]));
 }
 
 /** The rollout actor definition for a node's system and topology. */

@@ -53,7 +53,7 @@ export interface RolloutOptions {
  */
 export async function rolloutRange(task: Task, gen: Generator, range: RolloutRange, opts: RolloutOptions): Promise<RolloutResult> {
   const t0 = performance.now();
-  const slots = Math.max(1, task.roles?.length ?? 1);
+  const slots = Math.max(1, [...(opts.roles?.values() ?? [])].reduce((n, r) => n + (r.contexts ?? 1), 0));
   const n = Math.max(1, Math.floor(range.samplesPerPrompt / slots));
   let failures = 0;
   const jobs: Promise<Sample[]>[] = [];

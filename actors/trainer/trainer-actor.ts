@@ -171,7 +171,7 @@ async function startingPoint(out: string, env: LoopEnv, paths: { metrics: string
   const v0 = join(out, "weights", "v0");
   if (!existsSync(join(v0, "model.safetensors"))) {
     const { initModelDir } = await import("../../native/model-dir.ts");
-    await initModelDir(t.preset, v0, t.seed);
+    await initModelDir(t.preset, v0, t.seed, t.initStd);
   }
   return { ...fresh, modelDir: v0 };
 }

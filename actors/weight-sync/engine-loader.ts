@@ -8,14 +8,14 @@
 // base it has (SGLang's load_lora_adapter), and the base stays.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { loadNative } from "../../native/load.ts";
 import type { LlamaHfConfig } from "../../native/index.d.ts";
 import type { InferenceBackend } from "../../src/engine/backend.ts";
 import type { LoadWeightsHook } from "../../src/engine/server.ts";
 import { OozeError } from "../../src/errors.ts";
 import { applyDelta, decodeDelta, tensorLayout, type TensorSlot } from "./delta.ts";
-import { adapterSetOf, isAdapterDir } from "../../native/model-dir.ts";
+import { adapterBaseDir, adapterSetOf, isAdapterDir } from "../../native/model-dir.ts";
 import { POLICY_FILE, readPolicyFile } from "../protocol/policies.ts";
 
 /** The load_format value of ooze's delta files. */
@@ -49,6 +49,15 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
         if (!backend.lora) throw new OozeError("BAD_REQUEST", `${dir} is a LoRA adapter (policy '${policy}') and this engine serves no adapters`);
         return { dir, policy, lora: backend.lora };
       });
+      // The adapters are over the base their adapter_config.json names: an engine started on other
+      // weights (a preset's own initialisation) loads that base first, once.
+      const bases = [...new Set(adapters.map((d) => adapterBaseDir(d)))];
+      if (bases.length > 1) throw new OozeError("CHECKPOINT_INVALID", `${modelPath}: its adapters are over different bases (${bases.join(", ")})`);
+      if (resolve(bases[0]!) !== resolve(fullDir)) {
+        await backend.loadWeights(bases[0]!);
+        fullDir = bases[0]!;
+        current = null;
+      }
       for (const a of named) await a.lora.load(a.policy, a.dir);
       return;
     }

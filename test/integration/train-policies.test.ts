@@ -41,9 +41,9 @@ describe("two policies in one job (the referential game)", () => {
     dirs.push(out);
     const job = `train-policies-${process.pid}`;
     const train = trainSchema.parse({
-      task: "referential", taskConfig: { messageTokens: 2, guessTokens: 1 }, preset: "tiny", promptsPerStep: 4, samplesPerPrompt: 3,
+      task: "referential", taskConfig: { messageTokens: 2, prompt: "worded" }, preset: "tiny", initStd: 0.1, promptsPerStep: 4, samplesPerPrompt: 3,
       // an entropy bonus moves the adapters even while every guess is wrong (a tiny random model's are)
-      lr: 0.02, entropyCoef: 0.05, steps: STEPS, checkpointEvery: 2, policies: { describer: lora, guesser: lora }, roles: { describer: "describer", guesser: "guesser" },
+      lr: 0.02, entropyCoef: 0.05, steps: STEPS, checkpointEvery: 2, policies: { describer: lora, guesser: lora }, roles: { describer: "describer", guesser: { policy: "guesser", contexts: 3 } },
     });
     const summary = await runTrainJob({
       topology: parseTopology("name: game\nactors: [{ name: trainer, kind: train.trainer }]\n"),
@@ -65,18 +65,22 @@ describe("two policies in one job (the referential game)", () => {
     const batches = await scanStream(bus, jobNames(job).streamBatches, batchRegistry);
     const last = batches.find((m) => m.body.step === STEPS)!.body.samples;
     const of = (p: string) => last.filter((s) => s.policy === p);
-    // Every episode gave one sample per role: the describer's at the episode's first index, the guesser's next.
-    expect(of("describer").length).toBe(of("guesser").length);
+    // Every episode gave one describer sample and three guesses of its message, at the indices that follow.
+    expect(of("guesser").length).toBe(3 * of("describer").length);
     expect(of("describer").length).toBeGreaterThan(0);
     for (const d of of("describer")) {
-      const g = last.find((s) => s.rolloutId === d.rolloutId && s.policy === "guesser")!;
-      expect(g.index).toBe(d.index + 1);
-      expect(g.reward).toBe(d.reward);
-      // the guesser's prompt: BOS, "message: ", the describer's sampled ids as they are, "\nsecret:"
+      const gs = last.filter((s) => s.rolloutId.startsWith(`${d.rolloutId}.`));
+      expect(gs.map((g) => g.index)).toEqual([d.index + 1, d.index + 2, d.index + 3]);
+      expect(gs.every((g) => g.policy === "guesser")).toBe(true);
+      // the describer's reward is the mean of its message's guesses
+      expect(d.reward).toBeCloseTo(gs.reduce((a, g) => a + g.reward!, 0) / 3, 12);
+      // each guesser's prompt: BOS, "message: ", the describer's sampled ids as they are, "\nsecret:"
       const message = Array.from(d.tokens.subarray(d.tokens.length - d.responseLength)).filter((t) => t !== 257).slice(0, 2);
-      const prompt = Array.from(g.tokens.subarray(0, g.tokens.length - g.responseLength));
-      expect(prompt).toEqual([256, ...encodeBytes("message: "), ...message, ...encodeBytes("\nsecret:")]);
-      expect(Buffer.from(prompt.filter((t) => t < 256)).toString("latin1")).not.toContain("secret: ");
+      for (const g of gs) {
+        const prompt = Array.from(g.tokens.subarray(0, g.tokens.length - g.responseLength));
+        expect(prompt).toEqual([256, ...encodeBytes("message: "), ...message, ...encodeBytes("\nsecret:")]);
+        expect(Buffer.from(prompt.filter((t) => t < 256)).toString("latin1")).not.toContain("secret: ");
+      }
     }
     // Version 2 generated the last batch: each role's tokens are its own adapter's (and not the other's).
     expect(last.every((s) => s.weightVersions.every((w) => w.version === "2"))).toBe(true);

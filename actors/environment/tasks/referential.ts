@@ -1,33 +1,49 @@
 // Built-in two-role task: a referential (Lewis signalling) game. The describer sees a secret, one of
-// `secrets` names (default the 8 letters A–H), and writes a message of at most `messageTokens`
-// tokens; the guesser sees only that message — the describer's sampled ids exactly, between its own
-// prompt's text, never decoded and re-encoded — and names the secret. Both roles are rewarded 1 when
-// the guess is right (the first `answerChars` characters of the guesser's turn, default 1: the
-// secret's first letter), else 0; chance is 1/secrets. Nothing fixes what a message means: the two
-// policies have to agree on a code by reinforcement alone. Each role is its own context (sample), so
-// the guesser never sees the secret; the topology maps the roles to policies (`train.roles`).
+// `secrets` (default the 8 letters A–H), and writes a message of at most `messageTokens` tokens
+// (default 1); the guesser sees only that message — the describer's sampled ids exactly, never decoded
+// and re-encoded — and answers with the secret's answer (`answers`, default the digits 0–7: A → 0,
+// B → 1, …, so that the guesser cannot just copy a letter it saw). Both roles are rewarded 1 when the
+// answer is right, else 0; chance is 1/8. Nothing fixes what a message means: the two policies have
+// to agree on a code by reinforcement alone. Each role is its own context (sample), so the guesser
+// never sees the secret; the topology maps the roles to policies (`train.roles`), and the guesser may
+// answer each message several times (`contexts`), which gives it a baseline of its own per message.
+// Prompts are bare by default (BOS + the secret; BOS + the message): on a small random model the
+// words of a longer prompt drown the one token that matters (docs/policies.md).
 import { episodeSeed, prng, type Task, type TaskFactory } from "../task.ts";
-import { byteTaskTokenizer, encodePrompt } from "../task-tokenizer.ts";
+import { byteTaskTokenizer, type TaskTokenizer } from "../task-tokenizer.ts";
 
 /** The game's roles, in turn order. */
 export const REFERENTIAL_ROLES = ["describer", "guesser"] as const;
 
 interface GameState {
-  secret: string;
+  secret: number;
   message: Int32Array | null;
-  guess: string | null;
+  answer: string | null;
 }
 
-/** Configuration: the secrets' names (2–64), the message's and the guess's token budgets. */
+/** Configuration of the game. */
 export interface ReferentialConfig {
+  /** The secrets' names, 2–64 (default A–H). */
   secrets?: string[];
+  /** What the guesser must answer for each secret (default the digits 0, 1, …; at most 10 secrets then). */
+  answers?: string[];
+  /** Most tokens of a message (default 1). */
   messageTokens?: number;
-  guessTokens?: number;
-  /** Leading characters of the guess compared with the secret's (default: 1 when the secrets' first letters differ, else their length). */
-  answerChars?: number;
+  /** Prompts: bare (BOS + the secret / BOS + the message, the default) or worded ("secret: X\nmessage:" / "message: …\nsecret:"). */
+  prompt?: "bare" | "worded";
 }
 
 const LETTERS = ["A", "B", "C", "D", "E", "F", "G", "H"];
+
+/** BOS (when the tokenizer has one) followed by each part's ids. */
+function withBos(tok: TaskTokenizer, ...parts: ArrayLike<number>[]): Int32Array {
+  const n = parts.reduce((a, p) => a + p.length, tok.bos === null ? 0 : 1);
+  const out = new Int32Array(n);
+  let at = 0;
+  if (tok.bos !== null) out[at++] = tok.bos;
+  for (const p of parts) out.set(p, at), (at += p.length);
+  return out;
+}
 
 export const createReferentialTask: TaskFactory = (config, context) => {
   const c = config as ReferentialConfig;
@@ -36,40 +52,40 @@ export const createReferentialTask: TaskFactory = (config, context) => {
   if (!Array.isArray(secrets) || secrets.length < 2 || secrets.length > 64 || secrets.some((s) => typeof s !== "string" || s.length === 0))
     throw new RangeError(`referential: secrets must be 2 to 64 non-empty names (got ${JSON.stringify(c.secrets)})`);
   if (new Set(secrets).size !== secrets.length) throw new RangeError("referential: secrets must be distinct");
-  const messageTokens = Number(c.messageTokens ?? 2), guessTokens = Number(c.guessTokens ?? 2);
-  for (const [k, v] of [["messageTokens", messageTokens], ["guessTokens", guessTokens]] as const)
-    if (!Number.isInteger(v) || v < 1 || v > 64) throw new RangeError(`referential: ${k} must be an integer in 1–64 (got ${v})`);
-  const firstLetters = new Set(secrets.map((s) => s[0]));
-  const chars = Number(c.answerChars ?? (firstLetters.size === secrets.length ? 1 : Math.max(...secrets.map((s) => s.length))));
-  const key = (s: string) => s.slice(0, chars);
-  if (new Set(secrets.map(key)).size !== secrets.length) throw new RangeError(`referential: the secrets' first ${chars} characters must differ (answerChars)`);
-  const before = tok.encode("message: "), after = tok.encode("\nsecret:");
+  if (c.answers === undefined && secrets.length > 10) throw new RangeError(`referential: ${secrets.length} secrets need answers (the default digits cover 10)`);
+  const answers = c.answers ?? secrets.map((_, i) => String(i));
+  if (!Array.isArray(answers) || answers.length !== secrets.length || answers.some((a) => typeof a !== "string" || a.length === 0) || new Set(answers).size !== answers.length)
+    throw new RangeError(`referential: answers must be ${secrets.length} distinct non-empty strings, one per secret (got ${JSON.stringify(c.answers)})`);
+  const messageTokens = Number(c.messageTokens ?? 1);
+  if (!Number.isInteger(messageTokens) || messageTokens < 1 || messageTokens > 64) throw new RangeError(`referential: messageTokens must be an integer in 1–64 (got ${c.messageTokens})`);
+  const worded = (c.prompt ?? "bare") === "worded";
+  if (c.prompt !== undefined && c.prompt !== "bare" && c.prompt !== "worded") throw new RangeError(`referential: prompt must be bare or worded (got ${JSON.stringify(c.prompt)})`);
+  const answerTokens = Math.max(...answers.map((a) => tok.encode(a).length));
+  const [before, after] = worded ? [tok.encode("message: "), tok.encode("\nsecret:")] : [new Int32Array(0), new Int32Array(0)];
   const task: Task<GameState> = {
     name: "referential",
     roles: REFERENTIAL_ROLES,
     maxTurns: 2,
-    maxTurnTokens: Math.max(messageTokens, guessTokens) + 1,
+    // one budget for both turns: the message, or the answer, then EOS
+    maxTurnTokens: Math.max(messageTokens, answerTokens) + 1,
     eosId: tok.eos,
     reset(index, seed) {
-      const secret = secrets[Math.floor(prng(episodeSeed(index, seed))() * secrets.length)]!;
-      const prompt = `secret: ${secret}\nmessage:`;
-      return { prompt, promptIds: encodePrompt(tok, prompt), state: { secret, message: null, guess: null } };
+      const secret = Math.floor(prng(episodeSeed(index, seed))() * secrets.length);
+      const prompt = worded ? `secret: ${secrets[secret]}\nmessage:` : secrets[secret]!;
+      return { prompt, promptIds: withBos(tok, tok.encode(prompt)), state: { secret, message: null, answer: null } };
     },
     step(state, action) {
       if (state.message === null) {
         // the describer's turn: its ids (at most messageTokens) go to the guesser as they are
         const message = action.slice(0, messageTokens);
-        const ids = new Int32Array(before.length + message.length + after.length + (tok.bos === null ? 0 : 1));
-        let at = 0;
-        if (tok.bos !== null) ids[at++] = tok.bos;
-        ids.set(before, at), ids.set(message, at + before.length), ids.set(after, at + before.length + message.length);
-        const prompt = `message: ${tok.decode(message)}\nsecret:`;
-        return { state: { ...state, message }, observation: new Int32Array(0), done: false, context: { role: "guesser", prompt, promptIds: ids } };
+        const prompt = worded ? `message: ${tok.decode(message)}\nsecret:` : tok.decode(message);
+        return { state: { ...state, message }, observation: new Int32Array(0), done: false, context: { role: "guesser", prompt, promptIds: withBos(tok, before, message, after) } };
       }
-      return { state: { ...state, guess: tok.decode(action.slice(0, guessTokens)).trim() }, observation: new Int32Array(0), done: true };
+      return { state: { ...state, answer: tok.decode(action).trim() }, observation: new Int32Array(0), done: true };
     },
     reward(state) {
-      return state.guess !== null && key(state.guess) === key(state.secret) ? 1 : 0;
+      const want = answers[state.secret]!;
+      return state.answer !== null && state.answer.slice(0, want.length) === want ? 1 : 0;
     },
     success(state) {
       return task.reward(state) === 1;

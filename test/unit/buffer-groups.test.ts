@@ -51,4 +51,24 @@ describe("GroupBuffer", () => {
     expect(batch!.groups).toEqual([0]);
     expect(batch!.stalenessMax).toBe(1);
   });
+
+  it("computes advantages per policy, and a role task's contexts per prompt", () => {
+    const buf = new GroupBuffer({ batchGroups: 1, estimator: "dr_grpo", dropZeroVariance: false, maxStaleness: null });
+    const ctx = (policy: string, prompt: number[], reward: number, rollout: string): Sample => {
+      const b = new SampleBuilder(next++, 9, rollout, null, prompt, policy);
+      b.appendModel([3], [-1], "0");
+      return b.build(reward, "completed", { context: policy === "describer" ? 0 : 1 });
+    };
+    // two describer episodes (rewards 1 and 0); the guesser answered message 7 twice and message 8 twice
+    const samples = [
+      ctx("describer", [1, 65], 1, "r0"), ctx("guesser", [1, 7], 1, "r0.1"), ctx("guesser", [1, 7], 1, "r0.2"),
+      ctx("describer", [1, 65], 0, "r3"), ctx("guesser", [1, 8], 0, "r3.1"), ctx("guesser", [1, 8], 0, "r3.2"),
+    ];
+    for (const s of samples) buf.add(s);
+    buf.close(9, samples.length);
+    const adv = new Map(buf.takeBatch(0).batch!.samples.map((s) => [s.rolloutId, s.advantage]));
+    // the describers' baseline is their own mean (0.5); each message's guesses have their own (1 and 0)
+    expect([adv.get("r0"), adv.get("r3")]).toEqual([0.5, -0.5]);
+    expect([adv.get("r0.1"), adv.get("r0.2"), adv.get("r3.1"), adv.get("r3.2")]).toEqual([0, 0, 0, 0]);
+  });
 });

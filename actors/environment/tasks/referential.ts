@@ -66,8 +66,9 @@ export const createReferentialTask: TaskFactory = (config, context) => {
     name: "referential",
     roles: REFERENTIAL_ROLES,
     maxTurns: 2,
-    // one budget for both turns: the message, or the answer, then EOS
-    maxTurnTokens: Math.max(messageTokens, answerTokens) + 1,
+    // one budget for both turns, exactly the longer of the message and the answer: no EOS to learn
+    // (a message may end early with one), and no token beyond them that the reward never reads
+    maxTurnTokens: Math.max(messageTokens, answerTokens),
     eosId: tok.eos,
     reset(index, seed) {
       const secret = Math.floor(prng(episodeSeed(index, seed))() * secrets.length);

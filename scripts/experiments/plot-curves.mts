@@ -17,13 +17,13 @@ const runs = series.map((s) => {
   const pts = rows.filter((r) => typeof r.seconds === "number" && typeof (r.success_rate ?? r.success) === "number").map((r) => [r.seconds!, (r.success_rate ?? r.success)!] as const);
   return { label, pts };
 });
-const W = 640, H = 320, L = 48, R = 170, T = 16, B = 36;
+const W = 640, H = 320, L = 48, R = 170, T = 22, B = 36;
 const xMax = Math.max(...runs.flatMap((r) => r.pts.map((p) => p[0])));
 const x = (s: number) => L + ((W - L - R) * s) / xMax, y = (v: number) => T + (H - T - B) * (1 - v);
 const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`, `<rect width="${W}" height="${H}" fill="white"/>`];
 for (const v of [0, 0.125, 0.5, 0.9, 1]) parts.push(`<line x1="${L}" x2="${W - R}" y1="${y(v)}" y2="${y(v)}" stroke="#ddd"/><text x="${L - 6}" y="${y(v) + 4}" text-anchor="end">${v}</text>`);
 for (let s = 0; s <= xMax; s += 30) parts.push(`<text x="${x(s)}" y="${H - B + 14}" text-anchor="middle">${s}</text>`);
-parts.push(`<text x="${(L + W - R) / 2}" y="${H - 6}" text-anchor="middle">seconds</text>`, `<text x="12" y="${T + 8}">success</text>`);
+parts.push(`<text x="${(L + W - R) / 2}" y="${H - 6}" text-anchor="middle">seconds</text>`, `<text x="4" y="${T - 4}">success</text>`);
 runs.forEach((r, i) => {
   const c = COLORS[i % COLORS.length]!;
   parts.push(`<path d="${r.pts.map((p, k) => `${k ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join("")}" fill="none" stroke="${c}" stroke-width="1.3"/>`);

@@ -51,6 +51,12 @@ export interface StepMetrics {
   entropy_target?: number;
   /** Trained samples by staleness: entry k counts those whose oldest token is k versions behind the trainer. */
   staleness_hist?: number[];
+  /**
+   * Several policies: each one's figures of the step, as `policy_NAME_reward_mean`,
+   * `policy_NAME_success_rate`, `policy_NAME_samples`, and (when it trained) `policy_NAME_loss`,
+   * `policy_NAME_entropy`, `policy_NAME_grad_norm`, `policy_NAME_clipfrac`.
+   */
+  [policyField: `policy_${string}`]: number;
 }
 
 /**

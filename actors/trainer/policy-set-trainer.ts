@@ -79,12 +79,14 @@ export class PolicySetTrainer implements StepTrainer {
       else by.set(s.policy!, [s]);
     }
     const results: TrainStepResult[] = [];
+    const policies: Record<string, TrainStepResult["metrics"]> = {};
     let restarts = 0;
     for (const [name, t] of this.trainers) {
       const mine = by.get(name) ?? [];
       if (mine.length > 0) {
         const r = await t.step(mine);
         results.push(r);
+        policies[name] = r.metrics;
         restarts += r.restarts;
       } else await t.advance();
     }
@@ -92,7 +94,7 @@ export class PolicySetTrainer implements StepTrainer {
     this.current = { dir: join(this.weightsRoot, `v${version}`), version };
     const first = results[0];
     if (!first) throw new OozeError("INTERNAL", "a step of several policies got no samples of any");
-    return { ...first, metrics: mergeMetrics(results.map((r) => r.metrics)), modelDir: this.current.dir, version, restarts };
+    return { ...first, metrics: mergeMetrics(results.map((r) => r.metrics)), modelDir: this.current.dir, version, restarts, policies };
   }
 
   /** Saves every policy's current adapter to dir/POLICY. */

@@ -166,6 +166,8 @@ export interface TrainStepResult {
   entropyCoef: number;
   /** The entropy target the coefficient moved toward after this step (null: no adaptive control). */
   entropyTarget: number | null;
+  /** Several policies: each trained policy's own metrics (the step's are merged over them). */
+  policies?: Record<string, TrainStepMetrics>;
 }
 
 /** The policy trainer: a TrainerWorker plus the version directories. */

@@ -19,13 +19,14 @@ import { oldestVersion } from "../../src/sample.ts";
 import { nodeDown } from "../../src/topology/node.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { defineLoopActor, type LoopEnv } from "../protocol/context.ts";
-import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup } from "../protocol/messages.ts";
+import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup, type TrainSample } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../protocol/streams.ts";
-import { appendJsonl, readJsonl, sampleTokensRecord, writeRewardSvg, type BatchRecord, type StepMetrics } from "../protocol/metrics.ts";
+import { appendJsonl, readJsonl, rewardStats, sampleTokensRecord, writeRewardSvg, type BatchRecord, type StepMetrics } from "../protocol/metrics.ts";
 import { policySpecs } from "../protocol/policies.ts";
 import { PolicySetTrainer } from "./policy-set-trainer.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../protocol/state.ts";
 import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
+import type { TrainStepMetrics } from "../../native/trainer.ts";
 import { SimTrainer, type StepTrainer } from "./sim-trainer.ts";
 import { copyTokenizerFiles } from "./sft.ts";
 import { ExplorerLog } from "./explorer-log.ts";
@@ -262,6 +263,7 @@ class Run {
       response_length_mean: b.samples.length ? b.samples.reduce((n, x) => n + x.responseLength, 0) / b.samples.length : 0, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: restarts,
       lr: trained ? this.trainer.lrAt(this.trainer.version) : 0, entropy_coef: trained?.entropyCoef ?? 0, ...(trained?.entropyTarget != null ? { entropy_target: trained.entropyTarget } : {}), staleness_hist: stalenessHist(b.samples, versionBefore),
       ...(trained?.critic ? criticFields(trained.critic) : {}),
+      ...policyFields(b.samples, trained?.policies ?? null),
     };
     this.metrics.push(m);
     appendJsonl(this.paths.metrics, m);
@@ -324,4 +326,18 @@ class Run {
     await Promise.all(others.map((h) => nodeDown(this.env.bus, this.env.job, h).catch((e) => this.log(`trainer: could not stop node ${h}: ${(e as Error).message}`))));
     await nodeDown(this.env.bus, this.env.job, this.env.host).catch((e) => this.log(`trainer: could not stop node ${this.env.host}: ${(e as Error).message}`));
   }
+}
+
+/** Each policy's figures of a step (several policies): its samples' rewards and its update's metrics. */
+function policyFields(samples: readonly TrainSample[], trained: Record<string, TrainStepMetrics> | null): Record<`policy_${string}`, number> {
+  const names = [...new Set(samples.map((s) => s.policy).filter((p): p is string => p !== undefined))];
+  const out: Record<`policy_${string}`, number> = {};
+  for (const name of names) {
+    const mine = samples.filter((s) => s.policy === name);
+    const r = rewardStats(mine);
+    Object.assign(out, { [`policy_${name}_reward_mean`]: r.reward_mean, [`policy_${name}_success_rate`]: r.success_rate, [`policy_${name}_samples`]: mine.length });
+    const m = trained?.[name];
+    if (m) Object.assign(out, { [`policy_${name}_loss`]: m.loss, [`policy_${name}_entropy`]: m.entropy, [`policy_${name}_grad_norm`]: m.gradNorm, [`policy_${name}_clipfrac`]: m.clipfrac });
+  }
+  return out;
 }

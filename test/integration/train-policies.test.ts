@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { enginesSchema, trainSchema } from "../../actors/protocol/config.ts";
 import { batchRegistry, type TrainSample } from "../../actors/protocol/messages.ts";
+import { readJsonl, type StepMetrics } from "../../actors/protocol/metrics.ts";
 import { POLICY_FILE } from "../../actors/protocol/policies.ts";
 import { scanStream } from "../../actors/protocol/streams.ts";
 import { runTrainJob } from "../../app/job/train-job.ts";
@@ -51,6 +52,13 @@ describe("two policies in one job (the referential game)", () => {
       nats: { url: nats.server.url, token: nats.server.token },
     });
     expect(summary.steps).toBe(STEPS);
+    // each policy's figures of every step: its samples' rewards and its own update
+    const metrics = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
+    for (const m of metrics) {
+      expect(m.policy_describer_samples! * 3).toBe(m.policy_guesser_samples);
+      expect(m.policy_guesser_success_rate).toBeCloseTo(m.success_rate, 12); // the describer's success is a rate: not counted
+      for (const k of ["loss", "entropy", "grad_norm", "clipfrac"]) expect(typeof m[`policy_describer_${k}`]).toBe("number");
+    }
 
     // Each version holds both adapters, each naming its policy; the base stays.
     for (const v of ["v0-adapter", "v2", "v3"])

@@ -101,17 +101,19 @@ export function sampleTokensRecord(step: number, s: { index: number; tokens: Int
   return { step, index: s.index, promptLength, tokens: Array.from(s.tokens), sampled };
 }
 
+/** The share of `xs` for which `f` holds (0 for none). */
+function fracOf<T>(xs: readonly T[], f: (x: T) => boolean): number {
+  return xs.length ? xs.filter(f).length / xs.length : 0;
+}
+
 /** Reward statistics of a step's samples (those with a reward; failed generations have none). */
 export function rewardStats(samples: readonly { reward: number | null; metadata: Record<string, unknown> }[]): Pick<StepMetrics, "reward_mean" | "reward_max_frac" | "success_rate"> {
   const ok = samples.filter((s) => s.reward !== null);
-  const frac = (f: (s: (typeof ok)[number]) => boolean) => (ok.length ? ok.filter(f).length / ok.length : 0);
   return {
     reward_mean: ok.length ? ok.reduce((a, s) => a + s.reward!, 0) / ok.length : 0,
-    reward_max_frac: frac((s) => s.reward! >= 1),
+    reward_max_frac: fracOf(ok, (s) => s.reward! >= 1),
     // a sample whose success is null (a context of several branches: a rate, not one outcome) does not count
-    success_rate: ((xs) => (xs.length ? xs.filter((s) => (typeof s.metadata.success === "boolean" ? s.metadata.success : s.reward! >= 1)).length / xs.length : 0))(
-      ok.filter((s) => s.metadata.success !== null),
-    ),
+    success_rate: fracOf(ok.filter((s) => s.metadata.success !== null), (s) => (typeof s.metadata.success === "boolean" ? s.metadata.success : s.reward! >= 1)),
   };
 }
 

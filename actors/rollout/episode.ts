@@ -42,6 +42,11 @@ export interface EpisodeSpec {
   roles?: ReadonlyMap<string, { policy: string; lora: string | null; contexts?: number }> | null;
 }
 
+/** Sample indices one episode owns: the contexts its roles play (1 without roles). */
+export function slotsOf(roles: EpisodeSpec["roles"]): number {
+  return Math.max(1, [...(roles?.values() ?? [])].reduce((n, r) => n + (r.contexts ?? 1), 0));
+}
+
 /** Tokens a request of `inputLen` tokens may ask for on the generator's engines (Infinity when they report no limits). */
 function roomFor(gen: Generator, inputLen: number): number {
   const limits = gen.lengthLimits?.() ?? null;
@@ -82,7 +87,7 @@ export async function runEpisode<S>(task: Task<S>, gen: Generator, spec: Episode
   const { prompt, promptIds, state: s0 } = task.reset(spec.groupIndex, spec.seed);
   const rolloutId = `r${spec.index}`;
   const contexts: Context<S>[] = [];
-  const slots = Math.max(1, [...(spec.roles?.values() ?? [])].reduce((n, r) => n + (r.contexts ?? 1), 0));
+  const slots = slotsOf(spec.roles);
   const open = (role: string | undefined, p: unknown, ids: Int32Array): Context<S> => {
     const n = contexts.length;
     if (n >= slots) throw new OozeError("CONFIG_INVALID", `task ${task.name}: episode ${spec.index} opened more contexts than the ${slots} its roles own`);

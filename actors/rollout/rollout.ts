@@ -7,7 +7,7 @@ import type { Generator } from "./generator.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { Task } from "../environment/task.ts";
 import { OozeError } from "../../src/errors.ts";
-import { runEpisode, type EpisodeSpec } from "./episode.ts";
+import { runEpisode, slotsOf, type EpisodeSpec } from "./episode.ts";
 
 /** Where a rollout starts in the job's data stream, and how much it produces. */
 export interface RolloutRange {
@@ -53,7 +53,7 @@ export interface RolloutOptions {
  */
 export async function rolloutRange(task: Task, gen: Generator, range: RolloutRange, opts: RolloutOptions): Promise<RolloutResult> {
   const t0 = performance.now();
-  const slots = Math.max(1, [...(opts.roles?.values() ?? [])].reduce((n, r) => n + (r.contexts ?? 1), 0));
+  const slots = slotsOf(opts.roles);
   const n = Math.max(1, Math.floor(range.samplesPerPrompt / slots));
   let failures = 0;
   const jobs: Promise<Sample[]>[] = [];

@@ -122,13 +122,14 @@ export function nextEntropyCoef(
 
 /** The trainer config of a topology's `train:` section (lrDecaySteps: the run's steps unless given). */
 export function policyTrainerConfig(t: TrainConfig): PolicyTrainerConfig {
+  const policy = singlePolicy(t.policies);
   return {
     lr: t.lr, lrWarmupSteps: t.lrWarmupSteps, lrDecay: t.lrDecay, lrDecaySteps: t.lrDecaySteps ?? t.steps, lrMinRatio: t.lrMinRatio, adamEps: t.adamEps,
     weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
     entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, entropyCoefMax: t.entropyCoefMax,
     entropyTargetFinal: t.entropyTargetFinal, entropyTargetSteps: t.entropyTargetSteps, temperature: t.temperature,
     microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep, ppo: t.algorithm === "ppo" ? t.ppo : null,
-    worker: t.trainer, lora: singlePolicy(t.policies).lora, policy: singlePolicy(t.policies).name, seed: t.seed,
+    worker: t.trainer, lora: policy.lora, policy: policy.name, seed: t.seed,
   };
 }
 

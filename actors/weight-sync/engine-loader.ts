@@ -42,12 +42,13 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
     const adapters = loadFormat === null || loadFormat === "auto" ? (isAdapterDir(modelPath) ? [modelPath] : adapterSetOf(modelPath)) : null;
     if (adapters) {
       // each policy's adapter, checked first: a version is served whole or not at all
+      const lora = backend.lora;
+      if (!lora) throw new OozeError("BAD_REQUEST", `${modelPath} holds LoRA adapters and this engine serves no adapters`);
       const named = adapters.map((dir) => {
         const policy = readPolicyFile(dir);
         if (policy === null)
           throw new OozeError("CHECKPOINT_INVALID", `${dir} is a LoRA adapter without ${POLICY_FILE}: it does not say which name to serve it under; load it with POST /load_lora_adapter`);
-        if (!backend.lora) throw new OozeError("BAD_REQUEST", `${dir} is a LoRA adapter (policy '${policy}') and this engine serves no adapters`);
-        return { dir, policy, lora: backend.lora };
+        return { dir, policy };
       });
       // The adapters are over the base their adapter_config.json names: an engine started on other
       // weights (a preset's own initialisation) loads that base first, once.
@@ -58,7 +59,7 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
         fullDir = bases[0]!;
         current = null;
       }
-      for (const a of named) await a.lora.load(a.policy, a.dir);
+      for (const a of named) await lora.load(a.policy, a.dir);
       return;
     }
     if (loadFormat === null || loadFormat === "auto" || loadFormat === "safetensors") {

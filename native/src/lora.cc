@@ -71,12 +71,6 @@ std::vector<LoraLayer> Lora::ptrs(float* buf) const {
   return out;
 }
 
-const TensorInfo* Lora::find(const std::string& name) const {
-  for (auto& t : tensors)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-
 Lora make_lora(const LlamaConfig& base, const LoraConfig& c) {
   const std::string err = c.validate();
   if (!err.empty()) throw std::invalid_argument("lora: " + err);

@@ -59,7 +59,6 @@ struct Lora {
   std::vector<float> params;
   /** Per-layer views into `buf` (params, or a buffer of the same size). */
   std::vector<LoraLayer> ptrs(float* buf) const;
-  const TensorInfo* find(const std::string& name) const;
 };
 
 /** The layout of an adapter for a base of config `base`, params zeroed. Throws std::invalid_argument when `c` is invalid. */

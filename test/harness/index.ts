@@ -7,3 +7,4 @@ export * from "../../app/job/testing.ts";
 export { makeTestCerts } from "./certs.ts";
 export { type TestNats, useNats } from "./nats.ts";
 export { createTestNetwork, netnsUnavailable, type TestNetwork } from "./netns.ts";
+export { rolloutLogprobGap } from "./rollout-gap.ts";

@@ -9,16 +9,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { enginesSchema, trainSchema } from "../../actors/protocol/config.ts";
-import { batchRegistry, type TrainSample } from "../../actors/protocol/messages.ts";
+import { batchRegistry } from "../../actors/protocol/messages.ts";
 import { readJsonl, type StepMetrics } from "../../actors/protocol/metrics.ts";
 import { POLICY_FILE } from "../../actors/protocol/policies.ts";
 import { scanStream } from "../../actors/protocol/streams.ts";
 import { runTrainJob } from "../../app/job/train-job.ts";
-import { packSamples, Trainer } from "../../native/trainer.ts";
 import { encodeBytes } from "../../src/engine/tokenizer.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { parseTopology } from "../../src/topology/load.ts";
-import { useNats } from "../harness/index.ts";
+import { rolloutLogprobGap, useNats } from "../harness/index.ts";
 
 const nats = useNats();
 const dirs: string[] = [];
@@ -26,15 +25,6 @@ afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
 
 const STEPS = 3;
 const lora = { lora: { rank: 4, targets: ["q_proj", "v_proj", "down_proj"] } };
-
-/** The largest |trainer logprob − rollout logprob| over the samples' model tokens, under the adapter in `modelDir`. */
-async function gap(modelDir: string, samples: readonly TrainSample[]): Promise<number> {
-  const packed = packSamples(samples.map((s) => ({ tokens: s.tokens, responseLength: s.responseLength, lossMask: s.lossMask, rolloutLogprobs: s.rolloutLogprobs, advantage: 0 })));
-  const lp = (await (await Trainer.create({ modelDir })).logprobs(packed)).logprobs;
-  let worst = 0;
-  for (let i = 0; i < lp.length; i++) if (packed.lossMask[i]) worst = Math.max(worst, Math.abs(lp[i]! - packed.rolloutLogprobs![i]!));
-  return worst;
-}
 
 describe("two policies in one job (the referential game)", () => {
   it("trains each role's adapter on its own samples, generated with that role's adapter", async () => {
@@ -93,9 +83,9 @@ describe("two policies in one job (the referential game)", () => {
     // Version 2 generated the last batch: each role's tokens are its own adapter's (and not the other's).
     expect(last.every((s) => s.weightVersions.every((w) => w.version === "2"))).toBe(true);
     const v2 = join(out, "weights", "v2");
-    expect(await gap(join(v2, "describer"), of("describer"))).toBeLessThan(1e-4);
-    expect(await gap(join(v2, "guesser"), of("guesser"))).toBeLessThan(1e-4);
-    expect(await gap(join(v2, "guesser"), of("describer"))).toBeGreaterThan(1e-3);
+    expect(await rolloutLogprobGap(join(v2, "describer"), of("describer"))).toBeLessThan(1e-4);
+    expect(await rolloutLogprobGap(join(v2, "guesser"), of("guesser"))).toBeLessThan(1e-4);
+    expect(await rolloutLogprobGap(join(v2, "guesser"), of("describer"))).toBeGreaterThan(1e-3);
   });
 
   it("refuses roles and policies that do not fit", () => {

@@ -15,6 +15,7 @@ import { join } from "node:path";
 import { OozeError } from "../src/errors.ts";
 import type { NativeEngine } from "./index.d.ts";
 import { loadNative } from "./load.ts";
+import { weightsFileOf } from "./model-dir.ts";
 
 /** Options of createNativeBackend. */
 export interface NativeBackendOptions {
@@ -66,11 +67,14 @@ class NativeBackend implements InferenceBackend {
   }
 
   private async loadLora(name: string, path: string): Promise<BackendLoraAdapter> {
+    // a model directory (not an adapter's) is a whole model served under the name
+    const full = weightsFileOf(path) === "model.safetensors";
     try {
-      await this.native().loadLoraAdapter(name, path);
+      if (full) await this.native().loadNamedModel(name, path);
+      else await this.native().loadLoraAdapter(name, path);
     } catch (e) {
       if (e instanceof OozeError) throw e;
-      throw new OozeError("CHECKPOINT_INVALID", `cannot load LoRA adapter '${name}' from ${path}: ${(e as Error).message}`, { cause: e });
+      throw new OozeError("CHECKPOINT_INVALID", `cannot load ${full ? "model" : "LoRA adapter"} '${name}' from ${path}: ${(e as Error).message}`, { cause: e });
     }
     this.loraPaths.set(name, path);
     return this.listLora().find((a) => a.name === name)!;
@@ -79,7 +83,7 @@ class NativeBackend implements InferenceBackend {
   private listLora(): BackendLoraAdapter[] {
     return this.native()
       .loraAdapters()
-      .map((a) => ({ name: a.name, path: this.loraPaths.get(a.name) ?? "", rank: a.rank, alpha: a.alpha, targets: [...a.targets] }));
+      .map((a) => ({ name: a.name, path: this.loraPaths.get(a.name) ?? "", ...(a.full ? { full: true } : {}), rank: a.rank, alpha: a.alpha, targets: [...a.targets] }));
   }
 
   private native(): NativeEngine {

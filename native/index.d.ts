@@ -195,9 +195,10 @@ export interface NativeEngineConstructor {
 /** PEFT's name of a Linear layer a LoRA adapter can target. */
 export type LoraTargetName = "q_proj" | "k_proj" | "v_proj" | "o_proj" | "gate_proj" | "up_proj" | "down_proj";
 
-/** A LoRA adapter loaded into the engine (Engine.loraAdapters). */
+/** A LoRA adapter loaded into the engine (Engine.loraAdapters), or a named whole model (`full`; rank 0, no targets). */
 export interface NativeLoraAdapterInfo {
   name: string;
+  full: boolean;
   rank: number;
   alpha: number;
   rslora: boolean;
@@ -240,6 +241,12 @@ export interface NativeEngine {
    * reused. Rejects with a message naming the file and the field or tensor that does not fit.
    */
   loadLoraAdapter(name: string, dir: string): Promise<{ replaced: boolean }>;
+  /**
+   * Loads a whole model directory (config.json + model.safetensors, the base's architecture) as
+   * `name`: served like an adapter (requests name it; a prefix cache of its own), on its own
+   * weights. A policy of its own full weights beside others is served this way.
+   */
+  loadNamedModel(name: string, dir: string): Promise<{ replaced: boolean }>;
   /** Unloads an adapter (running requests finish with it; its cached prefixes are freed); false if not loaded. */
   unloadLoraAdapter(name: string): boolean;
   /** The loaded adapters, by name. */

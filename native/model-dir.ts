@@ -20,31 +20,31 @@ export function weightsFileOf(dir: string): "model.safetensors" | "adapter_model
 }
 
 /**
- * The adapter directories of a version of several LoRA policies: the subdirectories of `dir` that are
- * PEFT adapter directories, sorted by name; null when `dir` is itself a model or adapter directory or
- * has none.
+ * The policy directories of a version of several policies: the subdirectories of `dir` that hold
+ * weights (a PEFT adapter directory per LoRA policy, a model directory per full policy), sorted by
+ * name; null when `dir` is itself a model or adapter directory or has none.
  */
-export function adapterSetOf(dir: string): string[] | null {
+export function policySetOf(dir: string): string[] | null {
   if (weightsFileOf(dir) !== null || !existsSync(dir)) return null;
   const subs = readdirSync(dir, { withFileTypes: true })
-    .filter((e) => e.isDirectory() && weightsFileOf(join(dir, e.name)) === "adapter_model.safetensors")
+    .filter((e) => e.isDirectory() && weightsFileOf(join(dir, e.name)) !== null)
     .map((e) => join(dir, e.name))
     .sort();
   return subs.length > 0 ? subs : null;
 }
 
-/** Whether `dir` holds a checkpoint's weights: a model, an adapter, or a set of adapters. */
+/** Whether `dir` holds a checkpoint's weights: a model, an adapter, or a set of policies'. */
 export function hasWeights(dir: string): boolean {
-  return weightsFileOf(dir) !== null || adapterSetOf(dir) !== null;
+  return weightsFileOf(dir) !== null || policySetOf(dir) !== null;
 }
 
-/** Bytes of a checkpoint's weights files (a model's, an adapter's, or a set of adapters'); 0 when it has none. */
+/** Bytes of a checkpoint's weights files (a model's, an adapter's, or a set of policies'); 0 when it has none. */
 export function weightsBytes(dir: string): number {
   const one = (d: string) => {
     const f = weightsFileOf(d);
     return f ? statSync(join(d, f)).size : 0;
   };
-  return weightsFileOf(dir) !== null ? one(dir) : (adapterSetOf(dir) ?? []).reduce((n, d) => n + one(d), 0);
+  return weightsFileOf(dir) !== null ? one(dir) : (policySetOf(dir) ?? []).reduce((n, d) => n + one(d), 0);
 }
 
 /** Whether `dir` is a PEFT adapter directory (and not a model directory). */

@@ -204,8 +204,9 @@ export const trainSchema = z
       .default(null),
     /**
      * What trains over the model (actors/protocol/policies.ts): `{NAME: {lora: {rank, alpha, targets,
-     * rslora}} | {full: true}}`. Absent: the full model, as one policy. Several policies are LoRA
-     * adapters over the one base, one per role of the task (`roles`).
+     * rslora}} | {full: true}}`. Absent: the full model, as one policy. Several policies (LoRA adapters
+     * over the one base, or full models of their own starting from it) are one per role of the task
+     * (`roles`) or picked by an agent's requests.
      */
     policies: policiesSchema,
     /**
@@ -226,13 +227,12 @@ export const trainSchema = z
     const names = Object.keys(t.policies);
     if (names.length === 0) ctx.addIssue({ code: "custom", path: ["policies"], message: "name at least one policy, or leave policies out (the full model trains)" });
     if (names.length > 1) {
-      const full = names.filter((n) => !("lora" in t.policies![n]!));
-      if (full.length > 0)
-        ctx.addIssue({ code: "custom", path: ["policies", full[0]!], message: "with several policies each is a LoRA adapter over the one base; full models per role are not implemented yet" });
       if (!t.roles && !t.agent)
         ctx.addIssue({ code: "custom", path: ["roles"], message: `several policies (${names.join(", ")}): map the task's roles to them with roles: {ROLE: POLICY} (an agent picks them by the requests' model field)` });
       if (t.roles && t.agent) ctx.addIssue({ code: "custom", path: ["roles"], message: "an agent picks its policies by the requests' model field; leave roles out" });
       if (t.algorithm === "ppo") ctx.addIssue({ code: "custom", path: ["algorithm"], message: "several policies train with group advantages only so far (algorithm: group)" });
+      if (t.weightSync === "delta") ctx.addIssue({ code: "custom", path: ["weightSync"], message: "several policies are synced whole, one directory per policy; use weightSync: full" });
+      if (t.trainer.backend !== "native") ctx.addIssue({ code: "custom", path: ["trainer", "backend"], message: "several policies train on the native worker only so far (trainer.backend: native)" });
     }
     const lora = Object.entries(t.policies).find(([, p]) => "lora" in p);
     if (lora && t.trainer.backend !== "native")

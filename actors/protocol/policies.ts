@@ -1,7 +1,8 @@
 // The `policies:` of a topology's `train:` section: what trains over the job's one base model. A
 // policy is a LoRA adapter (rank, alpha, target modules; the base stays frozen) or the full model.
-// Absent, the job trains one full policy. Each policy's name is what engines serve its adapter under
-// (SGLang's lora_path) and what the gateway's `model` field picks.
+// Absent, the job trains one full policy. Each policy's name is what engines serve its adapter (or,
+// beside other policies, its own full model) under (SGLang's lora_path) and what the gateway's
+// `model` field picks.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
@@ -60,12 +61,21 @@ export function loraOf(p: PolicyConfig): LoraConfig | null {
 export interface PolicySpec {
   name: string;
   lora: LoraConfig | null;
+  /**
+   * The name engines serve it under, which its requests give as `lora_path`: a LoRA policy's adapter,
+   * or, beside other policies, a full policy's own model; null: the engine's model itself (one full policy).
+   */
+  served: string | null;
 }
 
 /** The job's policies in configuration order; without `policies:`, the full model as policy `default`. */
 export function policySpecs(policies: Record<string, PolicyConfig> | null): PolicySpec[] {
-  if (!policies || Object.keys(policies).length === 0) return [{ name: "default", lora: null }];
-  return Object.entries(policies).map(([name, p]) => ({ name, lora: loraOf(p) }));
+  if (!policies || Object.keys(policies).length === 0) return [{ name: "default", lora: null, served: null }];
+  const several = Object.keys(policies).length > 1;
+  return Object.entries(policies).map(([name, p]) => {
+    const lora = loraOf(p);
+    return { name, lora, served: lora || several ? name : null };
+  });
 }
 
 /** The job's policy when it has one (the first one otherwise: callers with several use rolePolicies). */
@@ -80,23 +90,24 @@ export function rolePolicies(train: { policies: Record<string, PolicyConfig> | n
   return new Map(
     Object.entries(train.roles).map(([role, r]) => {
       const { policy, contexts } = roleOf(r);
-      return [role, { ...(specs.get(policy) ?? { name: policy, lora: null }), contexts }];
+      return [role, { ...(specs.get(policy) ?? { name: policy, lora: null, served: null }), contexts }];
     }),
   );
 }
 
 /**
- * The file in a LoRA policy's version directory (a PEFT adapter directory) that names the policy:
- * engines load the adapter under that name (SGLang's lora_name), which requests then ask for.
+ * The file in a policy's version directory (a LoRA policy's PEFT adapter directory, or a full
+ * policy's model directory beside other policies) that names the policy: engines load it under that
+ * name (SGLang's lora_name), which requests then ask for.
  */
 export const POLICY_FILE = "ooze-policy.json";
 
-/** Writes POLICY_FILE into an adapter directory. */
+/** Writes POLICY_FILE into a policy's directory. */
 export function writePolicyFile(dir: string, policy: string): void {
   writeFileSync(join(dir, POLICY_FILE), `${JSON.stringify({ policy })}\n`);
 }
 
-/** The policy an adapter directory's POLICY_FILE names, or null when it has none; throws CHECKPOINT_INVALID when it is malformed. */
+/** The policy a directory's POLICY_FILE names, or null when it has none; throws CHECKPOINT_INVALID when it is malformed. */
 export function readPolicyFile(dir: string): string | null {
   const file = join(dir, POLICY_FILE);
   if (!existsSync(file)) return null;

@@ -108,7 +108,7 @@ async function engineUrls(registry: FleetRegistry, waitMs: number): Promise<stri
 }
 
 /**
- * Each role's policy and adapter name for a task of several roles; null for a task of one. The
+ * Each role's policy and the name engines serve it under, for a task of several roles; null for a task of one. The
  * task's roles and the topology's `train.roles` must name the same roles.
  */
 function rolesOf(task: Task | null, train: TrainConfig): Map<string, { policy: string; lora: string | null; contexts: number }> | null {
@@ -118,7 +118,7 @@ function rolesOf(task: Task | null, train: TrainConfig): Map<string, { policy: s
   const configured = [...(map?.keys() ?? [])].sort().join(", ");
   if (!taskRoles || !map || [...taskRoles].sort().join(", ") !== configured)
     throw new OozeError("CONFIG_INVALID", `train.roles (${configured || "none"}) must map exactly the roles of task ${task?.name ?? train.task} (${taskRoles?.join(", ") || "one role"})`);
-  return new Map([...map].map(([role, p]) => [role, { policy: p.name, lora: p.lora ? p.name : null, contexts: p.contexts }]));
+  return new Map([...map].map(([role, p]) => [role, { policy: p.name, lora: p.served, contexts: p.contexts }]));
 }
 
 /** The rollout actor definition for a node's system and topology. */
@@ -138,8 +138,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries }).filter(([, v]) => v !== undefined));
       const gen = await FleetGenerator.create([], (l) => ctx.log.info(l), faultOpts);
       // A LoRA policy: every request names its adapter, which the engines load under the policy's name.
-      const policy = singlePolicy(train.policies);
-      if (policy.lora) gen.lora = policy.name;
+      gen.lora = singlePolicy(train.policies).served;
       // A task of several roles: each context's requests name its role's policy.
       const roles = rolesOf(task, train);
       let agents: AgentRollout | null = null;

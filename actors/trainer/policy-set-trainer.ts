@@ -1,14 +1,16 @@
-// Several policies trained in one trainer actor, in turn: one PolicyTrainer (its own worker: the base
-// and that policy's LoRA adapter) per policy. A step splits the batch by each sample's policy and
-// trains each policy on its own samples (a policy without samples in the batch keeps its adapter,
-// saved as the new version); every policy's versions advance together, as the job's weight version.
-// Version N is one directory holding each policy's PEFT adapter directory (weightsRoot/vN/POLICY),
-// which the weight sync moves as one and the engines load adapter by adapter.
+// Several policies trained in one trainer actor, in turn: one PolicyTrainer per policy, each its own
+// worker (the base and that policy's LoRA adapter, or a full policy's own whole model, starting from
+// the base). A step splits the batch by each sample's policy and trains each policy on its own
+// samples (a policy without samples in the batch keeps its weights, saved as the new version); every
+// policy's versions advance together, as the job's weight version. Version N is one directory
+// holding each policy's directory (weightsRoot/vN/POLICY: a PEFT adapter directory, or a model
+// directory), which the weight sync moves as one and the engines load policy by policy, each under
+// its name.
 import { join } from "node:path";
 import { OozeError } from "../../src/errors.ts";
 import type { PolicySpec } from "../protocol/policies.ts";
 import type { TrainSample } from "../protocol/messages.ts";
-import { mergeMetrics, PolicyTrainer, type PolicyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
+import { mergeMetrics, PolicyTrainer, V0_POLICIES, type PolicyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
 import type { StepTrainer } from "./sim-trainer.ts";
 
 /** The policies' trainers, stepping together. */
@@ -20,8 +22,9 @@ export class PolicySetTrainer implements StepTrainer {
   ) {}
 
   /**
-   * One trainer per policy (every one a LoRA adapter over the base at `modelDir`), or, resuming,
-   * each from its subdirectory of a version directory `modelDir` this class wrote.
+   * One trainer per policy (a LoRA adapter over the base at `modelDir`, or a full policy starting as
+   * a copy of it), or, resuming, each from its subdirectory of a version directory `modelDir` this
+   * class wrote.
    */
   static async start(opts: {
     modelDir: string; version: number; weightsRoot: string; config: PolicyTrainerConfig; policies: readonly PolicySpec[]; resumed: boolean;
@@ -30,12 +33,12 @@ export class PolicySetTrainer implements StepTrainer {
     const trainers = new Map<string, PolicyTrainer>();
     try {
       for (const [i, p] of opts.policies.entries()) {
-        if (!p.lora) throw new OozeError("CONFIG_INVALID", `policy ${p.name}: with several policies each is a LoRA adapter`);
         const from = opts.resumed ? join(opts.modelDir, p.name) : opts.modelDir;
         trainers.set(p.name, await PolicyTrainer.start({
           modelDir: from, version: opts.version, weightsRoot: opts.weightsRoot,
           // each adapter from its own seed: two roles do not start as one
           config: { ...opts.config, lora: p.lora, policy: p.name, subdir: p.name, seed: (opts.config.seed ?? 0) + i },
+          fresh: !opts.resumed,
           ...(opts.onRestart ? { onRestart: opts.onRestart } : {}), ...(opts.log ? { log: opts.log } : {}),
         }));
       }
@@ -43,8 +46,8 @@ export class PolicySetTrainer implements StepTrainer {
       for (const t of trainers.values()) await t.close();
       throw e;
     }
-    // A fresh start saved each policy's adapter as version 0 under weightsRoot/v0-adapter/POLICY.
-    const dir = opts.resumed ? opts.modelDir : join(opts.weightsRoot, "v0-adapter");
+    // A fresh start saved each policy's weights as version 0 under weightsRoot/v0-policies/POLICY.
+    const dir = opts.resumed ? opts.modelDir : join(opts.weightsRoot, V0_POLICIES);
     return new PolicySetTrainer(trainers, opts.weightsRoot, { dir, version: opts.version });
   }
 
@@ -97,7 +100,7 @@ export class PolicySetTrainer implements StepTrainer {
     return { ...first, metrics: mergeMetrics(results.map((r) => r.metrics)), modelDir: this.current.dir, version, restarts, policies };
   }
 
-  /** Saves every policy's current adapter to dir/POLICY. */
+  /** Saves every policy's current weights to dir/POLICY. */
   async saveTo(dir: string): Promise<void> {
     for (const [name, t] of this.trainers) await t.saveTo(join(dir, name));
   }

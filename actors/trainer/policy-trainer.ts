@@ -97,6 +97,9 @@ export interface PolicyTrainerConfig {
   seed?: number;
 }
 
+/** The directory (under the weights root) of version 0 of a LoRA policy's adapter, or of several policies' weights. */
+export const V0_POLICIES = "v0-policies";
+
 /** The entropy target of adaptive entropy control at a step (null: no control). */
 export function entropyTargetAt(c: Pick<PolicyTrainerConfig, "entropyTarget" | "entropyTargetFinal" | "entropyTargetSteps">, step: number): number | null {
   if (c.entropyTarget == null) return null;
@@ -194,6 +197,8 @@ export class PolicyTrainer {
    */
   static async start(opts: {
     modelDir: string; version: number; weightsRoot: string; config: PolicyTrainerConfig;
+    /** One of several policies (config.subdir), starting from the base at modelDir rather than its own saved version. */
+    fresh?: boolean;
     /** After each restart of the worker: why, and the new worker's pid (null when it gave up). */
     onRestart?: (reason: string, pid: number | null) => void; log?: (line: string) => void;
   }): Promise<PolicyTrainer> {
@@ -221,9 +226,11 @@ export class PolicyTrainer {
     }
     const base = isAdapterDir(opts.modelDir) ? adapterBaseDir(opts.modelDir) : resolve(opts.modelDir);
     const t = new PolicyTrainer(worker, opts.weightsRoot, opts.config, { dir: opts.modelDir, version: opts.version }, base);
-    if (opts.config.lora && !isAdapterDir(opts.modelDir)) {
-      // A fresh adapter (PEFT's init: a no-op over the base) is version 0: the engines load it first.
-      const dir = join(opts.weightsRoot, "v0-adapter", opts.config.subdir ?? "");
+    // A fresh adapter (PEFT's init: a no-op over the base), or a fresh full policy beside others (a
+    // copy of the base, under its name), is version 0: the engines load it first.
+    const fresh = opts.config.lora ? !isAdapterDir(opts.modelDir) : opts.config.subdir !== undefined && (opts.fresh ?? false);
+    if (fresh) {
+      const dir = join(opts.weightsRoot, V0_POLICIES, opts.config.subdir ?? "");
       await t.saveTo(dir);
       t.current = { dir, version: opts.version };
     }
@@ -374,9 +381,12 @@ export class PolicyTrainer {
     if (this.config.subdir) rmEmptyDir(join(this.weightsRoot, `v${old}`));
   }
 
-  /** A LoRA policy's version directory names the policy, so that engines load the adapter under that name. */
+  /**
+   * A LoRA policy's version directory, or a full policy's beside others, names the policy, so that
+   * engines load it under that name.
+   */
   private markPolicy(dir: string): void {
-    if (this.config.lora) writePolicyFile(dir, this.config.policy ?? "default");
+    if (this.config.lora || this.config.subdir !== undefined) writePolicyFile(dir, this.config.policy ?? "default");
   }
 
   /** Saves the current version (weights + optimizer) to `dir`, e.g. a checkpoint. */

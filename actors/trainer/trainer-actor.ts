@@ -22,7 +22,7 @@ import { defineLoopActor, type LoopEnv } from "../protocol/context.ts";
 import { batchMsg, batchRegistry, stepMetricsMsg, weightsMsg, type PendingGroup, type TrainSample } from "../protocol/messages.ts";
 import { consumeStream, ensureTrainStreams, publish, seqAfterStep, VersionsKv, type StreamConsumer } from "../protocol/streams.ts";
 import { appendJsonl, readJsonl, rewardStats, sampleTokensRecord, writeRewardSvg, type BatchRecord, type StepMetrics } from "../protocol/metrics.ts";
-import { policySpecs } from "../protocol/policies.ts";
+import { POLICY_FILE, policySpecs } from "../protocol/policies.ts";
 import { PolicySetTrainer } from "./policy-set-trainer.ts";
 import { checkpointDir, commitCheckpoint, latestCheckpoint, pruneCheckpoints, type RunState } from "../protocol/state.ts";
 import { criticFields, PolicyTrainer, policyTrainerConfig, type TrainStepResult } from "./policy-trainer.ts";
@@ -77,7 +77,7 @@ export function trainerActor(system: ActorSystem, topology: Topology) {
         : policies.length > 1
           ? await PolicySetTrainer.start({
               modelDir: from.modelDir, version: from.version, weightsRoot: from.weightsRoot, config, policies, onRestart,
-              resumed: existsSync(join(from.modelDir, policies[0]!.name, "adapter_config.json")),
+              resumed: existsSync(join(from.modelDir, policies[0]!.name, POLICY_FILE)),
             })
           : await PolicyTrainer.start({
             modelDir: from.modelDir,

@@ -5,7 +5,8 @@
 // other weights is refused and nothing changes — and the result is loaded like a full checkpoint;
 // re-applying the delta the engine serves already is a no-op. A LoRA policy's version is a PEFT
 // adapter directory naming its policy (POLICY_FILE): the engine serves it under that name over the
-// base it has (SGLang's load_lora_adapter), and the base stays.
+// base it has (SGLang's load_lora_adapter), and the base stays. With several policies a version is
+// a directory of them (a full policy's a whole model, served under its name beside the base).
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -15,7 +16,7 @@ import type { InferenceBackend } from "../../src/engine/backend.ts";
 import type { LoadWeightsHook } from "../../src/engine/server.ts";
 import { OozeError } from "../../src/errors.ts";
 import { applyDelta, decodeDelta, tensorLayout, type TensorSlot } from "./delta.ts";
-import { adapterBaseDir, adapterSetOf, isAdapterDir } from "../../native/model-dir.ts";
+import { adapterBaseDir, policySetOf, isAdapterDir } from "../../native/model-dir.ts";
 import { POLICY_FILE, readPolicyFile } from "../protocol/policies.ts";
 
 /** The load_format value of ooze's delta files. */
@@ -39,22 +40,23 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
     return current;
   };
   return async ({ modelPath, loadFormat, currentVersion }) => {
-    const adapters = loadFormat === null || loadFormat === "auto" ? (isAdapterDir(modelPath) ? [modelPath] : adapterSetOf(modelPath)) : null;
-    if (adapters) {
-      // each policy's adapter, checked first: a version is served whole or not at all
+    const set = loadFormat === null || loadFormat === "auto" ? (isAdapterDir(modelPath) ? [modelPath] : policySetOf(modelPath)) : null;
+    if (set) {
+      // each policy's directory, checked first: a version is served whole or not at all
       const lora = backend.lora;
-      if (!lora) throw new OozeError("BAD_REQUEST", `${modelPath} holds LoRA adapters and this engine serves no adapters`);
-      const named = adapters.map((dir) => {
+      if (!lora) throw new OozeError("BAD_REQUEST", `${modelPath} holds the weights of named policies (LoRA adapters or whole models) and this engine serves no named weights`);
+      const named = set.map((dir) => {
         const policy = readPolicyFile(dir);
         if (policy === null)
-          throw new OozeError("CHECKPOINT_INVALID", `${dir} is a LoRA adapter without ${POLICY_FILE}: it does not say which name to serve it under; load it with POST /load_lora_adapter`);
+          throw new OozeError("CHECKPOINT_INVALID", `${dir} has no ${POLICY_FILE}: it does not say which name to serve it under; load it with POST /load_lora_adapter`);
         return { dir, policy };
       });
-      // The adapters are over the base their adapter_config.json names: an engine started on other
-      // weights (a preset's own initialisation) loads that base first, once.
-      const bases = [...new Set(adapters.map((d) => adapterBaseDir(d)))];
+      // Adapters are over the base their adapter_config.json names: an engine started on other
+      // weights (a preset's own initialisation) loads that base first, once. A full policy's
+      // directory is a whole model, served under its name beside the base.
+      const bases = [...new Set(set.filter((d) => isAdapterDir(d)).map((d) => adapterBaseDir(d)))];
       if (bases.length > 1) throw new OozeError("CHECKPOINT_INVALID", `${modelPath}: its adapters are over different bases (${bases.join(", ")})`);
-      if (resolve(bases[0]!) !== resolve(fullDir)) {
+      if (bases.length === 1 && resolve(bases[0]!) !== resolve(fullDir)) {
         await backend.loadWeights(bases[0]!);
         fullDir = bases[0]!;
         current = null;

@@ -8,7 +8,7 @@
 // `keep` objects and the one the engines serve).
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { adapterSetOf } from "../../native/model-dir.ts";
+import { policySetOf } from "../../native/model-dir.ts";
 import { crc32 } from "node:zlib";
 import { StorageType } from "@nats-io/jetstream";
 import type { ObjectStore } from "@nats-io/obj";
@@ -77,7 +77,7 @@ function readChunks(file: string, each: (chunk: Uint8Array) => void): void {
 
 /**
  * The manifest of model directory `dir` (its regular files, optimizer state left out, CRC32 of each;
- * with several LoRA policies, the files of each policy's adapter subdirectory as `POLICY/FILE`).
+ * with several policies, the files of each policy's subdirectory as `POLICY/FILE`).
  */
 function manifestOf(dir: string, version: number): Manifest {
   const files: ManifestFile[] = [];
@@ -91,7 +91,7 @@ function manifestOf(dir: string, version: number): Manifest {
     }
   };
   add("");
-  if (files.length === 0) for (const sub of (adapterSetOf(dir) ?? []).map((d) => basename(d))) add(sub);
+  if (files.length === 0) for (const sub of (policySetOf(dir) ?? []).map((d) => basename(d))) add(sub);
   if (!files.some((f) => WEIGHT_FILES.has(basename(f.name))))
     throw new OozeError("CHECKPOINT_INVALID", `weight sync: ${dir} has no model.safetensors (nor adapter_model.safetensors); it is not the model (or adapter) directory of version ${version}`);
   return { format: "ooze-full", v: 1, version: String(version), files };

@@ -73,20 +73,21 @@ std::shared_ptr<const EngineAdapter> Engine::find_adapter(const std::string& nam
                               (loaded.empty() ? "no adapters are loaded" : "loaded: " + loaded) + ")");
 }
 
-bool Engine::load_adapter(const std::string& name, Lora lora) {
-  if (name.empty()) throw std::invalid_argument("an adapter needs a non-empty name");
-  const Lora want = make_lora(model_.cfg, lora.cfg);  // validates the config
-  bool fits = lora.layers == want.layers && lora.params.size() == want.params.size() && lora.tensors.size() == want.tensors.size();
-  for (size_t i = 0; fits && i < want.tensors.size(); ++i)
-    fits = lora.tensors[i].name == want.tensors[i].name && lora.tensors[i].shape == want.tensors[i].shape &&
-           lora.tensors[i].offset == want.tensors[i].offset;
-  if (!fits)
-    throw std::invalid_argument("adapter '" + name + "': its tensor layout does not fit the base model (" +
-                                std::to_string(model_.cfg.num_hidden_layers) + " layers, hidden " +
-                                std::to_string(model_.cfg.hidden_size) + ")");
+/** Whether a model of config `b` can stand in for one of config `a` (same tensors, same positions and tokens). */
+static bool same_architecture(const LlamaConfig& a, const LlamaConfig& b) {
+  return a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size && a.intermediate_size == b.intermediate_size &&
+         a.num_hidden_layers == b.num_hidden_layers && a.num_attention_heads == b.num_attention_heads &&
+         a.num_key_value_heads == b.num_key_value_heads && a.tie_word_embeddings == b.tie_word_embeddings &&
+         a.max_position_embeddings == b.max_position_embeddings && a.rope_theta == b.rope_theta &&
+         a.rope_scaling == b.rope_scaling && a.family == b.family && a.head_dim() == b.head_dim() &&
+         a.qkv_bias == b.qkv_bias && a.o_bias == b.o_bias && a.qk_norm == b.qk_norm && a.sliding_window == b.sliding_window &&
+         a.rms_norm_eps == b.rms_norm_eps && a.eos_token_id == b.eos_token_id;
+}
+
+bool Engine::install(const std::string& name, std::function<std::shared_ptr<const EngineAdapter>(uint64_t id)> make) {
   std::lock_guard<std::mutex> lk(mu_);
   const uint64_t id = next_adapter_id_++;
-  auto a = std::make_shared<const EngineAdapter>(name, id, std::move(lora));
+  auto a = make(id);
   new_cache(id);
   auto it = adapters_.find(name);
   const bool replaced = it != adapters_.end();
@@ -98,6 +99,30 @@ bool Engine::load_adapter(const std::string& name, Lora lora) {
     adapters_.emplace(name, std::move(a));
   }
   return replaced;
+}
+
+bool Engine::load_adapter(const std::string& name, Lora lora) {
+  if (name.empty()) throw std::invalid_argument("an adapter needs a non-empty name");
+  const Lora want = make_lora(model_.cfg, lora.cfg);  // validates the config
+  bool fits = lora.layers == want.layers && lora.params.size() == want.params.size() && lora.tensors.size() == want.tensors.size();
+  for (size_t i = 0; fits && i < want.tensors.size(); ++i)
+    fits = lora.tensors[i].name == want.tensors[i].name && lora.tensors[i].shape == want.tensors[i].shape &&
+           lora.tensors[i].offset == want.tensors[i].offset;
+  if (!fits)
+    throw std::invalid_argument("adapter '" + name + "': its tensor layout does not fit the base model (" +
+                                std::to_string(model_.cfg.num_hidden_layers) + " layers, hidden " +
+                                std::to_string(model_.cfg.hidden_size) + ")");
+  return install(name, [&](uint64_t id) { return std::make_shared<const EngineAdapter>(name, id, std::move(lora)); });
+}
+
+bool Engine::load_model(const std::string& name, Model model) {
+  if (name.empty()) throw std::invalid_argument("a named model needs a non-empty name");
+  if (!same_architecture(model_.cfg, model.cfg))
+    throw std::invalid_argument("model '" + name + "': its config differs from the base model's (" +
+                                std::to_string(model_.cfg.num_hidden_layers) + " layers, hidden " +
+                                std::to_string(model_.cfg.hidden_size) + ", vocab " + std::to_string(model_.cfg.vocab_size) +
+                                "): one engine serves models of one architecture");
+  return install(name, [&](uint64_t id) { return std::make_shared<const EngineAdapter>(name, id, std::move(model)); });
 }
 
 bool Engine::unload_adapter(const std::string& name) {
@@ -334,13 +359,14 @@ std::vector<EngineEvent> Engine::step() {
       r->in_batch = true;
       batch.push_back(r);
       const int n_in = r->n_gen == 0 ? r->prompt_len - r->fed : 1;  // prefill rest, or the last token
-      chunks.push_back({r->tokens.data() + r->fed, n_in, r->fed, r->slots.data(), r->adapter ? &r->adapter->view : nullptr});
+      const bool lora = r->adapter && !r->adapter->model;
+      chunks.push_back({r->tokens.data() + r->fed, n_in, r->fed, r->slots.data(), lora ? &r->adapter->view : nullptr});
     }
   }
   if (batch.empty()) return events;
   std::string error;
   try {
-    forward_step(model_, rope_, kv_, chunks, false, ws_, logits_);
+    forward_batch(batch, chunks);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -390,6 +416,38 @@ std::vector<EngineEvent> Engine::step() {
   return events;
 }
 
+const Model& Engine::model_of(const Request* r) const {
+  return r->adapter && r->adapter->model ? *r->adapter->model : model_;
+}
+
+void Engine::forward_batch(const std::vector<Request*>& batch, const std::vector<SeqChunk>& chunks) {
+  // One forward over the whole batch when every request runs on the base's weights (with or without
+  // an adapter); with named whole models, one forward per model over the shared KV pool (each
+  // request's slots are its own), its rows put back in batch order.
+  const Model* first = &model_of(batch[0]);
+  bool one = true;
+  for (Request* r : batch) one = one && &model_of(r) == first;
+  if (one) {
+    forward_step(*first, rope_, kv_, chunks, false, ws_, logits_);
+    return;
+  }
+  const size_t V = static_cast<size_t>(model_.cfg.vocab_size);
+  logits_.resize(batch.size() * V);
+  std::vector<bool> done(batch.size(), false);
+  std::vector<SeqChunk> part;
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (done[i]) continue;
+    const Model* m = &model_of(batch[i]);
+    part.clear(), rows.clear();
+    for (size_t j = i; j < batch.size(); ++j)
+      if (!done[j] && &model_of(batch[j]) == m) part.push_back(chunks[j]), rows.push_back(j), done[j] = true;
+    forward_step(*m, rope_, kv_, part, false, ws_, part_logits_);
+    for (size_t k = 0; k < rows.size(); ++k)
+      std::copy(part_logits_.begin() + k * V, part_logits_.begin() + (k + 1) * V, logits_.begin() + rows[k] * V);
+  }
+}
+
 void Engine::deliver(std::vector<EngineEvent>& events) {
   std::lock_guard<std::mutex> lk(mu_);
   if (!aborted_serials_.empty())
@@ -400,15 +458,7 @@ void Engine::deliver(std::vector<EngineEvent>& events) {
 }
 
 void Engine::load_weights(Model&& model) {
-  const LlamaConfig &a = model_.cfg, &b = model.cfg;
-  if (a.vocab_size != b.vocab_size || a.hidden_size != b.hidden_size || a.intermediate_size != b.intermediate_size ||
-      a.num_hidden_layers != b.num_hidden_layers || a.num_attention_heads != b.num_attention_heads ||
-      a.num_key_value_heads != b.num_key_value_heads || a.tie_word_embeddings != b.tie_word_embeddings ||
-      a.max_position_embeddings != b.max_position_embeddings || a.rope_theta != b.rope_theta ||
-      !(a.rope_scaling == b.rope_scaling) || a.family != b.family || a.head_dim() != b.head_dim() ||
-      a.qkv_bias != b.qkv_bias || a.o_bias != b.o_bias || a.qk_norm != b.qk_norm || a.sliding_window != b.sliding_window ||
-      a.rms_norm_eps != b.rms_norm_eps || a.eos_token_id != b.eos_token_id)
-    throw std::invalid_argument("the new weights' config differs from the running model's");
+  if (!same_architecture(model_.cfg, model.cfg)) throw std::invalid_argument("the new weights' config differs from the running model's");
   std::lock_guard<std::mutex> compute(compute_mu_);
   std::lock_guard<std::mutex> lk(mu_);
   model_.params.swap(model.params);
@@ -434,6 +484,7 @@ std::vector<float> Engine::forward_logits(const std::vector<int32_t>& tokens, co
     if (t < 0 || t >= model_.cfg.vocab_size) throw std::invalid_argument("token id outside the vocabulary");
   if (tokens.empty() || static_cast<int>(tokens.size()) > model_.cfg.max_position_embeddings)
     throw std::invalid_argument("forwardLogits: need 1..max_position_embeddings tokens");
+  if (a && a->model) return forward_full(*a->model, tokens.data(), static_cast<int>(tokens.size()), nullptr);
   return forward_full(model_, tokens.data(), static_cast<int>(tokens.size()), a ? &a->view : nullptr);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,15 +40,20 @@ struct EngineCacheStats {
 };
 
 /**
- * A LoRA adapter loaded into the engine. Immutable once loaded: a reload of its name makes a new
- * one (a new id), and requests keep the one they were added with until they end.
+ * What the engine serves under a name besides the base: a LoRA adapter over the base, or a whole
+ * model of the base's architecture (a policy of its own weights: `model` set, `lora` empty).
+ * Immutable once loaded: a reload of its name makes a new one (a new id), and requests keep the one
+ * they were added with until they end.
  */
 struct EngineAdapter {
   std::string name;
   uint64_t id;  // unique per load; names the adapter's prefix cache
   Lora lora;
   LoraView view;  // into lora.params
+  std::shared_ptr<const Model> model;  // a named whole model; null: the LoRA adapter over the base
   EngineAdapter(std::string n, uint64_t i, Lora a) : name(std::move(n)), id(i), lora(std::move(a)), view(LoraView::of(lora)) {}
+  EngineAdapter(std::string n, uint64_t i, Model m)
+      : name(std::move(n)), id(i), model(std::make_shared<const Model>(std::move(m))) {}
   EngineAdapter(const EngineAdapter&) = delete;
   EngineAdapter& operator=(const EngineAdapter&) = delete;
 };
@@ -81,6 +87,11 @@ class Engine {
    * std::invalid_argument when the name is empty or the adapter's layout does not fit the base.
    */
   bool load_adapter(const std::string& name, Lora lora);
+  /**
+   * Loads a whole model as `name` (served like an adapter: requests name it, it has its own prefix
+   * cache); its config must be the base's architecture. Returns true when it replaced a loaded name.
+   */
+  bool load_model(const std::string& name, Model model);
   /** Unloads adapter `name` (running requests finish with it; its cached prefixes go). False if not loaded. */
   bool unload_adapter(const std::string& name);
   /** The loaded adapters, by name. */
@@ -139,6 +150,8 @@ class Engine {
   void release(Request* r);         // hands slots to the cache / free list and forgets r
   void share_prompt(Request* r);    // after prefill: puts the prompt in the cache, pinned by r
   bool finished(Request& r, EngineEvent& ev) const;
+  const Model& model_of(const Request* r) const;     // the base, or the named whole model r runs on
+  void forward_batch(const std::vector<Request*>& batch, const std::vector<SeqChunk>& chunks);  // logits_ per batch row
   RadixCache& tree(const Request* r);                // r's prefix cache (it exists while r pins a prefix in it)
   PrefixCache* cache_of(const Request* r);           // r's prefix cache, or null once a retired one is gone
   void new_cache(uint64_t id);
@@ -146,6 +159,7 @@ class Engine {
   void drop_if_idle(uint64_t id);                    // erases a retired cache once nothing pins it
   void flush_unpinned();                             // after a weight reload: flush every tree that can be
   std::shared_ptr<const EngineAdapter> find_adapter(const std::string& name, const std::string& who);
+  bool install(const std::string& name, std::function<std::shared_ptr<const EngineAdapter>(uint64_t id)> make);
 
   std::mutex mu_;          // requests, queue, free list, prefix cache
   std::mutex compute_mu_;  // one step / weight load / debug forward at a time
@@ -154,6 +168,7 @@ class Engine {
   KvPool kv_;
   Workspace ws_;
   std::vector<float> logits_;
+  std::vector<float> part_logits_;  // one named model's rows of a mixed batch
   int max_running_;
   std::vector<int32_t> free_slots_;
   std::unordered_map<uint64_t, PrefixCache> caches_;  // by adapter id; 0 = the base

@@ -163,6 +163,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
                         InstanceMethod("loadWeights", &EngineWrap::LoadWeights),
                         InstanceMethod("forwardLogits", &EngineWrap::ForwardLogits),
                         InstanceMethod("loadLoraAdapter", &EngineWrap::LoadLoraAdapter),
+                        InstanceMethod("loadNamedModel", &EngineWrap::LoadNamedModel),
                         InstanceMethod("unloadLoraAdapter", &EngineWrap::UnloadLoraAdapter),
                         InstanceMethod("loraAdapters", &EngineWrap::LoraAdapters),
                         InstanceMethod("config", &EngineWrap::Config), InstanceMethod("close", &EngineWrap::Close)});
@@ -286,21 +287,37 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     return a;
   }
 
-  Napi::Value LoadLoraAdapter(const Napi::CallbackInfo& info) {
+  /**
+   * loadLoraAdapter / loadNamedModel: reads `dir` and installs it under `name` off the event loop
+   * (`load(engine, name, dir)` returns whether it replaced a loaded name); resolves {replaced}.
+   */
+  Napi::Value LoadNamed(const Napi::CallbackInfo& info, const char* what,
+                        std::function<bool(Engine&, const std::string&, const std::string&)> load) {
     eng(info.Env());
     if (!info[0].IsString() || !info[1].IsString())
-      throw Napi::TypeError::New(info.Env(), "loadLoraAdapter(name: string, dir: string)");
+      throw Napi::TypeError::New(info.Env(), std::string(what) + "(name: string, dir: string)");
     std::string name = info[0].As<Napi::String>(), dir = info[1].As<Napi::String>();
     auto replaced = std::make_shared<bool>(false);
-    // The PEFT files are read against the base's config; the registry swap itself is cheap.
     return queue(
-        info.Env(), "ooze.Engine.loadLoraAdapter",
-        [eng = eng_, name, dir, replaced] { *replaced = eng->load_adapter(name, load_lora_dir(eng->config(), dir)); },
+        info.Env(), what, [eng = eng_, name, dir, replaced, load] { *replaced = load(*eng, name, dir); },
         [replaced](Napi::Env env) -> Napi::Value {
           Napi::Object o = Napi::Object::New(env);
           o.Set("replaced", *replaced);
           return o;
         });
+  }
+
+  Napi::Value LoadLoraAdapter(const Napi::CallbackInfo& info) {
+    // The PEFT files are read against the base's config; the registry swap itself is cheap.
+    return LoadNamed(info, "loadLoraAdapter", [](Engine& e, const std::string& name, const std::string& dir) {
+      return e.load_adapter(name, load_lora_dir(e.config(), dir));
+    });
+  }
+
+  Napi::Value LoadNamedModel(const Napi::CallbackInfo& info) {
+    return LoadNamed(info, "loadNamedModel", [](Engine& e, const std::string& name, const std::string& dir) {
+      return e.load_model(name, load_model_dir(dir));
+    });
   }
 
   Napi::Value UnloadLoraAdapter(const Napi::CallbackInfo& info) {
@@ -314,13 +331,15 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     Napi::Array arr = Napi::Array::New(env, list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       const LoraConfig& c = list[i]->lora.cfg;
+      const bool full = list[i]->model != nullptr;  // a named whole model: no adapter
       Napi::Object o = Napi::Object::New(env);
       o.Set("name", list[i]->name);
-      o.Set("rank", c.rank);
-      o.Set("alpha", static_cast<double>(c.alpha));
-      o.Set("rslora", c.rslora);
+      o.Set("full", full);
+      o.Set("rank", full ? 0 : c.rank);
+      o.Set("alpha", full ? 0.0 : static_cast<double>(c.alpha));
+      o.Set("rslora", !full && c.rslora);
       Napi::Array targets = Napi::Array::New(env);
-      for (int t = 0, k = 0; t < kLoraTargets; ++t)
+      for (int t = 0, k = 0; !full && t < kLoraTargets; ++t)
         if (c.has(t)) targets.Set(k++, lora_target_name(t));
       o.Set("targets", targets);
       arr.Set(i, o);

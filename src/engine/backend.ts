@@ -62,8 +62,10 @@ export interface BackendCacheStats {
 /** A LoRA adapter a backend serves, as the server lists it. */
 export interface BackendLoraAdapter {
   name: string;
-  /** The PEFT directory it was read from. */
+  /** The PEFT directory it was read from (or, `full`, the model directory). */
   path: string;
+  /** ooze: a whole model of the base's architecture served under the name (rank 0, no targets). */
+  full?: boolean;
   rank: number;
   alpha: number;
   /** PEFT module names ("q_proj", …). */
@@ -76,6 +78,8 @@ export interface BackendLora {
    * Reads the PEFT adapter directory `path` (adapter_config.json + adapter_model.safetensors) and
    * serves it as `name`, replacing an adapter of that name: requests admitted before keep the old
    * one to their end. Throws OozeError("CHECKPOINT_INVALID") naming the file and field or tensor.
+   * ooze: `path` may also be a model directory of the base's architecture (a policy of its own full
+   * weights), served under `name` the same way on those weights.
    */
   load(name: string, path: string): Promise<BackendLoraAdapter>;
   /** Stops serving `name` (running requests finish with it); false if it was not loaded. */

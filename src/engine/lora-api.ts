@@ -15,7 +15,7 @@ export interface WireLoraUpdateResult {
 
 const loadSchema = z.looseObject({
   lora_name: z.string("lora_name is required (the name requests give as lora_path)").min(1, "lora_name must not be empty"),
-  lora_path: z.string("lora_path is required (a PEFT adapter directory)").min(1, "lora_path must not be empty"),
+  lora_path: z.string("lora_path is required (a PEFT adapter directory, or a model directory of the base's architecture)").min(1, "lora_path must not be empty"),
   pinned: z.boolean().nullable().optional(),
   /** ooze: swap a loaded adapter of this name in place (SGLang refuses a loaded name). */
   replace: z.boolean().nullable().optional(),

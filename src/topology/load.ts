@@ -88,3 +88,36 @@ function checkReferences(topo: Topology, doc: ReturnType<typeof parseDocument>, 
 export function hostOf(topo: Topology, actor: { placement?: string | undefined }): string {
   return actor.placement ?? topo.hosts[0]!.name;
 }
+
+/** The sections `withSettings` may change: they are validated when the job reads them. */
+const SETTABLE = ["train", "engines"] as const;
+
+/**
+ * The topology with `SECTION.PATH=VALUE` settings applied (`ooze train --set`), VALUE read as YAML
+ * (`train.lr=0.001`, `train.policies.describer={full: true}`); objects on the path are created.
+ * The sections are checked later, as the file's are, so a bad value is reported by its field.
+ */
+export function withSettings(topo: Topology, settings: readonly string[]): Topology {
+  const out = structuredClone({ train: topo.train, engines: topo.engines }) as Record<string, unknown>;
+  for (const s of settings) {
+    const eq = s.indexOf("=");
+    const path = (eq < 0 ? s : s.slice(0, eq)).split(".");
+    if (eq < 0 || path.length < 2 || path.some((p) => p === "") || !(SETTABLE as readonly string[]).includes(path[0]!))
+      throw new TopologyError(`--set ${s}: give SECTION.FIELD=VALUE with SECTION one of ${SETTABLE.join(", ")} (e.g. train.lr=0.001)`);
+    const doc = parseDocument(s.slice(eq + 1));
+    if (doc.errors.length > 0) throw new TopologyError(`--set ${s}: the value is not YAML (${doc.errors[0]!.message.split("\n")[0]})`);
+    const value: unknown = doc.toJS();
+    let node = out;
+    for (const [i, key] of path.entries()) {
+      if (i === path.length - 1) {
+        node[key] = value;
+        break;
+      }
+      const next = node[key];
+      if (next === undefined || next === null) node[key] = {};
+      else if (typeof next !== "object" || Array.isArray(next)) throw new TopologyError(`--set ${s}: ${path.slice(0, i + 1).join(".")} is not a mapping`);
+      node = node[key] as Record<string, unknown>;
+    }
+  }
+  return { ...topo, train: out.train as Topology["train"], engines: out.engines as Topology["engines"] };
+}

@@ -1,6 +1,6 @@
 // SGLang's LoRA API on ooze's engine server, over real HTTP on loopback: /load_lora_adapter and
 // /unload_lora_adapter, `lora_path` per request (single, batched list, one for all), adapters in
-// /server_info, SGLang's error shapes for unknown, unloaded and malformed adapters, and a simulated
+// /server_info, a whole model served under a name (ooze's full policies), SGLang's error shapes for unknown, unloaded and malformed adapters, and a simulated
 // backend that refuses adapters instead of ignoring them.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -44,9 +44,9 @@ afterAll(async () => {
   rmSync(root, { recursive: true, force: true });
 });
 
-/** Greedy tokens of `prompt` under an adapter directory (null: the base), straight from the addon. */
-async function alone(prompt: number[], dir: string | null): Promise<number[]> {
-  const e = new native.Engine({ config: tiny, params });
+/** Greedy tokens of `prompt` under an adapter directory (null: the base) over `weights`, straight from the addon. */
+async function alone(prompt: number[], dir: string | null, weights = params): Promise<number[]> {
+  const e = new native.Engine({ config: tiny, params: weights });
   if (dir) await e.loadLoraAdapter("a", dir);
   e.add("r", Int32Array.from(prompt), { maxNewTokens: 6, temperature: 0, topP: 1, topK: -1, minNewTokens: 0, stopTokenIds: [], ignoreEos: true, seed: 1 }, dir ? "a" : null);
   const out: number[] = [];
@@ -88,6 +88,21 @@ describe("SGLang's LoRA API on the native engine server", () => {
     expect((await serverInfo()).lora_adapters.map((a: { name: string }) => a.name)).toEqual(["y"]);
     const again = await postJson(`${server.url}/unload_lora_adapter`, { lora_name: "x" });
     expect(again).toMatchObject({ status: 400, json: { success: false, error_message: "LoRA adapter 'x' is not loaded (loaded: y)" } });
+  });
+
+  it("serves a whole model directory loaded under a name (ooze: a full policy beside others) on its own weights", async () => {
+    const own = native.initModelParams(tiny, 29, 0.2);
+    const dirM = join(root, "m");
+    native.saveModelDir(dirM, tiny, own);
+    const load = await postJson(`${server.url}/load_lora_adapter`, { lora_name: "m", lora_path: dirM });
+    expect(load).toMatchObject({ status: 200, json: { success: true } });
+    const want = await alone(ids, null, own);
+    const base = await alone(ids, null);
+    expect(want).not.toEqual(base);
+    const batch = await postJson(`${server.url}/generate`, { input_ids: [ids, ids], sampling_params: greedy, lora_path: ["m", null] });
+    expect(batch.json.map((o: { output_ids: number[] }) => o.output_ids)).toEqual([want, base]);
+    expect((await serverInfo()).lora_adapters.find((a: { name: string }) => a.name === "m")).toEqual({ name: "m", path: dirM, full: true, rank: 0, alpha: 0, targets: [] });
+    expect((await postJson(`${server.url}/unload_lora_adapter`, { lora_name: "m" })).status).toBe(200);
   });
 
   it("refuses a loaded name unless replace is set, malformed adapters naming file and field or tensor, and missing fields", async () => {

@@ -1,9 +1,10 @@
 // Two policies in one job, end to end (`ooze train`'s job on a real nats-server and embedded engine):
-// the referential game's describer and guesser are LoRA adapters over one base. Each episode yields
-// one sample per role, the guesser's context holds the describer's sampled ids verbatim and never the
-// secret, each version directory holds both adapters, and every sample's tokens were generated with
-// its own role's adapter of the version that made them: the rollout logprobs equal the trainer's
-// under that adapter, and not under the other role's.
+// the referential game's describer is a full model of its own (starting from the base) and its
+// guesser a LoRA adapter over the base — one of each kind, so both paths run. Each episode yields one
+// sample per role, the guesser's context holds the describer's sampled ids verbatim and never the
+// secret, each version directory holds both policies, and every sample's tokens were generated with
+// its own role's weights of the version that made them: the rollout logprobs equal the trainer's
+// under those weights, and not under the other role's or the base's.
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -27,14 +28,14 @@ const STEPS = 3;
 const lora = { lora: { rank: 4, targets: ["q_proj", "v_proj", "down_proj"] } };
 
 describe("two policies in one job (the referential game)", () => {
-  it("trains each role's adapter on its own samples, generated with that role's adapter", async () => {
+  it("trains each role's policy (a full model, a LoRA adapter) on its own samples, generated with that role's weights", async () => {
     const out = mkdtempSync(join(tmpdir(), "ooze-train-policies-"));
     dirs.push(out);
     const job = `train-policies-${process.pid}`;
     const train = trainSchema.parse({
       task: "referential", taskConfig: { messageTokens: 2, prompt: "worded" }, preset: "tiny", initStd: 0.1, promptsPerStep: 4, samplesPerPrompt: 3,
       // an entropy bonus moves the adapters even while every guess is wrong (a tiny random model's are)
-      lr: 0.02, entropyCoef: 0.05, steps: STEPS, checkpointEvery: 2, policies: { describer: lora, guesser: lora }, roles: { describer: "describer", guesser: { policy: "guesser", contexts: 3 } },
+      lr: 0.02, entropyCoef: 0.05, steps: STEPS, checkpointEvery: 2, policies: { describer: { full: true }, guesser: lora }, roles: { describer: "describer", guesser: { policy: "guesser", contexts: 3 } },
     });
     const summary = await runTrainJob({
       topology: parseTopology("name: game\nactors: [{ name: trainer, kind: train.trainer }]\n"),
@@ -50,14 +51,18 @@ describe("two policies in one job (the referential game)", () => {
       for (const k of ["loss", "entropy", "grad_norm", "clipfrac"]) expect(typeof m[`policy_describer_${k}`]).toBe("number");
     }
 
-    // Each version holds both adapters, each naming its policy; the base stays.
-    for (const v of ["v0-adapter", "v2", "v3"])
-      for (const p of ["describer", "guesser"]) {
-        expect(existsSync(join(out, "weights", v, p, "adapter_model.safetensors"))).toBe(true);
+    // Each version holds both policies (the describer's whole model, the guesser's adapter), each
+    // naming its policy; the base stays.
+    const weightsFile = { describer: "model.safetensors", guesser: "adapter_model.safetensors" };
+    for (const v of ["v0-policies", "v2", "v3"])
+      for (const [p, file] of Object.entries(weightsFile)) {
+        expect(existsSync(join(out, "weights", v, p, file))).toBe(true);
         expect(JSON.parse(readFileSync(join(out, "weights", v, p, POLICY_FILE), "utf8"))).toEqual({ policy: p });
       }
+    expect(existsSync(join(out, "weights", "v0", "model.safetensors"))).toBe(true);
     const ckpt = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as { dir: string };
     expect(existsSync(join(ckpt.dir, "guesser", "adapter_config.json"))).toBe(true);
+    expect(existsSync(join(ckpt.dir, "describer", "model.safetensors"))).toBe(true);
 
     const bus = await nats.connect();
     const batches = await scanStream(bus, jobNames(job).streamBatches, batchRegistry);
@@ -80,17 +85,19 @@ describe("two policies in one job (the referential game)", () => {
         expect(Buffer.from(prompt.filter((t) => t < 256)).toString("latin1")).not.toContain("secret: ");
       }
     }
-    // Version 2 generated the last batch: each role's tokens are its own adapter's (and not the other's).
+    // Version 2 generated the last batch: each role's tokens are its own policy's (and not the other's, nor the base's).
     expect(last.every((s) => s.weightVersions.every((w) => w.version === "2"))).toBe(true);
     const v2 = join(out, "weights", "v2");
     expect(await rolloutLogprobGap(join(v2, "describer"), of("describer"))).toBeLessThan(1e-4);
     expect(await rolloutLogprobGap(join(v2, "guesser"), of("guesser"))).toBeLessThan(1e-4);
     expect(await rolloutLogprobGap(join(v2, "guesser"), of("describer"))).toBeGreaterThan(1e-3);
+    expect(await rolloutLogprobGap(join(out, "weights", "v0"), of("describer"))).toBeGreaterThan(1e-3);
   });
 
   it("refuses roles and policies that do not fit", () => {
     expect(() => trainSchema.parse({ policies: { a: lora, b: lora } })).toThrow(/map the task's roles/);
-    expect(() => trainSchema.parse({ policies: { a: lora, b: { full: true } }, roles: { x: "a", y: "b" } })).toThrow(/full models per role are not implemented yet/);
+    expect(() => trainSchema.parse({ policies: { a: lora, b: { full: true } }, roles: { x: "a", y: "b" }, weightSync: "delta" })).toThrow(/several policies are synced whole/);
+    expect(() => trainSchema.parse({ policies: { a: { full: true }, b: { full: true } }, roles: { x: "a", y: "b" }, trainer: { backend: "torch" } })).toThrow(/several policies train on the native worker only/);
     expect(() => trainSchema.parse({ policies: { a: lora }, roles: { x: "b" } })).toThrow(/policy 'b' is not one of policies \(a\)/);
   });
 });

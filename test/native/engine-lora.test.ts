@@ -2,15 +2,17 @@
 // in (float64, computed here), a mixed batch of adapters and the base gives each request what it
 // gets alone, the prefix cache never shares keys/values across adapters, reload and unload keep
 // running requests on the adapter they started with, and malformed adapters are refused by name.
+// A whole model of the base's architecture is served under a name the same way (a full policy
+// beside others): its own weights, its own prefix cache, in the same mixed batches.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { LlamaHfConfig, NativeEngine } from "../../native/index.d.ts";
+import type { LlamaHfConfig, NativeEngine, NativeSampling } from "../../native/index.d.ts";
 import { loadNative } from "../../native/load.ts";
 import { PRESETS } from "../../native/presets.ts";
 import { mergeAdapter, randomAdapter, writePeftAdapter } from "../fixtures/peft-adapter.ts";
-import { drain, expectClose, generate, prompt, sampling } from "./engine-helpers.ts";
+import { drain, expectClose, generate, prompt, sampling, type Out } from "./engine-helpers.ts";
 
 const native = loadNative();
 const root = mkdtempSync(join(tmpdir(), "ooze-engine-lora-"));
@@ -33,6 +35,23 @@ async function engine(adapters: Record<string, string> = {}, opts: { cacheTokens
   const e = new native.Engine({ config: tiny, params, ...opts });
   for (const [name, dir] of Object.entries(adapters)) await e.loadLoraAdapter(name, dir);
   return e;
+}
+
+/**
+ * Runs `reqs` in one engine — the first `early` of them decoding while the rest prefill — and checks
+ * each got the tokens (and logprobs within 1e-5) it got alone.
+ */
+async function expectMixedAsAlone(e: NativeEngine, reqs: { rid: string; adapter: string | null; ids: Int32Array }[], early: number, s: NativeSampling, alone: Map<string, Out>) {
+  reqs.slice(0, early).forEach((r) => e.add(r.rid, r.ids, s, r.adapter));
+  const first = [...(await e.step()), ...(await e.step())];
+  reqs.slice(early).forEach((r) => e.add(r.rid, r.ids, s, r.adapter));
+  const batch = await drain(e);
+  for (const r of reqs) {
+    const mine = first.filter((ev) => ev.rid === r.rid);
+    const got = batch.get(r.rid)!, want = alone.get(r.rid)!;
+    expect([...mine.map((ev) => ev.tokenId), ...got.tokens]).toEqual(want.tokens);
+    expectClose([...mine.map((ev) => ev.logprob), ...got.logprobs], want.logprobs, 1e-5, `${r.rid} logprobs`);
+  }
 }
 
 describe("LoRA adapters in the native engine", () => {
@@ -66,7 +85,7 @@ describe("LoRA adapters in the native engine", () => {
       { rid: "y1", adapter: "y", ids: prompt(12, 0) },
     ];
     const s = sampling({ maxNewTokens: 10 });
-    const alone = new Map<string, Awaited<ReturnType<typeof generate>>>();
+    const alone = new Map<string, Out>();
     for (const r of reqs) {
       const e = await engine({ x: dirX, y: dirY });
       e.add(r.rid, r.ids, s, r.adapter);
@@ -78,16 +97,7 @@ describe("LoRA adapters in the native engine", () => {
     expect(alone.get("y1")!.tokens).not.toEqual(alone.get("b0")!.tokens);
 
     const e = await engine({ x: dirX, y: dirY });
-    reqs.slice(0, 3).forEach((r) => e.add(r.rid, r.ids, s, r.adapter));
-    const early = [...(await e.step()), ...(await e.step())]; // these three decode while the rest prefill
-    reqs.slice(3).forEach((r) => e.add(r.rid, r.ids, s, r.adapter));
-    const batch = await drain(e);
-    for (const r of reqs) {
-      const first = early.filter((ev) => ev.rid === r.rid);
-      const got = batch.get(r.rid)!, want = alone.get(r.rid)!;
-      expect([...first.map((ev) => ev.tokenId), ...got.tokens]).toEqual(want.tokens);
-      expectClose([...first.map((ev) => ev.logprob), ...got.logprobs], want.logprobs, 1e-5, `${r.rid} logprobs`);
-    }
+    await expectMixedAsAlone(e, reqs, 3, s, alone);
     e.close();
   });
 
@@ -191,8 +201,8 @@ describe("LoRA adapters in the native engine", () => {
   it("lists adapters, refuses unknown names, and refuses malformed adapters naming the file and field or tensor", async () => {
     const e = await engine({ x: dirX, y: dirY });
     expect(e.loraAdapters()).toEqual([
-      { name: "x", rank: 4, alpha: 8, rslora: false, targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] },
-      { name: "y", rank: 2, alpha: 3, rslora: false, targets: ["q_proj", "v_proj"] },
+      { name: "x", full: false, rank: 4, alpha: 8, rslora: false, targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] },
+      { name: "y", full: false, rank: 2, alpha: 3, rslora: false, targets: ["q_proj", "v_proj"] },
     ]);
     expect(() => e.add("u", prompt(3), sampling(), "nope")).toThrow(/LoRA adapter 'nope' is not loaded \(loaded: /);
     expect(() => e.forwardLogits(prompt(3), "nope")).toThrow(/'nope' is not loaded/);
@@ -209,5 +219,60 @@ describe("LoRA adapters in the native engine", () => {
     await expect(e.loadLoraAdapter("bad", join(root, "missing"))).rejects.toThrow(/adapter_config\.json: not found/);
     expect(e.loraAdapters().map((a) => a.name)).toEqual(["x", "y"]);
     e.close();
+  });
+
+  it("a named whole model: its own weights (logits = an engine of that model), mixed in one batch with the base and an adapter, its own prefix cache, and a model of another shape refused", async () => {
+    const paramsM = native.initModelParams(tiny, 23, 0.2);
+    const dirM = join(root, "model-m");
+    native.saveModelDir(dirM, tiny, paramsM, null);
+    const own = new native.Engine({ config: tiny, params: paramsM });
+    const e = await engine({ x: dirX });
+    expect(await e.loadNamedModel("m", dirM)).toEqual({ replaced: false });
+    const ids = prompt(25, 6);
+    expectClose(e.forwardLogits(ids, "m"), own.forwardLogits(ids), 1e-6, "named model vs its own engine");
+    expect(Math.max(...e.forwardLogits(ids, "m").map((v, i) => Math.abs(v - e.forwardLogits(ids)[i]!)))).toBeGreaterThan(0.05);
+    expect(e.loraAdapters().find((a) => a.name === "m")).toEqual({ name: "m", full: true, rank: 0, alpha: 0, rslora: false, targets: [] });
+
+    // mixed batch: base, adapter and named model, prefill and decode together, = each alone
+    const reqs = [
+      { rid: "b", adapter: null, ids: prompt(12, 0) },
+      { rid: "m0", adapter: "m", ids: prompt(12, 0) },
+      { rid: "x", adapter: "x", ids: prompt(9, 1) },
+      { rid: "m1", adapter: "m", ids: prompt(20, 2) },
+    ];
+    const s = sampling({ maxNewTokens: 10 });
+    const alone = new Map<string, Out>();
+    for (const r of reqs) {
+      const one = await engine({ x: dirX });
+      await one.loadNamedModel("m", dirM);
+      alone.set(r.rid, await generate(one, r.rid, r.ids, s, r.adapter));
+      one.close();
+    }
+    expect(alone.get("m0")!.tokens).toEqual((await generate(own, "m0", prompt(12, 0), s)).tokens);
+    expect(alone.get("m0")!.tokens).not.toEqual(alone.get("b")!.tokens);
+    await expectMixedAsAlone(e, reqs, 2, s, alone);
+
+    // its own prefix cache: the base's prefix of the same prompt is not reused, its own is
+    const p = prompt(30, 7), s2 = sampling({ maxNewTokens: 2 });
+    expect(e.add("c1", p, s2)).toBe(0);
+    await drain(e);
+    expect(e.add("c2", p, s2, "m")).toBe(0);
+    await drain(e);
+    expect(e.add("c3", p, s2, "m")).toBe(p.length - 1);
+    await drain(e);
+    // a reload under the name is a new model (replaced), and its old prefixes are not reused
+    expect(await e.loadNamedModel("m", dirM)).toEqual({ replaced: true });
+    expect(e.add("c4", p, s2, "m")).toBe(0);
+    await drain(e);
+
+    const deeper = { ...tiny, num_hidden_layers: 3 };
+    const dirDeep = join(root, "model-deep");
+    native.saveModelDir(dirDeep, deeper, native.initModelParams(deeper, 1, 0.02), null);
+    await expect(e.loadNamedModel("deep", dirDeep)).rejects.toThrow(/model 'deep': its config differs from the base model's \(2 layers/);
+    await expect(e.loadNamedModel("gone", join(root, "missing-model"))).rejects.toThrow(/missing-model/);
+    expect(e.unloadLoraAdapter("m")).toBe(true);
+    expect(() => e.add("u", prompt(3), sampling(), "m")).toThrow(/'m' is not loaded/);
+    e.close();
+    own.close();
   });
 });

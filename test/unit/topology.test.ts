@@ -1,6 +1,7 @@
 import { readdirSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { loadTopology, parseTopology } from "../../src/topology/load.ts";
+import { loadTopology, parseTopology, withSettings } from "../../src/topology/load.ts";
+import { trainConfigOf } from "../../actors/protocol/config.ts";
 import { TopologyError } from "../../src/errors.ts";
 
 function errorOf(fn: () => unknown): TopologyError {
@@ -64,5 +65,22 @@ describe("topology loading", () => {
   it("reports a missing file clearly", () => {
     const e = errorOf(() => loadTopology("topologies/does-not-exist.yaml"));
     expect(e.message).toMatch(/does-not-exist\.yaml: cannot read topology file/);
+  });
+
+  it("applies --set settings to train: and engines: as YAML values, and refuses other sections and bad values by name", () => {
+    const t = loadTopology("topologies/referential-game.yaml");
+    const set = withSettings(t, ["train.lr=0.001", "train.policies.describer={full: true}", "engines.count=2", "train.taskConfig.messageTokens=2"]);
+    const { train, engines } = trainConfigOf(set);
+    expect(train.lr).toBe(0.001);
+    expect(train.policies!.describer).toEqual({ full: true });
+    expect(train.policies!.guesser).toEqual((trainConfigOf(t).train.policies!).guesser);
+    expect(engines.count).toBe(2);
+    expect(train.taskConfig).toEqual({ messageTokens: 2 });
+    expect(trainConfigOf(t).train.lr).toBe(0.003); // the topology itself is unchanged
+    expect(errorOf(() => withSettings(t, ["actors.x=1"])).message).toMatch(/--set actors\.x=1: give SECTION\.FIELD=VALUE with SECTION one of train, engines/);
+    expect(errorOf(() => withSettings(t, ["train.lr"])).message).toMatch(/--set train\.lr: give SECTION\.FIELD=VALUE/);
+    expect(errorOf(() => withSettings(t, ["train.lr.x=1"])).message).toMatch(/train\.lr is not a mapping/);
+    expect(errorOf(() => withSettings(t, ["train.lr={a: "])).message).toMatch(/the value is not YAML/);
+    expect(() => trainConfigOf(withSettings(t, ["train.lr=fast"]))).toThrow(/train: lr: .*expected number/);
   });
 });

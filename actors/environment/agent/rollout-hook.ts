@@ -48,7 +48,7 @@ export async function startAgentRollout(train: TrainConfig & { agent: AgentConfi
   const hf = modelDir && existsSync(resolve(modelDir, "tokenizer.json")) ? loadHfChatModel(modelDir) : null;
   // Several policies: the request's model field picks the one that samples and learns the turn.
   const specs = policySpecs(train.policies);
-  const policies = specs.length > 1 ? Object.fromEntries(specs.map((p) => [p.name, { lora: p.lora ? p.name : null }])) : null;
+  const policies = specs.length > 1 ? Object.fromEntries(specs.map((p) => [p.name, { lora: p.served }])) : null;
   const gateway = await Gateway.start({ fleet, contextLength, policies, ...(hf ? { tokenizer: hf.tokenizer, chatTemplate: hf.chatTemplate } : {}) });
   const decode = hf ? (ids: Int32Array) => hf.tokenizer.decode(ids, false) : (ids: Int32Array) => decodeBytes(ids, false);
   const deps = { sessions: gateway, task, agent: train.agent, baseDir, decode };

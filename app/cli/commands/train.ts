@@ -8,7 +8,7 @@
 import type { Command } from "commander";
 import { SingleBar } from "cli-progress";
 import { OozeError } from "../../../src/errors.ts";
-import { loadTopology } from "../../../src/topology/load.ts";
+import { loadTopology, withSettings } from "../../../src/topology/load.ts";
 import { trainConfigOf } from "../../../actors/protocol/config.ts";
 import type { StepMetrics } from "../../../actors/protocol/metrics.ts";
 
@@ -26,6 +26,7 @@ interface TrainOptions {
   dashPort?: string;
   nats?: string;
   replicas?: string;
+  set?: string[];
 }
 
 function num(name: string, v: string, min: number): number {
@@ -46,6 +47,7 @@ export function register(program: Command) {
     .option("--mode <mode>", "override train.mode (sync | async | fully_async)")
     .option("--seed <n>", "override train.seed (prompts, sampling and the model's initialisation)")
     .option("--trainer <backend>", "override train.trainer.backend (native | torch: the PyTorch worker, set up on first use)")
+    .option("--set <field=value>", "override any field of train: or engines: (repeatable; value as YAML), e.g. --set train.lr=0.001 --set 'train.policies.describer={full: true}'", (v: string, prev: string[] = []) => [...prev, v])
     .option("--quiet", "no progress bar or per-step lines")
     .option("--verbose", "every actor's log lines (default: warnings and errors)")
     .option("--dash", "serve the dashboard (app/dash) while the job runs; its URL is printed")
@@ -53,7 +55,7 @@ export function register(program: Command) {
     .option("--nats <urls>", "run on this NATS server or cluster (nats://token@host:port[,nats://host2:port…]) instead of an embedded one")
     .option("--replicas <n>", "replicas of the job's streams, KV buckets and object stores (default 1; 3 with three or more --nats servers)")
     .action(async (file: string, opts: TrainOptions) => {
-      const topo = loadTopology(file);
+      const topo = withSettings(loadTopology(file), opts.set ?? []);
       const { train, engines } = trainConfigOf(topo);
       if (opts.steps !== undefined) train.steps = num("steps", opts.steps, 1);
       if (opts.maxSeconds !== undefined) train.maxSeconds = num("max-seconds", opts.maxSeconds, 0);

@@ -4,7 +4,9 @@
 // sample per role, the guesser's context holds the describer's sampled ids verbatim and never the
 // secret, each version directory holds both policies, and every sample's tokens were generated with
 // its own role's weights of the version that made them: the rollout logprobs equal the trainer's
-// under those weights, and not under the other role's or the base's.
+// under those weights, and not under the other role's or the base's. An engine SIGKILLed mid-job
+// comes back serving each policy's current version (nothing lost; later samples on-policy).
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -25,6 +27,13 @@ const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 const STEPS = 3;
+
+/** The pid of the embedded engine (`ooze serve … --parent-pid PARENT`) this process runs. */
+function enginePidOf(parent: number): number {
+  const pids = execFileSync("pgrep", ["-f", `serve .*--parent-pid ${parent}( |$)`], { encoding: "utf8" }).trim().split("\n").filter(Boolean).map(Number);
+  if (pids.length !== 1) throw new Error(`expected one engine of process ${parent}, found ${pids.length}`);
+  return pids[0]!;
+}
 const lora = { lora: { rank: 4, targets: ["q_proj", "v_proj", "down_proj"] } };
 
 describe("two policies in one job (the referential game)", () => {
@@ -92,6 +101,42 @@ describe("two policies in one job (the referential game)", () => {
     expect(await rolloutLogprobGap(join(v2, "guesser"), of("guesser"))).toBeLessThan(1e-4);
     expect(await rolloutLogprobGap(join(v2, "guesser"), of("describer"))).toBeGreaterThan(1e-3);
     expect(await rolloutLogprobGap(join(out, "weights", "v0"), of("describer"))).toBeGreaterThan(1e-3);
+  });
+
+  it("an engine SIGKILLed while it serves the policies comes back serving the current version of each: nothing lost, every later sample on-policy", async () => {
+    const out = mkdtempSync(join(tmpdir(), "ooze-train-policies-kill-"));
+    dirs.push(out);
+    const steps = 3;
+    const train = trainSchema.parse({
+      task: "referential", preset: "tiny", initStd: 0.1, promptsPerStep: 4, samplesPerPrompt: 2, lr: 0.02, entropyCoef: 0.05, steps,
+      policies: { describer: lora, guesser: { full: true } }, roles: { describer: "describer", guesser: { policy: "guesser", contexts: 2 } },
+    });
+    const lines: string[] = [];
+    let killed: number | null = null;
+    const summary = await runTrainJob({
+      topology: parseTopology("name: game\nactors: [{ name: trainer, kind: train.trainer }]\n"),
+      train, engines: enginesSchema.parse({ count: 1, maxRunning: 32, cacheTokens: 4096 }), out, job: `train-policies-kill-${process.pid}`, verbose: true,
+      nats: { url: nats.server.url, token: nats.server.token }, log: (l) => lines.push(l),
+      onStep: (m) => {
+        if (m.step !== 1) return;
+        // the job's one engine (a child of this process, serving version 1's adapter and model by now or soon)
+        killed = enginePidOf(process.pid);
+        process.kill(killed, "SIGKILL");
+      },
+    });
+    expect(killed).not.toBeNull();
+    expect(lines.some((l) => /embedded engine 0 .* exited \(SIGKILL\); restarting/.test(l)), lines.join("\n")).toBe(true);
+    expect(summary.steps).toBe(steps);
+    const batches = (await scanStream(await nats.connect(), jobNames(`train-policies-kill-${process.pid}`).streamBatches, batchRegistry)).map((m) => m.body);
+    // every step trained all its episodes: 4 prompts × 2 episodes × (1 describer + 2 guesses)
+    for (const b of batches) expect(b.samples.length).toBe(4 * 2 * 3);
+    expect(new Set(batches.flatMap((b) => b.samples.map((x) => x.index))).size).toBe(steps * 24);
+    // the last batch came from the restarted engine, under version 2: each role's own weights of that version
+    const last = batches.find((b) => b.step === steps)!.samples;
+    expect(last.every((x) => x.weightVersions.every((w) => w.version === String(steps - 1)))).toBe(true);
+    const v = join(out, "weights", `v${steps - 1}`);
+    expect(await rolloutLogprobGap(join(v, "describer"), last.filter((x) => x.policy === "describer"))).toBeLessThan(1e-4);
+    expect(await rolloutLogprobGap(join(v, "guesser"), last.filter((x) => x.policy === "guesser"))).toBeLessThan(1e-4);
   });
 
   it("refuses roles and policies that do not fit", () => {

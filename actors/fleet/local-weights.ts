@@ -4,7 +4,8 @@
 // one. A full checkpoint is fetched from its object (actors/weight-sync/full-store.ts, checksums
 // verified); after a delta, the new version is made locally from the served copy and the delta (the
 // delta's per-tensor checksums verified), so only the delta crosses the network. Once an update is
-// settled, the copy the fleet serves stays and every other one is removed.
+// settled, the copy the fleet serves stays and every other one is removed. The base of LoRA
+// adapters, when this host does not have it where they name it, is fetched once into `bases/` and stays.
 import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,6 +15,9 @@ import type { Bus } from "../../src/transport/bus.ts";
 import { applyDelta, decodeDelta, tensorLayout } from "../weight-sync/delta.ts";
 import type { ObjectRef } from "../weight-sync/delta-store.ts";
 import { fetchFullObject } from "../weight-sync/full-store.ts";
+
+/** The subdirectory of the base models LoRA adapters came with (kept: every version's adapters name one). */
+const BASES = "bases";
 
 /** The file a copy made from a delta does not take from its base (the weights are written anew). */
 const WEIGHTS_FILE = "model.safetensors";
@@ -41,7 +45,7 @@ export class LocalWeights {
   /** Fetches the full checkpoint object `ref` of `version` into a new local directory (verified); returns it. */
   async fetch(bus: Bus, ref: ObjectRef, version: string): Promise<string> {
     const dir = this.newDir(version);
-    const got = await fetchFullObject(bus, ref, dir);
+    const got = await fetchFullObject(bus, ref, dir, join(this.root, BASES));
     if (got !== version) {
       rmSync(dir, { recursive: true, force: true });
       throw new OozeError("CHECKPOINT_INVALID", `full checkpoint object '${ref.bucket}/${ref.name}' holds weight version '${got}', not '${version}'; it was stored under the wrong name`);
@@ -92,7 +96,7 @@ export class LocalWeights {
     this.served = { version, dir };
     for (const name of existsSync(this.root) ? readdirSync(this.root) : []) {
       const path = join(this.root, name);
-      if (path !== dir) rmSync(path, { recursive: true, force: true });
+      if (path !== dir && name !== BASES) rmSync(path, { recursive: true, force: true });
     }
   }
 

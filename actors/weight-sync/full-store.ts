@@ -6,9 +6,16 @@
 // is verified. `FullStore` is what the weight syncs put each version's checkpoint in: the directory
 // itself (engines read the trainer's path) or this object store (bounded retention: the newest
 // `keep` objects and the one the engines serve).
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
-import { basename, dirname, join } from "node:path";
-import { policySetOf } from "../../native/model-dir.ts";
+// LoRA adapters travel without their base: a version whose adapters name a base model directory
+// carries the base's object name and identity (its files' sizes and CRC32s) in its manifest, and the
+// base itself is stored once per job as the object `base-{hash of its path}` (never pruned). A
+// fetching host uses the directory the adapters name when it holds that very base (same files), and
+// otherwise fetches the base object once into its bases directory; the fetched adapters then name
+// the base where it is on that host.
+import { createHash } from "node:crypto";
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
+import { adapterBaseDir, isAdapterDir, policySetOf } from "../../native/model-dir.ts";
 import { crc32 } from "node:zlib";
 import { StorageType } from "@nats-io/jetstream";
 import type { ObjectStore } from "@nats-io/obj";
@@ -62,6 +69,50 @@ interface Manifest {
   v: 1;
   version: string;
   files: ManifestFile[];
+  /** LoRA adapters: the base they are over, as stored (its object) and as it is (its files). */
+  base?: { object: string; files: ManifestFile[] };
+}
+
+/** The object name of a base model directory's copy (one per directory). */
+export function baseObjectName(dir: string): string {
+  return `base-${createHash("sha256").update(resolve(dir)).digest("hex").slice(0, 16)}`;
+}
+
+/** The adapter directories of a version directory (itself, or its policies' that are adapters). */
+function adapterDirsOf(dir: string): string[] {
+  return isAdapterDir(dir) ? [dir] : (policySetOf(dir) ?? []).filter((d) => isAdapterDir(d));
+}
+
+/** The base model directory a version's adapters are over, or null when it has no adapters. */
+function adapterBaseOf(dir: string): string | null {
+  const bases = [...new Set(adapterDirsOf(dir).map((d) => adapterBaseDir(d)))];
+  if (bases.length > 1) throw new OozeError("CHECKPOINT_INVALID", `weight sync: the adapters of ${dir} are over different bases (${bases.join(", ")})`);
+  return bases[0] ?? null;
+}
+
+/** Points every adapter of version directory `dir` at the base model directory `base`. */
+function rebase(dir: string, base: string): void {
+  for (const a of adapterDirsOf(dir)) {
+    const file = join(a, "adapter_config.json");
+    const cfg = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
+    writeFileSync(file, `${JSON.stringify({ ...cfg, base_model_name_or_path: base }, null, 2)}\n`);
+  }
+}
+
+/** Whether two manifests' files are the same (names, sizes, CRC32s). */
+function sameFiles(a: readonly ManifestFile[], b: readonly ManifestFile[]): boolean {
+  return a.length === b.length && a.every((f, i) => f.name === b[i]!.name && f.size === b[i]!.size && f.crc32 >>> 0 === b[i]!.crc32 >>> 0);
+}
+
+/** Manifests of base directories computed in this process, by path (a base never changes during a job). */
+const baseManifests = new Map<string, ManifestFile[]>();
+
+/** The files of base model directory `dir` (cached per process). */
+function baseFiles(dir: string): ManifestFile[] {
+  const key = resolve(dir);
+  let files = baseManifests.get(key);
+  if (!files) baseManifests.set(key, (files = manifestOf(dir, "base").files));
+  return files;
 }
 
 /** Calls `each` with successive chunks of `file` (CHUNK bytes at most, a reused buffer). */
@@ -79,7 +130,7 @@ function readChunks(file: string, each: (chunk: Uint8Array) => void): void {
  * The manifest of model directory `dir` (its regular files, optimizer state left out, CRC32 of each;
  * with several policies, the files of each policy's subdirectory as `POLICY/FILE`).
  */
-function manifestOf(dir: string, version: number): Manifest {
+function manifestOf(dir: string, version: number | string): Manifest {
   const files: ManifestFile[] = [];
   const add = (sub: string) => {
     for (const name of readdirSync(join(dir, sub)).sort()) {
@@ -138,6 +189,9 @@ function weightsBucket(bus: Bus, bucket: string): Promise<ObjectStore> {
 
 /** Full checkpoints as objects `full-v{N}` of one object store bucket (the job's `names.objWeights`), keeping the newest `keep`. */
 export class ObjectFullStore implements FullStore {
+  /** Base objects known to be stored. */
+  private readonly storedBases = new Set<string>();
+
   private constructor(private readonly bus: Bus, private readonly bucket: string, private readonly store: ObjectStore, private readonly keep: number) {}
 
   /** Opens (creating if needed) `bucket` on `bus`; `keep` (at least 1) full checkpoints stay in it. */
@@ -148,15 +202,36 @@ export class ObjectFullStore implements FullStore {
   async put(dir: string, version: number): Promise<string> {
     const name = fullObjectName(version);
     const manifest = manifestOf(dir, version);
+    const base = adapterBaseOf(dir);
+    if (base !== null) manifest.base = { object: await this.putBase(base), files: baseFiles(base) };
+    await this.putObject(name, `ooze full checkpoint, weight version ${version}`, dir, manifest);
+    return objectLocation({ bucket: this.bucket, name });
+  }
+
+  /** Stores base model directory `dir` as its object unless the store has it already; returns the object's name. */
+  private async putBase(dir: string): Promise<string> {
+    const name = baseObjectName(dir);
+    if (this.storedBases.has(name)) return name;
+    let info;
+    try {
+      info = await this.store.info(name);
+    } catch (e) {
+      throw toTransportError(e, `looking up base model object '${name}' in object store '${this.bucket}'`);
+    }
+    if (!info || info.deleted) await this.putObject(name, `ooze base model ${resolve(dir)} (of LoRA adapters)`, dir, { ...manifestOf(dir, "base"), files: baseFiles(dir) });
+    this.storedBases.add(name);
+    return name;
+  }
+
+  private async putObject(name: string, description: string, dir: string, manifest: Manifest): Promise<void> {
     const bytes = manifest.files.reduce((a, f) => a + f.size, 0);
     try {
       // A put of an existing name (a retried push, or storing a corrupt object again) replaces it.
-      const meta = { name, description: `ooze full checkpoint, weight version ${version}`, options: { max_chunk_size: Math.max(64 * 1024, this.bus.maxPayload - 8 * 1024) } };
+      const meta = { name, description, options: { max_chunk_size: Math.max(64 * 1024, this.bus.maxPayload - 8 * 1024) } };
       await this.store.put(meta, objectStream(dir, manifest));
     } catch (e) {
-      throw toTransportError(e, `storing full checkpoint '${name}' (${dir}, ${bytes} bytes) in object store '${this.bucket}'`);
+      throw toTransportError(e, `storing '${name}' (${dir}, ${bytes} bytes) in object store '${this.bucket}'`);
     }
-    return objectLocation({ bucket: this.bucket, name });
   }
 
   async prune(served: number): Promise<void> {
@@ -220,7 +295,9 @@ class ObjectReader {
       throw this.corrupt(`its manifest is not JSON (${(e as Error).message})`);
     }
     if (m?.format !== "ooze-full" || m.v !== 1 || typeof m.version !== "string" || !Array.isArray(m.files)) throw this.corrupt("its manifest is not an ooze-full v1 manifest");
-    for (const f of m.files)
+    if (m.base !== undefined && (typeof m.base?.object !== "string" || !/^base-[0-9a-f]{16}$/.test(m.base.object) || !Array.isArray(m.base.files)))
+      throw this.corrupt(`its manifest names an invalid base ${JSON.stringify(m.base)}`);
+    for (const f of [...m.files, ...(m.base?.files ?? [])])
       if (typeof f?.name !== "string" || !/^(?:[^/\\]+\/)?[^/\\]+$/.test(f.name) || f.name.split("/").some((p) => p === "." || p === "..") || !Number.isInteger(f.size) || f.size < 0 || !Number.isInteger(f.crc32))
         throw this.corrupt(`its manifest lists an invalid file ${JSON.stringify(f)}`);
     return m;
@@ -304,8 +381,10 @@ class ObjectReader {
  * appears only once every file is verified). Returns the checkpoint's weight version. A missing
  * object, or one that is corrupt (its SHA-256 digest, layout or a file's CRC32 does not match), is
  * CHECKPOINT_INVALID naming the object, and nothing is left behind; a NATS failure is a TransportError.
+ * A version of LoRA adapters comes with its base: the directory the adapters name when it holds that
+ * base here, else the base's object fetched (once) into `basesDir`, which the adapters then name.
  */
-export async function fetchFullObject(bus: Bus, ref: ObjectRef, dir: string): Promise<string> {
+export async function fetchFullObject(bus: Bus, ref: ObjectRef, dir: string, basesDir: string = dirname(dir)): Promise<string> {
   const where = `full checkpoint object '${ref.bucket}/${ref.name}'`;
   if (existsSync(dir)) throw new OozeError("INTERNAL", `fetching ${where}: ${dir} exists already`);
   const part = `${dir}.part`;
@@ -337,6 +416,7 @@ export async function fetchFullObject(bus: Bus, ref: ObjectRef, dir: string): Pr
       throw toTransportError(e, `fetching ${where}`);
     }
     const manifest = reader.end();
+    if (manifest.base) rebase(part, await localBase(bus, ref.bucket, manifest.base, part, basesDir));
     renameSync(part, dir);
     return manifest.version;
   } catch (e) {
@@ -344,4 +424,32 @@ export async function fetchFullObject(bus: Bus, ref: ObjectRef, dir: string): Pr
     rmSync(part, { recursive: true, force: true });
     throw e;
   }
+}
+
+/**
+ * Where the base of the adapters just fetched into `part` is on this host: the directory they name,
+ * when it holds the same files, else `basesDir/OBJECT`, fetched from the store the first time.
+ */
+async function localBase(bus: Bus, bucket: string, base: NonNullable<Manifest["base"]>, part: string, basesDir: string): Promise<string> {
+  const named = adapterDirsOf(part).map((d) => {
+    try {
+      return adapterBaseDir(d);
+    } catch {
+      return null; // not on this host
+    }
+  })[0];
+  const holds = (d: string) => {
+    try {
+      return sameFiles(baseFiles(d), base.files);
+    } catch {
+      return false; // not a model directory
+    }
+  };
+  if (named && holds(named)) return named;
+  const local = join(basesDir, base.object);
+  if (existsSync(local) && holds(local)) return local;
+  rmSync(local, { recursive: true, force: true });
+  mkdirSync(basesDir, { recursive: true });
+  await fetchFullObject(bus, { bucket, name: base.object }, local);
+  return local;
 }

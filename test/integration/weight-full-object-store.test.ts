@@ -9,9 +9,10 @@
 // prompt equal those of the trainer's weights), no update names a trainer path, the fleet keeps only
 // its copy of the served version; an engine that joins late gets that copy; only the newest full
 // objects stay; a missing or corrupt object is a readable error that changes nothing, and the sync
-// stores a corrupt one again.
+// stores a corrupt one again. LoRA adapters carry their base once (a host without it fetches it
+// once; one with it uses its own).
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -21,7 +22,12 @@ import { askFleet, type FleetMsg } from "../../actors/protocol/fleet-messages.ts
 import { weightsMsg } from "../../actors/protocol/messages.ts";
 import { ensureTrainStreams, publish, VersionsKv } from "../../actors/protocol/streams.ts";
 import { FullWeightSync } from "../../actors/weight-sync/full.ts";
-import { fullObjectName, ObjectFullStore, type FullStore } from "../../actors/weight-sync/full-store.ts";
+import { baseObjectName, fetchFullObject, fullObjectName, ObjectFullStore, type FullStore } from "../../actors/weight-sync/full-store.ts";
+import { engineWeightLoader } from "../../actors/weight-sync/engine-loader.ts";
+import { writePolicyFile } from "../../actors/protocol/policies.ts";
+import { loadNative } from "../../native/load.ts";
+import { PRESETS } from "../../native/presets.ts";
+import { randomAdapter, writePeftAdapter } from "../fixtures/peft-adapter.ts";
 import { fleetTarget, weightSyncActor } from "../../actors/weight-sync/weight-sync-actor.ts";
 import { createNativeBackend } from "../../native/engine.ts";
 import { attachBus, createSystem, remoteRef, type ActorRef, type ActorSystem } from "../../src/actor/index.ts";
@@ -328,4 +334,59 @@ describe("weightSync delta with full checkpoints in the object store", () => {
     expect(logs.join("\n")).not.toMatch(/cannot make weight version/); // the fleet never fetched a full object after version 0
     expect(await objects(j, "")).toEqual(["delta-v0-v1", "delta-v1-v2", "full-v1", "full-v2"]);
   }, 120_000);
+});
+
+describe("LoRA adapters' base through the object store", () => {
+  it("a version of adapters carries its base once: a host without it fetches it once, a host with it uses its own", async () => {
+    const bucket = "ooze_full_obj_base";
+    const native = loadNative();
+    const base = join(root, "lora-base");
+    native.saveModelDir(base, PRESETS.tiny, native.initModelParams(PRESETS.tiny, 3, 0.1), null);
+    const version = (k: number) => {
+      const v = join(root, `lora-v${k}`);
+      writePeftAdapter(join(v, "a"), randomAdapter(native.modelLayout(PRESETS.tiny).tensors, { rank: 2, alpha: 4, seed: k }), { base_model_name_or_path: base });
+      writePolicyFile(join(v, "a"), "a");
+      native.saveModelDir(join(v, "b"), PRESETS.tiny, native.initModelParams(PRESETS.tiny, 10 + k, 0.1), null);
+      writePolicyFile(join(v, "b"), "b");
+      return v;
+    };
+    const store = await ObjectFullStore.open(bus, bucket, 1);
+    const ref = (loc: string) => ({ bucket, name: loc.split("/").at(-1)! });
+    const baseOf = (d: string) => (JSON.parse(readFileSync(join(d, "a", "adapter_config.json"), "utf8")) as { base_model_name_or_path: string }).base_model_name_or_path;
+    const stored = async () => (await (await bus.obj(bucket)).list()).map((o) => o.name).sort();
+    const v1 = await store.put(version(1), 1);
+    expect(await stored()).toEqual([baseObjectName(base), "full-v1"]);
+
+    // this host has the base where the adapters name it: used in place, nothing else fetched
+    const here = join(root, "fetch-here");
+    expect(await fetchFullObject(bus, ref(v1), join(here, "v1"), join(here, "bases"))).toBe("1");
+    expect(baseOf(join(here, "v1"))).toBe(base);
+    expect(existsSync(join(here, "bases"))).toBe(false);
+
+    // another host (the base is not there): fetched once into its bases directory, which the adapters then name
+    renameSync(base, `${base}.away`);
+    const there = join(root, "fetch-there");
+    expect(await fetchFullObject(bus, ref(v1), join(there, "v1"), join(there, "bases"))).toBe("1");
+    const local = join(there, "bases", baseObjectName(base));
+    expect(baseOf(join(there, "v1"))).toBe(local);
+    expect(readFileSync(join(local, "model.safetensors")).equals(readFileSync(join(`${base}.away`, "model.safetensors")))).toBe(true);
+    expect(existsSync(join(there, "v1", "b", "model.safetensors"))).toBe(true);
+    const fetchedAt = statSync(join(local, "model.safetensors")).mtimeMs;
+    renameSync(`${base}.away`, base);
+
+    // the next version does not store the base again, pruning never removes it, and the other host reuses its copy
+    const v2 = await store.put(version(2), 2);
+    await store.prune(2);
+    expect(await stored()).toEqual([baseObjectName(base), "full-v2"]);
+    renameSync(base, `${base}.away`);
+    expect(await fetchFullObject(bus, ref(v2), join(there, "v2"), join(there, "bases"))).toBe("2");
+    expect(baseOf(join(there, "v2"))).toBe(local);
+    expect(statSync(join(local, "model.safetensors")).mtimeMs).toBe(fetchedAt);
+    // the engine loads the fetched version: the adapter over the fetched base, the full policy as a model
+    const backend = createNativeBackend({ modelDir: local });
+    await engineWeightLoader(backend, local)({ modelPath: join(there, "v2"), loadFormat: null, weightVersion: "2", currentVersion: "0" });
+    expect(backend.lora!.list().map((x) => [x.name, x.full ?? false])).toEqual([["a", false], ["b", true]]);
+    backend.close();
+    renameSync(`${base}.away`, base);
+  });
 });

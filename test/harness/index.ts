@@ -8,3 +8,4 @@ export { makeTestCerts } from "./certs.ts";
 export { type TestNats, useNats } from "./nats.ts";
 export { createTestNetwork, netnsUnavailable, type TestNetwork } from "./netns.ts";
 export { rolloutLogprobGap } from "./rollout-gap.ts";
+export { episodeDirsOf } from "./episode-dirs.ts";

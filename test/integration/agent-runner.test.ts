@@ -2,7 +2,7 @@
 // timeout (its whole process group, grandchild included, is gone afterwards), one that writes the
 // file the reward checks (a reward command and a reward module), and the sample numbering of
 // episodes that yield more segments than their index range holds.
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -12,7 +12,7 @@ import { runAgentEpisode, type SessionHost } from "../../actors/environment/agen
 import { runAgentGroup } from "../../actors/environment/agent/group.ts";
 import { loadAgentTask } from "../../actors/environment/agent/task.ts";
 import { SampleBuilder, type Sample } from "../../src/sample.ts";
-import { waitUntil } from "../harness/index.ts";
+import { episodeDirsOf, waitUntil } from "../harness/index.ts";
 
 const fixtures = resolve(import.meta.dirname, "../fixtures/agents");
 const scratch = mkdtempSync(join(tmpdir(), "ooze-agent-test-"));
@@ -57,7 +57,8 @@ function standInGateway(segments = 1): SessionHost & { opened: string[]; closed:
 
 const task = await loadAgentTask(join(fixtures, "write-task.ts"), {}, fixtures);
 const spec = (groupIndex: number, firstIndex: number) => ({ groupIndex, episode: 0, firstIndex, seed: 0, temperature: 1, samplingSeed: 1 });
-const agentDirs = () => readdirSync(tmpdir()).filter((d) => /^ooze-agent-\d/.test(d));
+/** This process's episode directories (other test files run agents at the same time). */
+const agentDirs = () => episodeDirsOf();
 
 describe("runAgentEpisode", () => {
   it("records a crashing agent as a failed episode with its exit code and stderr, and closes its session", async () => {

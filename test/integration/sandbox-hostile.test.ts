@@ -18,6 +18,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAgentEpisode } from "../../actors/environment/agent/episode.ts";
+import { cgroupsOf, cgroupSupport, sweepCgroups } from "../../actors/environment/agent/cgroup.ts";
 import { startAgentRollout } from "../../actors/environment/agent/rollout-hook.ts";
 import { trainSchema } from "../../actors/protocol/config.ts";
 import type { AgentTask } from "../../actors/environment/agent/task.ts";
@@ -28,7 +29,7 @@ import { Gateway } from "../../src/gateway/index.ts";
 import { sweepDeadOwners } from "../../src/owned-dirs.ts";
 import type { Sample } from "../../src/sample.ts";
 import type { NatsServerHandle } from "../../src/transport/nats-server.ts";
-import { startTestNats, waitUntil } from "../harness/index.ts";
+import { episodeDirsOf, startTestNats, waitUntil } from "../harness/index.ts";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const root = process.getuid?.() === 0;
@@ -144,6 +145,19 @@ const cases: Case[] = [
     sandbox: { memoryMB: 256 },
     reason: /RangeError: Array buffer allocation failed|out of memory/i,
   },
+  // Each process under its own limit, together over it: contained where the sandbox gets a cgroup
+  // (one memory budget for all its processes); rlimits alone are per process (not covered then).
+  ...(cgroupSupport()
+    ? [{
+        name: "allocate past the memory limit in several processes, each under it",
+        agent: shAgent(
+          `for i in 1 2 3 4 5; do (perl -e '$x = "x" x (80 << 20); sleep 2' && touch lived$i) & done; wait; n=$(ls | grep -c lived); ` +
+            `[ "$n" = 5 ] && { echo BREACH; exit 0; }; echo "Error: $n of 5 allocations lived" >&2; exit 1`,
+        ),
+        sandbox: { memoryMB: 256 },
+        reason: /out of memory: the sandbox's processes together reached memoryMB 256 MiB; \d+ OOM-killed/,
+      } satisfies Case]
+    : []),
   {
     name: "fill memory through the in-memory filesystems (/tmp, /dev/shm, /dev)",
     agent: shAgent(
@@ -169,16 +183,25 @@ const task: AgentTask = {
   reward: ({ transcript }) => (transcript.exitCode === 0 ? 1 : 0),
 };
 
-/** Processes of sandbox uids (ooze as root gives each sandbox an id ≥ 1.5e9), and daemons by their marker. */
+/**
+ * Processes of sandbox uids (ooze as root gives each sandbox an id ≥ 1.5e9) that are this process's
+ * descendants or orphans (escaped to init; other ooze jobs on the machine have sandboxes of their
+ * own), and daemons by their marker.
+ */
 function leftovers(): string[] {
   const out: string[] = [];
+  const parent = (p: string) => Number(/^PPid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, "utf8"))?.[1] ?? 0);
+  const ours = (p: string) => {
+    for (let q = parent(p), hops = 0; q > 1 && hops < 64; q = parent(String(q)), hops++) if (q === process.pid) return true;
+    return parent(p) <= 1;
+  };
   for (const p of readdirSync("/proc")) {
     if (!/^\d+$/.test(p)) continue;
     try {
       const status = readFileSync(`/proc/${p}/status`, "utf8");
       const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
       const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8").replace(/\0/g, " ");
-      if ((root && uid >= 1_500_000_000) || /^sleep 31[34]\d/.test(cmd)) out.push(`${p} uid ${uid}: ${cmd.slice(0, 100)}`);
+      if ((root && uid >= 1_500_000_000 && ours(p)) || /^sleep 31[34]\d/.test(cmd)) out.push(`${p} uid ${uid}: ${cmd.slice(0, 100)}`);
     } catch {
       // gone while reading
     }
@@ -222,7 +245,7 @@ describe("hostile agents in the default sandbox", () => {
     expect(victim.exitCode).toBeNull();
     expect(victim.signalCode).toBeNull();
     expect(existsSync(join(scratch, "pwned"))).toBe(false);
-    expect(readdirSync(tmpdir()).filter((d) => /^ooze-agent-\d/.test(d))).toEqual([]);
+    expect(episodeDirsOf(process.pid)).toEqual([]);
     console.log(`hostile cases:\n${table}`);
   }, 120_000);
 
@@ -253,10 +276,16 @@ describe("hostile agents in the default sandbox", () => {
       // the next start sweeps after its predecessor is gone (here: reaped by this test process)
       if (owner.exitCode === null && owner.signalCode === null) await new Promise((r) => owner.once("exit", r));
       // Its episode directory stays (nobody was left to remove it) until the next start sweeps it.
-      const owned = () => readdirSync(tmpdir()).filter((d) => /^ooze-agent-\d/.test(d) && existsSync(join(tmpdir(), d, ".owner")) && readFileSync(join(tmpdir(), d, ".owner"), "utf8").startsWith(`${owner.pid} `));
+      const owned = () => episodeDirsOf(owner.pid!);
       expect(owned()).toHaveLength(1);
       sweepDeadOwners("ooze-agent-");
       expect(owned()).toEqual([]);
+      // its sandbox's cgroup (where the machine gives them) is empty and goes at the next start's sweep
+      if (cgroupSupport()) {
+        expect(cgroupsOf(owner.pid!).length).toBeGreaterThan(0);
+        sweepCgroups();
+        expect(cgroupsOf(owner.pid!)).toEqual([]);
+      }
     } finally {
       owner.kill("SIGKILL");
     }

@@ -14,6 +14,7 @@ import type { Sample } from "../../../src/sample.ts";
 import type { AgentConfig, RewardCommandConfig } from "../../protocol/agent-config.ts";
 import { runProcess, type ProcessResult } from "./process.ts";
 import { programPaths, resolvePaths, sandboxArgv, sandboxIds, sandboxTools, type SandboxSettings } from "./sandbox.ts";
+import { inCgroup, SandboxCgroup } from "./cgroup.ts";
 import type { AgentPrompt, AgentTask, RewardResult, Transcript } from "./task.ts";
 
 /** What an episode needs of the gateway (src/gateway Gateway): one session per episode. */
@@ -109,6 +110,7 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
   let samples: Sample[] = [];
   let requests = 0;
   let result: ProcessResult | null = null;
+  let oomKills = 0;
   let reward: { reward: number; success: boolean | null } | null = null;
   // A session the gateway ended early (turn or token limit spent, context too long) is the policy's
   // doing: the agent sees an API error, and if it still exits cleanly the reward decides (recorded).
@@ -147,16 +149,21 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
         gateway = { socket, port: Number(new URL(session.openaiBaseUrl).port) };
       }
       const run = commandLine(agent.command, agent.args.map((a) => expand(a, vars)), deps.baseDir, box, workdir, gateway, [], ids);
-      result = await runProcess({
-        ...run, cwd: workdir, env, stdin: prompt.task, timeoutMs: agent.timeoutS * 1000, killGraceMs: agent.killGraceS * 1000,
-        ...(spec.signal ? { signal: spec.signal } : {}),
-      });
+      try {
+        result = await runProcess({
+          ...run, cwd: workdir, env, stdin: prompt.task, timeoutMs: agent.timeoutS * 1000, killGraceMs: agent.killGraceS * 1000,
+          ...(spec.signal ? { signal: spec.signal } : {}),
+        });
+      } finally {
+        oomKills = run.cgroup?.oomKills() ?? 0;
+        await run.cgroup?.close();
+      }
     } finally {
       const closed = deps.sessions.closeSession(session.id);
       samples = closed.samples;
       requests = closed.requests;
       gatewayError = closed.error;
-      failure = processFailure("agent", result ?? failedStart(), agent.timeoutS, box);
+      failure = withOom(processFailure("agent", result ?? failedStart(), agent.timeoutS, box), oomKills, box);
     }
     if (!failure && samples.length === 0) failure = "the agent made no model request";
     if (!failure) {
@@ -184,6 +191,12 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
   }, prompt);
 }
 
+/** A failure with the sandbox's OOM kills named (its processes together went over memoryMB). */
+function withOom(failure: string | null, oomKills: number, box: SandboxSettings | null): string | null {
+  if (!failure || oomKills === 0) return failure;
+  return `${failure} (out of memory: the sandbox's processes together reached memoryMB ${box?.memoryMB ?? "?"} MiB; ${oomKills} OOM-killed)`;
+}
+
 function failedStart(): ProcessResult {
   return { exitCode: null, signal: null, timedOut: false, aborted: false, spawnError: "not started", stdout: "", stderr: "", pgid: null, seconds: 0, outputExceeded: false };
 }
@@ -192,15 +205,18 @@ function failedStart(): ProcessResult {
 function commandLine(
   command: string, args: string[], baseDir: string, box: SandboxSettings | null, workdir: string,
   gateway: { socket: string; port: number } | null, readOnly: string[], ids: { uid: number; gid: number } | null,
-): { command: string; args: string[]; sandboxed?: boolean; maxTotalOutputBytes?: number } {
+): { command: string; args: string[]; sandboxed?: boolean; maxTotalOutputBytes?: number; cgroup?: SandboxCgroup } {
   const cmd = commandPath(command, baseDir);
   if (!box) return { command: cmd, args };
-  const argv = sandboxArgv({
+  const boxed = sandboxArgv({
     settings: box, tools: sandboxTools(), workdir, gateway, ids,
     readOnly: [...programPaths(cmd, args, resolvePaths(box.readOnlyPaths, baseDir, "readOnlyPaths")), ...readOnly],
     writable: resolvePaths(box.writablePaths, baseDir, "writablePaths"),
   }, cmd, args);
-  return { command: argv[0]!, args: argv.slice(1), sandboxed: true, maxTotalOutputBytes: box.outputMB * 1024 * 1024 };
+  // one memory budget and process count for the whole sandbox, where the machine gives cgroups
+  const cgroup = SandboxCgroup.make(box);
+  const argv = cgroup ? inCgroup(cgroup, boxed) : boxed;
+  return { command: argv[0]!, args: argv.slice(1), sandboxed: true, maxTotalOutputBytes: box.outputMB * 1024 * 1024, ...(cgroup ? { cgroup } : {}) };
 }
 
 /** Gives `dir` and everything in it to the sandbox's uid. */
@@ -265,7 +281,12 @@ async function rewardByCommand(
   const vars = { task: prompt.task, workdir, episode: "" };
   // Sandboxed like the agent, with no network at all; the transcript is shown read-only.
   const run = commandLine(cmd.command, cmd.args.map((a) => expand(a, vars)), baseDir, box ? { ...box, network: "gateway" } : null, workdir, null, [file], ids);
-  const r = await runProcess({ ...run, cwd: workdir, env, stdin: "", timeoutMs: cmd.timeoutS * 1000, killGraceMs: 1000 });
+  let r: ProcessResult;
+  try {
+    r = await runProcess({ ...run, cwd: workdir, env, stdin: "", timeoutMs: cmd.timeoutS * 1000, killGraceMs: 1000 });
+  } finally {
+    await run.cgroup?.close();
+  }
   if (r.spawnError) return { error: `reward command could not start: ${r.spawnError}` };
   if (r.timedOut) return { error: `reward command timed out after ${cmd.timeoutS} s` };
   if (r.outputExceeded) return { error: `reward command printed more than ${box?.outputMB ?? 64} MiB (stopped)` };

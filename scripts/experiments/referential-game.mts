@@ -16,7 +16,7 @@ import { PRESETS, type PresetName } from "../../native/presets.ts";
 import { Trainer, packSamples, type SampleToPack } from "../../native/trainer.ts";
 import type { LlamaHfConfig, LoraTargetModule, NativeEngine, NativeTokenEvent } from "../../native/index.d.ts";
 import { computeAdvantages, type AdvantageEstimator } from "../../src/algorithms/advantages.ts";
-import { BOS_ID, EOS_ID, encodeBytes } from "../../src/engine/tokenizer.ts";
+import { BOS_ID, EOS_ID, decodeBytes, encodeBytes } from "../../src/engine/tokenizer.ts";
 
 const { values: a } = parseArgs({
   options: {
@@ -91,14 +91,18 @@ const bytes = (s: string) => encodeBytes(s);
 // long: "secret: A\nmessage:" / "message: <msg>\nsecret:"; last: the secret (describer) and the
 // message (guesser) are the prompt's last tokens: "secret: A" / "message: <msg>" (a random model with
 // tied embeddings leans towards repeating the last token, which both roles can build on); short: the
-// bare ids, BOS + secret / BOS + message (the secret/message dominates the random model's state).
+// bare ids, BOS + secret / BOS + message (the secret/message dominates the random model's state);
+// chat: what the gateway's built-in chat template renders for one user message (the SDK game,
+// examples/agents/referential-openai.mjs), the message travelling as text (decoded, re-encoded).
 const describerPrompt = (s: number) =>
+  a.prompt === "chat" ? cat([BOS_ID], bytes(`<|user|>${names[s]}\n<|assistant|>`)) :
   a.prompt === "short" ? cat([BOS_ID], bytes(names[s]!)) :
   a.prompt === "last" ? cat([BOS_ID], bytes(`secret: ${names[s]}`)) : cat([BOS_ID], bytes(`secret: ${names[s]}\nmessage:`));
 const guesserPrefix = a.prompt === "short" ? cat([BOS_ID]) : a.prompt === "last" ? cat([BOS_ID], bytes("message: ")) : cat([BOS_ID], bytes("message:"));
 const guesserSuffix = a.prompt === "short" ? bytes("") : a.prompt === "last" ? bytes("") : bytes("\nsecret:");
 /** The guesser's prompt: the describer's sampled ids verbatim (a stop EOS dropped). */
-const guesserPrompt = (msg: Int32Array) => cat(guesserPrefix, msg, guesserSuffix);
+const guesserPrompt = (msg: Int32Array) =>
+  a.prompt === "chat" ? cat([BOS_ID], bytes(`<|user|>${decodeBytes(msg)}\n<|assistant|>`)) : cat(guesserPrefix, msg, guesserSuffix);
 /** Right iff the guesser's first sampled token is the secret's byte. */
 const isRight = (guess: Int32Array, s: number) => guess.length > 0 && guess[0] === answers.charCodeAt(s);
 

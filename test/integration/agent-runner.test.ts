@@ -133,6 +133,23 @@ describe("runAgentEpisode", () => {
     expect(agentDirs()).toEqual([]);
   });
 
+  it("rewards samples one by one when the task says so: each its own trajectory, grouped by prompt", async () => {
+    const agent = agentSchema.parse({ command: process.execPath, args: [join(fixtures, "writer.mjs")], maxSegments: 3 });
+    const each = { ...task, reward: () => ({ samples: [{ reward: 0.5, success: null }, { reward: 1, success: true }, { reward: 0 }] }) };
+    const samples = await runAgentEpisode({ sessions: standInGateway(3), task: each, agent, baseDir: fixtures }, spec(5, 40));
+    expect(samples.map((s) => [s.index, s.rolloutId, s.reward, s.metadata.context, s.metadata.success])).toEqual([
+      [40, "r40", 0.5, 0, null], [41, "r40.1", 1, 1, true], [42, "r40.2", 0, 2, undefined],
+    ]);
+    // one reward per sample of the transcript, or the episode fails saying so
+    const short = { ...task, reward: () => ({ samples: [{ reward: 1 }] }) };
+    const failed = await runAgentEpisode({ sessions: standInGateway(3), task: short, agent, baseDir: fixtures }, spec(5, 40));
+    expect(failed.every((s) => s.status === "failed" && s.reward === null)).toBe(true);
+    expect(String(failed[0]!.metadata.error)).toMatch(/returned samples of length 1; the transcript has 3 samples/);
+    const nan = { ...task, reward: () => ({ samples: [{ reward: 1 }, { reward: Number.NaN }, { reward: 0 }] }) };
+    const bad = await runAgentEpisode({ sessions: standInGateway(3), task: nan, agent, baseDir: fixtures }, spec(5, 40));
+    expect(String(bad[0]!.metadata.error)).toMatch(/samples\[1\] = \{"reward":null\}, not \{reward: a finite number/);
+  });
+
   it("reports an agent command that does not exist as a failed episode naming it", async () => {
     const agent = agentSchema.parse({ command: "./no-such-agent.sh" });
     const samples = await runAgentEpisode({ sessions: standInGateway(), task, agent, baseDir: fixtures }, spec(6, 0));

@@ -15,7 +15,7 @@ import type { AgentConfig, RewardCommandConfig } from "../../protocol/agent-conf
 import { runProcess, type ProcessResult } from "./process.ts";
 import { programPaths, resolvePaths, sandboxArgv, sandboxIds, sandboxTools, type SandboxSettings } from "./sandbox.ts";
 import { inCgroup, SandboxCgroup } from "./cgroup.ts";
-import type { AgentPrompt, AgentTask, RewardResult, Transcript } from "./task.ts";
+import type { AgentPrompt, AgentTask, RewardResult, SampleReward, Transcript } from "./task.ts";
 
 /** What an episode needs of the gateway (src/gateway Gateway): one session per episode. */
 export interface SessionHost {
@@ -111,7 +111,7 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
   let requests = 0;
   let result: ProcessResult | null = null;
   let oomKills = 0;
-  let reward: { reward: number; success: boolean | null } | null = null;
+  let reward: Verdict | null = null;
   // A session the gateway ended early (turn or token limit spent, context too long) is the policy's
   // doing: the agent sees an API error, and if it still exits cleanly the reward decides (recorded).
   let gatewayError: string | null = null;
@@ -229,9 +229,16 @@ async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
   }
 }
 
+/** A reward's verdict: the episode's reward and success, or (`samples`) one per sample. */
+interface Verdict {
+  reward: number;
+  success: boolean | null;
+  samples: SampleReward[] | null;
+}
+
 interface Outcome {
   failure: string | null;
-  reward: { reward: number; success: boolean | null } | null;
+  reward: Verdict | null;
   requests: number;
   gatewayError: string | null;
   agent: { exitCode: number | null; signal: string | null; seconds: number } | null;
@@ -241,6 +248,8 @@ interface Outcome {
 /**
  * The episode's samples with their indices (firstIndex + segment), group, episode id, reward and
  * status; segments beyond maxSegments are dropped (counted in metadata). No samples: one failed placeholder.
+ * Samples rewarded one by one are trajectories of their own: rollout id `r<first>.<segment>` past
+ * the first, and `metadata.context`, which groups them by prompt for advantages (as a role task's contexts).
  */
 export function numberSamples(samples: Sample[], spec: AgentEpisodeSpec, rolloutId: string, maxSegments: number, o: Outcome, prompt: AgentPrompt): Sample[] {
   const kept = samples.slice(0, maxSegments);
@@ -248,7 +257,7 @@ export function numberSamples(samples: Sample[], spec: AgentEpisodeSpec, rollout
     episode: spec.episode, segments: samples.length, droppedSegments: samples.length - kept.length, requests: o.requests, agent: o.agent,
     ...(o.failure ? { error: o.failure } : {}),
     ...(o.gatewayError ? { gatewayError: o.gatewayError } : {}),
-    ...(o.reward && o.reward.success !== null ? { success: o.reward.success } : {}),
+    ...(o.reward && o.reward.samples === null && o.reward.success !== null ? { success: o.reward.success } : {}),
     ...(o.workdir ? { workdir: o.workdir } : {}),
   };
   if (kept.length === 0)
@@ -256,15 +265,19 @@ export function numberSamples(samples: Sample[], spec: AgentEpisodeSpec, rollout
       index: spec.firstIndex, groupIndex: spec.groupIndex, rolloutId, prompt: prompt.task, tokens: new Int32Array(0), responseLength: 0,
       lossMask: new Uint8Array(0), rolloutLogprobs: new Float32Array(0), reward: null, status: "failed", weightVersions: [], metadata: { ...meta, segment: 0 },
     }];
+  const each = o.failure ? null : o.reward!.samples;
   return kept.map((s, i) => ({
     ...s,
     index: spec.firstIndex + i,
     groupIndex: spec.groupIndex,
-    rolloutId,
+    rolloutId: each && i > 0 ? `${rolloutId}.${i}` : rolloutId,
     prompt: prompt.task,
-    reward: o.failure ? null : o.reward!.reward,
+    reward: o.failure ? null : each ? each[i]!.reward : o.reward!.reward,
     status: o.failure ? "failed" : s.status === "pending" || s.status === "aborted" ? "completed" : s.status,
-    metadata: { ...s.metadata, ...meta, segment: i },
+    metadata: {
+      ...s.metadata, ...meta, segment: i,
+      ...(each ? { context: i, ...(each[i]!.success !== undefined ? { success: each[i]!.success } : {}) } : {}),
+    },
   }));
 }
 
@@ -272,7 +285,7 @@ export function numberSamples(samples: Sample[], spec: AgentEpisodeSpec, rollout
 async function rewardByCommand(
   cmd: RewardCommandConfig, baseDir: string, root: string, workdir: string, prompt: AgentPrompt, transcript: Transcript,
   box: SandboxSettings | null, ids: { uid: number; gid: number } | null,
-): Promise<{ reward: number; success: boolean | null } | { error: string }> {
+): Promise<Verdict | { error: string }> {
   const file = join(root, "transcript.json");
   await writeFile(file, JSON.stringify({ task: prompt.task, text: transcript.text, stdout: transcript.stdout, exitCode: transcript.exitCode }));
   const env: NodeJS.ProcessEnv = {};
@@ -291,18 +304,29 @@ async function rewardByCommand(
   if (r.timedOut) return { error: `reward command timed out after ${cmd.timeoutS} s` };
   if (r.outputExceeded) return { error: `reward command printed more than ${box?.outputMB ?? 64} MiB (stopped)` };
   const last = lastLine(r.stdout);
-  if (last !== "" && Number.isFinite(Number(last))) return { reward: Number(last), success: r.exitCode === 0 };
-  return { reward: r.exitCode === 0 ? 1 : 0, success: r.exitCode === 0 };
+  if (last !== "" && Number.isFinite(Number(last))) return { reward: Number(last), success: r.exitCode === 0, samples: null };
+  return { reward: r.exitCode === 0 ? 1 : 0, success: r.exitCode === 0, samples: null };
 }
 
-async function rewardByModule(task: AgentTask, workdir: string, prompt: AgentPrompt, transcript: Transcript): Promise<{ reward: number; success: boolean | null } | { error: string }> {
+async function rewardByModule(task: AgentTask, workdir: string, prompt: AgentPrompt, transcript: Transcript): Promise<Verdict | { error: string }> {
   let r: RewardResult;
   try {
     r = await task.reward!({ workdir, prompt, transcript });
   } catch (e) {
     return { error: `task '${task.name}' reward() threw: ${(e as Error).message}` };
   }
+  if (typeof r === "object" && r !== null && "samples" in r) return perSample(task.name, r.samples, transcript.samples.length);
   const reward = typeof r === "number" ? r : r.reward;
   if (!Number.isFinite(reward)) return { error: `task '${task.name}' reward() returned ${String(reward)}, not a finite number` };
-  return { reward, success: typeof r === "number" ? null : (r.success ?? null) };
+  return { reward, success: typeof r === "number" ? null : (r.success ?? null), samples: null };
+}
+
+/** A reward per sample, checked: one finite reward for each of the transcript's samples. */
+function perSample(name: string, samples: unknown, n: number): Verdict | { error: string } {
+  if (!Array.isArray(samples) || samples.length !== n)
+    return { error: `task '${name}' reward() returned samples of length ${Array.isArray(samples) ? samples.length : String(samples)}; the transcript has ${n} samples (one reward each, in order)` };
+  const bad = samples.findIndex((x: SampleReward | null) => typeof x !== "object" || x === null || !Number.isFinite(x.reward));
+  if (bad >= 0) return { error: `task '${name}' reward() returned samples[${bad}] = ${JSON.stringify(samples[bad])}, not {reward: a finite number, success?}` };
+  const rewards = (samples as SampleReward[]).map((x) => x.reward);
+  return { reward: rewards.reduce((a, x) => a + x, 0) / n, success: null, samples: samples as SampleReward[] };
 }

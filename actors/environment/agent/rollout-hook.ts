@@ -3,6 +3,7 @@
 // own, or the built-in ones of the byte-level presets). The rollout actor calls `group` instead of
 // rolloutRange when the topology names an agent; nothing else in the rollout changes.
 import { policySpecs } from "../../protocol/policies.ts";
+import { setMaxListeners } from "node:events";
 import { existsSync } from "node:fs";
 import { isAbsolute, resolve } from "node:path";
 import { Gateway, loadHfChatModel, type Generator } from "../../../src/gateway/index.ts";
@@ -53,6 +54,9 @@ export async function startAgentRollout(train: TrainConfig & { agent: AgentConfi
   const decode = hf ? (ids: Int32Array) => hf.tokenizer.decode(ids, false) : (ids: Int32Array) => decodeBytes(ids, false);
   const deps = { sessions: gateway, task, agent: train.agent, baseDir, decode };
   const stopping = new AbortController();
+  // every running episode listens to it once (Node warns past 10 listeners, a leak it cannot tell from
+  // 64 episodes in flight); the episodes of one group share `sig` below the same way
+  setMaxListeners(0, stopping.signal);
   const running = new Set<Promise<unknown>>();
   const stop = async () => {
     stopping.abort();
@@ -64,6 +68,7 @@ export async function startAgentRollout(train: TrainConfig & { agent: AgentConfi
       if (stopping.signal.aborted) return Promise.reject(new OozeError("ACTOR_STOPPED", `rollout stopping: group ${p.groupIndex} is left for the next rollout`));
       const episodes = Math.max(1, Math.floor(p.samples / train.agent.maxSegments));
       const sig = signal ? AbortSignal.any([signal, stopping.signal]) : stopping.signal;
+      setMaxListeners(0, sig);
       const run = runAgentGroup(deps, { groupIndex: p.groupIndex, firstSample: p.firstSample, episodes, seed: train.seed, temperature: train.temperature, signal: sig }, onSample).then((samples) => {
         if (stopping.signal.aborted) throw new OozeError("ACTOR_STOPPED", `rollout stopping: the episodes of group ${p.groupIndex} were ended; its prompt is redelivered`);
         return samples;

@@ -36,8 +36,21 @@ export interface RewardContext {
   transcript: Transcript;
 }
 
-/** A reward, or a reward and whether the episode reached the goal (success rate). */
-export type RewardResult = number | { reward: number; success?: boolean };
+/** One sample's reward and outcome; `success: null` leaves it out of the success rate. */
+export interface SampleReward {
+  reward: number;
+  success?: boolean | null;
+}
+
+/**
+ * A reward, or a reward and whether the episode reached the goal (success rate); or a reward per
+ * sample of the transcript (`samples`, in `transcript.samples` order), for an episode whose samples
+ * are separate decisions — a multi-agent program's roles, the `n` choices of one request. Each
+ * sample so rewarded is then a trajectory of its own (its own rollout id), and its advantage is
+ * taken among its policy's samples of the prompt group that have the same prompt tokens — the rule
+ * of a role task's contexts (actors/buffer/groups.ts): the guesses of one message are one group.
+ */
+export type RewardResult = number | { reward: number; success?: boolean } | { samples: SampleReward[] };
 
 /** An agent task: prompts and (optionally) a reward. */
 export interface AgentTask {

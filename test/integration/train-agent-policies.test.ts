@@ -1,0 +1,73 @@
+// The referential game as two agents on the `openai` SDK, end to end: `ooze train`'s job (a real
+// nats-server, embedded engine, trainer workers) runs topologies/agent-referential-openai.yaml for
+// two small steps — examples/agents/referential-openai.mjs in its sandbox per episode, through the
+// gateway. Each episode gives one describer sample and eight guesser samples (the `n` choices of one
+// request), each guess rewarded on its own and the describer with their mean; both policies train,
+// and each sample's tokens were sampled with its own policy's adapter of the version that made them.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { trainConfigOf } from "../../actors/protocol/config.ts";
+import { batchRegistry } from "../../actors/protocol/messages.ts";
+import { readJsonl, type StepMetrics } from "../../actors/protocol/metrics.ts";
+import { scanStream } from "../../actors/protocol/streams.ts";
+import { runTrainJob } from "../../app/job/train-job.ts";
+import { decodeBytes, encodeBytes } from "../../src/engine/tokenizer.ts";
+import { loadTopology } from "../../src/topology/load.ts";
+import { jobNames } from "../../src/transport/names.ts";
+import type { Sample } from "../../src/sample.ts";
+import { rolloutLogprobGap, useNats } from "../harness/index.ts";
+
+const nats = useNats();
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+const STEPS = 2, PROMPTS = 2, EPISODES = 2, GUESSES = 8;
+const response = (s: Sample) => s.tokens.subarray(s.tokens.length - s.responseLength);
+const promptOf = (s: Sample) => s.tokens.subarray(0, s.tokens.length - s.responseLength);
+
+describe("the referential game on the openai SDK through the gateway", () => {
+  it("trains the describer and the guesser, each guess rewarded on its own", async () => {
+    const out = mkdtempSync(join(tmpdir(), "ooze-train-agent-policies-"));
+    dirs.push(out);
+    const job = `train-agent-policies-${process.pid}`;
+    const topology = loadTopology("topologies/agent-referential-openai.yaml");
+    const { train, engines } = trainConfigOf(topology);
+    Object.assign(train, { steps: STEPS, promptsPerStep: PROMPTS, samplesPerPrompt: EPISODES, checkpointEvery: 50 });
+    const summary = await runTrainJob({ topology, train, engines, out, job, verbose: false, nats: { url: nats.server.url, token: nats.server.token } });
+    expect(summary.steps).toBe(STEPS);
+    // both policies got samples and trained at every step
+    for (const m of readJsonl<StepMetrics>(join(out, "metrics.jsonl"))) {
+      expect([m.policy_describer_samples, m.policy_guesser_samples]).toEqual([PROMPTS * EPISODES, PROMPTS * EPISODES * GUESSES]);
+      for (const p of ["describer", "guesser"]) expect(typeof m[`policy_${p}_loss`]).toBe("number");
+      expect(m.failed).toBe(0);
+    }
+
+    const bus = await nats.connect();
+    const last = (await scanStream(bus, jobNames(job).streamBatches, batchRegistry)).find((b) => b.body.step === STEPS)!.body.samples;
+    const describers = last.filter((s) => s.policy === "describer");
+    expect(describers).toHaveLength(PROMPTS * EPISODES);
+    for (const d of describers) {
+      const secret = decodeBytes(promptOf(d)).match(/<\|user\|>([A-H])\n/)![1]!;
+      const want = String("ABCDEFGH".indexOf(secret));
+      const guesses = last.filter((s) => s.rolloutId.startsWith(`${d.rolloutId}.`));
+      expect(guesses.map((g) => [g.index, g.policy, g.metadata.context])).toEqual(Array.from({ length: GUESSES }, (_, k) => [d.index + 1 + k, "guesser", k + 1]));
+      // the guesser sees the message as the gateway renders it, never the secret's prompt
+      const message = decodeBytes(response(d));
+      for (const g of guesses) {
+        expect(Array.from(promptOf(g))).toEqual([256, ...encodeBytes(`<|user|>${message}\n<|assistant|>`)]);
+        const right = decodeBytes(response(g)).trim() === want;
+        expect([g.reward, g.metadata.success]).toEqual([right ? 1 : 0, right]);
+      }
+      expect(d.reward).toBeCloseTo(guesses.reduce((a, g) => a + g.reward!, 0) / GUESSES, 12);
+      expect(d.metadata.success).toBeNull();
+    }
+    // version 1 sampled the last step: each role's tokens are its own adapter's, not the other's
+    expect(last.every((s) => s.weightVersions.every((w) => w.version === "1"))).toBe(true);
+    const v1 = join(out, "weights", "v1");
+    expect(await rolloutLogprobGap(join(v1, "describer"), describers)).toBeLessThan(1e-4);
+    expect(await rolloutLogprobGap(join(v1, "guesser"), last.filter((s) => s.policy === "guesser"))).toBeLessThan(1e-4);
+    expect(await rolloutLogprobGap(join(v1, "guesser"), describers)).toBeGreaterThan(1e-3);
+  });
+});

@@ -38,16 +38,14 @@ export function netnsUnavailable(): string | null {
   }
 }
 
-/** Creates namespaces `names` on a fresh bridge; each gets 10.203.X.(i+2), the bridge 10.203.X.1. */
+/**
+ * Creates namespaces `names` on a fresh bridge; each gets 10.203.X.(i+2), the bridge 10.203.X.1. The
+ * subnet is claimed by the bridge's name (oz203sX): creating a link whose name exists fails, so two
+ * test files making networks at once (vitest runs files in parallel) never take the same X.
+ */
 export function createTestNetwork(names: readonly string[]): TestNetwork {
   const tag = randomBytes(2).toString("hex");
   const used = ip("-4", "-o", "addr", "show");
-  let subnet = -1;
-  for (let x = 1; x < 255; x++) if (!used.includes(` 10.203.${x}.`)) { subnet = x; break; }
-  if (subnet < 0) throw new Error("no free 10.203.X.0/24 subnet for the test network");
-  const bridge = `ozbr${tag}`;
-  const gateway = `10.203.${subnet}.1`;
-  const hosts = names.map((name, i) => ({ name, ns: `ooze-${tag}-${name}`, address: `10.203.${subnet}.${i + 2}`, outer: `oz${tag}h${i}`, inner: `oz${tag}n${i}` }));
   const created: (() => void)[] = [];
   const destroy = () => {
     for (const undo of created.splice(0).reverse()) {
@@ -58,9 +56,22 @@ export function createTestNetwork(names: readonly string[]): TestNetwork {
       }
     }
   };
+  let subnet = -1;
+  for (let x = 1; x < 255 && subnet < 0; x++) {
+    if (used.includes(` 10.203.${x}.`)) continue;
+    try {
+      ip("link", "add", "name", `oz203s${x}`, "type", "bridge");
+      subnet = x;
+    } catch (e) {
+      if (!/exists/i.test((e as { stderr?: string }).stderr ?? "")) throw e;
+    }
+  }
+  if (subnet < 0) throw new Error("no free 10.203.X.0/24 subnet for the test network");
+  const bridge = `oz203s${subnet}`;
+  created.push(() => ip("link", "del", bridge));
+  const gateway = `10.203.${subnet}.1`;
+  const hosts = names.map((name, i) => ({ name, ns: `ooze-${tag}-${name}`, address: `10.203.${subnet}.${i + 2}`, outer: `oz${tag}h${i}`, inner: `oz${tag}n${i}` }));
   try {
-    ip("link", "add", "name", bridge, "type", "bridge");
-    created.push(() => ip("link", "del", bridge));
     ip("addr", "add", `${gateway}/24`, "dev", bridge);
     ip("link", "set", bridge, "up");
     for (const h of hosts) {

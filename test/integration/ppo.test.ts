@@ -40,10 +40,12 @@ const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 describe("algorithm: ppo", () => {
   it("learns the quickstart task (last digit of a+b) while the critic trains in the same worker", { timeout: 600_000 }, async () => {
-    const steps = 60;
+    // 30 steps of 256 samples at lr 4e-3 (seed 0: reward 0.0008 over the first 5 steps, 0.13 over the
+    // last 10, the same in repeated runs; seed 1: 0.079); 60 steps at 2e-3 learned as much in twice the time
+    const steps = 30;
     const { out, metrics } = await train({
       task: "addition", taskConfig: { digits: 1, answer: "last-digit" }, preset: "quickstart", seed: 0, steps,
-      promptsPerStep: 32, samplesPerPrompt: 8, lr: 0.002, checkpointEvery: 30, algorithm: "ppo",
+      promptsPerStep: 32, samplesPerPrompt: 8, lr: 0.004, checkpointEvery: 15, algorithm: "ppo",
     });
     expect(metrics.map((m) => m.step)).toEqual(Array.from({ length: steps }, (_, i) => i + 1));
     for (const m of metrics) {
@@ -58,7 +60,7 @@ describe("algorithm: ppo", () => {
     expect(end, `reward over the last 10 steps (start ${start})`).toBeGreaterThan(Math.max(0.06, 3 * start));
     // the critic learned something about the returns: its values moved off their zero start
     expect(metrics.slice(-10).some((m) => Math.abs(m.value_mean!) > 0.01)).toBe(true);
-    for (const step of ["step-000030", "step-000060"]) {
+    for (const step of ["step-000015", "step-000030"]) {
       expect(existsSync(join(out, "checkpoints", step, VALUE_HEAD_FILE)), step).toBe(true);
       expect(existsSync(join(out, "checkpoints", step, "model.safetensors")), step).toBe(true);
     }

@@ -218,7 +218,7 @@ export class ObjectFullStore implements FullStore {
     } catch (e) {
       throw toTransportError(e, `looking up base model object '${name}' in object store '${this.bucket}'`);
     }
-    if (!info || info.deleted) await this.putObject(name, `ooze base model ${resolve(dir)} (of LoRA adapters)`, dir, { ...manifestOf(dir, "base"), files: baseFiles(dir) });
+    if (!info || info.deleted) await this.putObject(name, `ooze base model ${resolve(dir)} (of LoRA adapters)`, dir, { format: "ooze-full", v: 1, version: "base", files: baseFiles(dir) });
     this.storedBases.add(name);
     return name;
   }

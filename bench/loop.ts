@@ -23,7 +23,10 @@
 // config's, 20; 0 writes none) in every mode. Without it, each repetition also runs P pairs
 // (`--explorer-pairs P`, default 4) of sync runs, one with the default explorer files and one with
 // none, in alternating order, and the bench reports sync_explorer_vs_none: the rate with the
-// explorer over the rate without, summed over the pairs.
+// explorer over the rate without, summed over the pairs; and, finer than that ratio's noise,
+// sync_explorer_time_share: the explorer writes' own wall time (encoding and writing, the trainer's
+// explorer_seconds metric) over the steps' wall time in the runs with them — the most the files can
+// cost the loop, since a write entirely on the loop's path would add exactly its time.
 //
 // Trained samples/s: samples trained in steps 2..N over the wall time from the end of step 1 to the
 // end of step N (engine and worker start-up excluded), for every mode.
@@ -226,7 +229,7 @@ try {
   const wasted: Record<"fully_async" | "fully_async_requeue", { requeued: number; untrained: number }>[] = [];
   let lastSync = "", stalenessSeen = 0, partialSamples = 0;
   /** Without --explorer: each pair's sync rate with the default explorer files and with none. */
-  const explorerPairs: { with: number; without: number }[] = [];
+  const explorerPairs: { with: number; without: number; share: number; encodeShare: number }[] = [];
   /** Samples generated for nothing: requeued as stale, and launched but undecided at the end (the last checkpoint's pending groups). */
   const wastedOf = (out: string) => ({
     requeued: readJsonl<BatchRecord>(join(out, "batches.jsonl")).reduce((n, x) => n + (x.requeued?.length ?? 0), 0),
@@ -241,7 +244,13 @@ try {
       const none = { explorer: { ...trainConfig("sync").explorer, keepSteps: 0 } };
       const first = await run("sync", rep * 100 + k, k % 2 === 0 ? {} : none);
       const second = await run("sync", rep * 100 + k, k % 2 === 0 ? none : {});
-      explorerPairs.push(k % 2 === 0 ? { with: first.sps, without: second.sps } : { with: second.sps, without: first.sps });
+      const withRun = k % 2 === 0 ? first : second, withoutRun = k % 2 === 0 ? second : first;
+      // the writes' own time over the steps' (steps 2..N, as the rate): an upper bound of the cost
+      const measured = withRun.ms.slice(1), stepTime = measured.reduce((n, m) => n + m.step_seconds, 0);
+      const share = measured.reduce((n, m) => n + (m.explorer_seconds ?? NaN), 0) / stepTime;
+      const encodeShare = measured.reduce((n, m) => n + (m.explorer_encode_seconds ?? NaN), 0) / stepTime;
+      say(`explorer pair ${k + 1}: with/without ${(withRun.sps / withoutRun.sps).toFixed(3)}, the writes took ${(share * 100).toFixed(2)} % of the steps' time (encoding ${(encodeShare * 100).toFixed(2)} %)`);
+      explorerPairs.push({ with: withRun.sps, without: withoutRun.sps, share, encodeShare });
     }
     const async_ = await run("async", rep);
     const full = await run("fully_async", rep);
@@ -280,6 +289,11 @@ try {
             sync_no_explorer: r(explorerPairs.reduce((n, x) => n + x.without, 0) / explorerPairs.length),
             sync_explorer_vs_none: r(explorerPairs.reduce((n, x) => n + x.with, 0) / explorerPairs.reduce((n, x) => n + x.without, 0), 3),
             sync_explorer_vs_none_by_pair: explorerPairs.map((x) => r(x.with / x.without, 3)),
+            // the explorer writes' own wall time over the steps' wall time in the runs with them: the
+            // most the files can cost (were every write on the loop's path), measured inside each run
+            sync_explorer_time_share: r(explorerPairs.reduce((n, x) => n + x.share, 0) / explorerPairs.length, 4),
+            sync_explorer_time_share_max: r(Math.max(...explorerPairs.map((x) => x.share)), 4),
+            sync_explorer_encode_share: r(explorerPairs.reduce((n, x) => n + x.encodeShare, 0) / explorerPairs.length, 4),
           }
         : {}),
       workload: `long-tail turns (Pareto alpha ${taskConfig.alpha}, 1-${taskConfig.maxTurns} turns of <=${taskConfig.turnTokens} tokens), preset ${preset}, ${prompts} prompts x ${samples} samples, ${steps} steps, 1 engine (maxRunning ${maxRunning}), OMP_NUM_THREADS=${process.env.OMP_NUM_THREADS}, ${repetitions} repetitions`,

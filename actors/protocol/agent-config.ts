@@ -26,7 +26,10 @@ const sandboxOn = z
     memoryMB: z.number().int().min(64).default(4096),
     /** Processes and threads of the sandbox (RLIMIT_NPROC of its own uid). */
     pids: z.number().int().min(8).default(256),
-    /** CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL). */
+    /**
+     * CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL), and for all of the sandbox's
+     * processes together where it gets a cgroup (read every 100 ms; past it the sandbox is killed).
+     */
     cpuSeconds: z.number().int().min(1).default(600),
     /** Largest file a process may write (RLIMIT_FSIZE: SIGXFSZ), MiB. */
     fileSizeMB: z.number().int().min(1).default(1024),
@@ -74,7 +77,7 @@ export const agentSchema = z
      * Most samples (trajectory segments) one episode may yield: each episode owns this many sample
      * indices, so indices stay deterministic on redelivery. Segments past it are dropped, recorded.
      */
-    maxSegments: z.number().int().min(1).max(64).default(4),
+    maxSegments: z.number().int().min(1).max(1024).default(4),
     /** Reward from a command run in the workdir (exit 0 = 1, else 0; or the number on its last stdout line); else the task module's reward(). */
     reward: rewardCommandSchema.optional(),
     /** Keep each episode's temporary directory (workdir, transcript, agent output) for debugging; its path goes in the sample's metadata. */

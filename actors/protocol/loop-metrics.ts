@@ -15,6 +15,7 @@ export function recordTrainerStep(job: string, actor: string, m: StepMetrics): v
   counter(r, "ooze_trainer_samples_total", "Samples trained.", L).inc(l, m.samples);
   counter(r, "ooze_trainer_tokens_total", "Tokens of the samples trained (prompt and response).", L).inc(l, m.tokens);
   counter(r, "ooze_trainer_worker_restarts_total", "Restarts of the trainer worker process.", L).inc(l, m.trainer_restarts);
+  if (m.explorer_seconds !== undefined) counter(r, "ooze_trainer_explorer_seconds_total", "Time the trajectory explorer's files took to write (train.explorer).", L).inc(l, m.explorer_seconds);
   counter(r, "ooze_trainer_failed_samples_total", "Samples whose episode failed (not trained).", L).inc(l, m.failed);
   gauge(r, "ooze_trainer_weight_version", "The weight version the trainer last produced.", L).set(l, m.weight_version);
   gauge(r, "ooze_trainer_reward_mean", "Mean reward of the last step's samples.", L).set(l, m.reward_mean);

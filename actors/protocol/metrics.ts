@@ -49,6 +49,13 @@ export interface StepMetrics {
   entropy_coef?: number;
   /** The adaptive entropy control's target after the step (`entropyTarget`, moving toward `entropyTargetFinal`). */
   entropy_target?: number;
+  /**
+   * train.explorer on: seconds the explorer files' writes finished since the previous step took
+   * (usually the previous step's file, written while this step trained), and of them the encoding
+   * on the trainer's event loop. Their share of step_seconds bounds what the files cost the loop.
+   */
+  explorer_seconds?: number;
+  explorer_encode_seconds?: number;
   /** Trained samples by staleness: entry k counts those whose oldest token is k versions behind the trainer. */
   staleness_hist?: number[];
   /**

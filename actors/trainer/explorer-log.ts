@@ -6,7 +6,9 @@
 // trainer's event loop). A step's file is written whole (a step trained again after a restart
 // replaces it), after the step's metrics, off the loop's path: writes queue one after another and the
 // trainer does not wait for them (it flushes them when it stops). Files of steps more than keepSteps
-// behind are deleted. OUT/explorer/meta.json names the tokenizer to decode with.
+// behind are deleted. OUT/explorer/meta.json names the tokenizer to decode with. The time the writes
+// take is counted (`takeSeconds`: the trainer's `explorer_seconds` metric), an upper bound of what
+// the files cost the loop: were every write on the loop's path, the loop would slow by exactly that.
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -75,6 +77,9 @@ export function explorerFileStep(name: string): number | null {
 export class ExplorerLog {
   private chain: Promise<void> = Promise.resolve();
   private readonly dir: string;
+  /** Seconds of writes finished since the last takeSeconds(): all of it, and the encoding (on the event loop). */
+  private seconds = 0;
+  private encodeSeconds = 0;
 
   constructor(
     out: string,
@@ -100,14 +105,27 @@ export class ExplorerLog {
   write(step: number, trained: readonly (Sample & { advantage: number })[], failed: readonly Sample[]): void {
     // the samples are the batch's own (the trainer does not change them): encoding waits for the queue too
     this.chain = this.chain.then(async () => {
+      const t0 = performance.now();
+      let encoded = t0;
       try {
         const lines = [...trained.map((s) => explorerRecord(step, s, s.advantage)), ...failed.map((s) => explorerRecord(step, s, null))];
-        await writeFile(explorerStepFile(this.dir, step), lines.map((r) => `${JSON.stringify(r)}\n`).join(""));
+        const text = lines.map((r) => `${JSON.stringify(r)}\n`).join("");
+        encoded = performance.now();
+        await writeFile(explorerStepFile(this.dir, step), text);
         this.prune(step);
       } catch (e) {
         this.warn(`trainer: explorer file of step ${step} not written: ${(e as Error).message}`);
       }
+      this.seconds += (performance.now() - t0) / 1000;
+      this.encodeSeconds += (encoded - t0) / 1000;
     });
+  }
+
+  /** Seconds the writes finished since the last call took (wall time; `encode`: building the lines), and resets them. */
+  takeSeconds(): { total: number; encode: number } {
+    const r = { total: this.seconds, encode: this.encodeSeconds };
+    this.seconds = this.encodeSeconds = 0;
+    return r;
   }
 
   /** Waits for the queued writes. */

@@ -253,6 +253,7 @@ class Run {
     this.lastStepEnd = now;
     const tm = trained?.metrics ?? null;
     const s = b.stats;
+    const explorerTime = this.explorer?.takeSeconds();
     const m: StepMetrics = {
       step: b.step, ...s.rewards, samples: b.samples.length,
       tokens: b.samples.reduce((n, x) => n + x.tokens.length, 0), seconds: (now - this.t0) / 1000, step_seconds: stepSeconds,
@@ -262,6 +263,7 @@ class Run {
       loss: tm?.loss ?? 0, kl: tm?.ppoKl ?? 0, entropy: tm?.entropy ?? 0, clipfrac: tm?.clipfrac ?? 0, grad_norm: tm?.gradNorm ?? 0,
       response_length_mean: b.samples.length ? b.samples.reduce((n, x) => n + x.responseLength, 0) / b.samples.length : 0, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: restarts,
       lr: trained ? this.trainer.lrAt(this.trainer.version) : 0, entropy_coef: trained?.entropyCoef ?? 0, ...(trained?.entropyTarget != null ? { entropy_target: trained.entropyTarget } : {}), staleness_hist: stalenessHist(b.samples, versionBefore),
+      ...(explorerTime ? { explorer_seconds: explorerTime.total, explorer_encode_seconds: explorerTime.encode } : {}),
       ...(trained?.critic ? criticFields(trained.critic) : {}),
       ...policyFields(b.samples, trained?.policies ?? null),
     };

@@ -158,6 +158,19 @@ const cases: Case[] = [
         reason: /out of memory: the sandbox's processes together reached memoryMB 256 MiB; \d+ OOM-killed/,
       } satisfies Case]
     : []),
+  // The same for CPU time: four processes of 0.6 CPU seconds each under cpuSeconds 1 (RLIMIT_CPU is per
+  // process): the sandbox's cgroup counts them together (where it has CPU accounting)
+  ...(cpuAccounting()
+    ? [{
+        name: "burn CPU in several processes, each under cpuSeconds",
+        agent: shAgent(
+          `for i in 1 2 3 4; do (perl -e 'do { $i++ } while ((times)[0] < 0.6)' && touch burnt$i) & done; wait; n=$(ls | grep -c burnt); ` +
+            `[ "$n" = 4 ] && { echo BREACH; exit 0; }; echo "Error: $n of 4 burners finished" >&2; exit 1`,
+        ),
+        sandbox: { cpuSeconds: 1 },
+        reason: /used up the sandbox's CPU budget: its processes together ran [\d.]+ s of CPU, over cpuSeconds 1 \(sandbox killed\)/,
+      } satisfies Case]
+    : []),
   {
     name: "fill memory through the in-memory filesystems (/tmp, /dev/shm, /dev)",
     agent: shAgent(
@@ -176,6 +189,12 @@ const cases: Case[] = [
   },
   { name: "ignore SIGTERM", agent: shAgent(`trap "" TERM; while :; do sleep 1; done`), timeoutS: 2, reason: /timed out after 2 s \(sandbox killed\)/ },
 ];
+
+/** Whether sandboxes get a cgroup that counts their CPU time. */
+function cpuAccounting(): boolean {
+  const cg = cgroupSupport();
+  return cg !== null && (cg.v === 2 || cg.cpuacct !== null);
+}
 
 const task: AgentTask = {
   name: "hostile",

@@ -1,9 +1,10 @@
 // The referential game as two agents on the `openai` SDK, end to end: `ooze train`'s job (a real
 // nats-server, embedded engine, trainer workers) runs topologies/agent-referential-openai.yaml for
 // two small steps — examples/agents/referential-openai.mjs in its sandbox per episode, through the
-// gateway. Each episode gives one describer sample and eight guesser samples (the `n` choices of one
-// request), each guess rewarded on its own and the describer with their mean; both policies train,
-// and each sample's tokens were sampled with its own policy's adapter of the version that made them.
+// gateway, two games an episode. Each game gives one describer sample and eight guesser samples (the
+// `n` choices of one request), each guess rewarded on its own and the describer with their mean;
+// both policies train, and each sample's tokens were sampled with its own policy's adapter of the
+// version that made them.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,7 +24,7 @@ const nats = useNats();
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
-const STEPS = 2, PROMPTS = 2, EPISODES = 2, GUESSES = 8;
+const STEPS = 2, PROMPTS = 2, EPISODES = 2, GAMES = 2, GUESSES = 8;
 const response = (s: Sample) => s.tokens.subarray(s.tokens.length - s.responseLength);
 const promptOf = (s: Sample) => s.tokens.subarray(0, s.tokens.length - s.responseLength);
 
@@ -34,12 +35,12 @@ describe("the referential game on the openai SDK through the gateway", () => {
     const job = `train-agent-policies-${process.pid}`;
     const topology = loadTopology("topologies/agent-referential-openai.yaml");
     const { train, engines } = trainConfigOf(topology);
-    Object.assign(train, { steps: STEPS, promptsPerStep: PROMPTS, samplesPerPrompt: EPISODES, checkpointEvery: 50 });
+    Object.assign(train, { steps: STEPS, promptsPerStep: PROMPTS, samplesPerPrompt: EPISODES, checkpointEvery: 50, taskConfig: { games: GAMES } });
     const summary = await runTrainJob({ topology, train, engines, out, job, verbose: false, nats: { url: nats.server.url, token: nats.server.token } });
     expect(summary.steps).toBe(STEPS);
     // both policies got samples and trained at every step
     for (const m of readJsonl<StepMetrics>(join(out, "metrics.jsonl"))) {
-      expect([m.policy_describer_samples, m.policy_guesser_samples]).toEqual([PROMPTS * EPISODES, PROMPTS * EPISODES * GUESSES]);
+      expect([m.policy_describer_samples, m.policy_guesser_samples]).toEqual([PROMPTS * EPISODES * GAMES, PROMPTS * EPISODES * GAMES * GUESSES]);
       for (const p of ["describer", "guesser"]) expect(typeof m[`policy_${p}_loss`]).toBe("number");
       expect(m.failed).toBe(0);
     }
@@ -47,21 +48,30 @@ describe("the referential game on the openai SDK through the gateway", () => {
     const bus = await nats.connect();
     const last = (await scanStream(bus, jobNames(job).streamBatches, batchRegistry)).find((b) => b.body.step === STEPS)!.body.samples;
     const describers = last.filter((s) => s.policy === "describer");
-    expect(describers).toHaveLength(PROMPTS * EPISODES);
-    for (const d of describers) {
-      const secret = decodeBytes(promptOf(d)).match(/<\|user\|>([A-H])\n/)![1]!;
-      const want = String("ABCDEFGH".indexOf(secret));
-      const guesses = last.filter((s) => s.rolloutId.startsWith(`${d.rolloutId}.`));
-      expect(guesses.map((g) => [g.index, g.policy, g.metadata.context])).toEqual(Array.from({ length: GUESSES }, (_, k) => [d.index + 1 + k, "guesser", k + 1]));
-      // the guesser sees the message as the gateway renders it, never the secret's prompt
-      const message = decodeBytes(response(d));
-      for (const g of guesses) {
-        expect(Array.from(promptOf(g))).toEqual([256, ...encodeBytes(`<|user|>${message}\n<|assistant|>`)]);
-        const right = decodeBytes(response(g)).trim() === want;
-        expect([g.reward, g.metadata.success]).toEqual([right ? 1 : 0, right]);
+    expect(describers).toHaveLength(PROMPTS * EPISODES * GAMES);
+    // an episode's samples (rollout ids rN, rN.1, rN.2, …): each game's describer sample, then its guesses
+    const episodes = new Map<string, Sample[]>();
+    for (const s of last) episodes.set(s.rolloutId.split(".")[0]!, [...(episodes.get(s.rolloutId.split(".")[0]!) ?? []), s]);
+    expect(episodes.size).toBe(PROMPTS * EPISODES);
+    for (const samples of episodes.values()) {
+      samples.sort((a, b) => a.index - b.index);
+      expect(samples.map((s, k) => [s.index - samples[0]!.index, s.metadata.context, s.policy])).toEqual(
+        Array.from({ length: GAMES * (1 + GUESSES) }, (_, k) => [k, k, k % (1 + GUESSES) === 0 ? "describer" : "guesser"]),
+      );
+      for (let j = 0; j < GAMES; j++) {
+        const [d, ...guesses] = samples.slice(j * (1 + GUESSES), (j + 1) * (1 + GUESSES));
+        const secret = decodeBytes(promptOf(d!)).match(/<\|user\|>([A-H])\n/)![1]!;
+        const want = String("ABCDEFGH".indexOf(secret));
+        // the guesser sees the message as the gateway renders it, never the secret's prompt
+        const message = decodeBytes(response(d!));
+        for (const g of guesses) {
+          expect(Array.from(promptOf(g))).toEqual([256, ...encodeBytes(`<|user|>${message}\n<|assistant|>`)]);
+          const right = decodeBytes(response(g)).trim() === want;
+          expect([g.reward, g.metadata.success]).toEqual([right ? 1 : 0, right]);
+        }
+        expect(d!.reward).toBeCloseTo(guesses.reduce((a, g) => a + g.reward!, 0) / GUESSES, 12);
+        expect(d!.metadata.success).toBeNull();
       }
-      expect(d.reward).toBeCloseTo(guesses.reduce((a, g) => a + g.reward!, 0) / GUESSES, 12);
-      expect(d.metadata.success).toBeNull();
     }
     // version 1 sampled the last step: each role's tokens are its own adapter's, not the other's
     expect(last.every((s) => s.weightVersions.every((w) => w.version === "1"))).toBe(true);

@@ -128,7 +128,7 @@ describe("ooze train", () => {
     expect(stdout).toMatch(/ooze train: 3 steps, 36 samples/);
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(ms.map((m) => m.step)).toEqual([1, 2, 3]);
-    for (const k of ["step", "reward_mean", "samples", "tokens", "seconds", "weight_version", "staleness_max", "cache_hit_rate", "loss", "kl", "entropy", "clipfrac"])
+    for (const k of ["step", "reward_mean", "samples", "tokens", "seconds", "weight_version", "staleness_max", "cache_hit_rate", "loss", "kl", "entropy", "clipfrac", "explorer_seconds", "explorer_encode_seconds"])
       for (const m of ms) expect(typeof (m as unknown as Record<string, unknown>)[k], k).toBe("number");
     expect(ms.map((m) => m.weight_version)).toEqual([1, 2, 3]);
     expect(ms.every((m) => m.samples === 12 && m.staleness_max === 0)).toBe(true);

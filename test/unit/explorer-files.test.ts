@@ -69,8 +69,15 @@ describe("explorer files", () => {
   it("keeps the newest keepSteps steps, cuts a resumed run's later steps, and names a malformed line", async () => {
     const out = join(root, "c");
     const log = new ExplorerLog(out, 3, null, (l) => expect.fail(l));
+    expect(log.takeSeconds()).toEqual({ total: 0, encode: 0 });
     for (let step = 1; step <= 6; step++) log.write(step, [{ ...sample(step, step, `r${step}`), advantage: 0 }], []);
     await log.flush();
+    // the writes' time is counted (the trainer's explorer_seconds), then taken
+    const took = log.takeSeconds();
+    expect(took.total).toBeGreaterThan(0);
+    expect(took.encode).toBeGreaterThan(0);
+    expect(took.encode).toBeLessThanOrEqual(took.total);
+    expect(log.takeSeconds()).toEqual({ total: 0, encode: 0 });
     const dir = join(out, "explorer");
     expect(readdirSync(dir).filter((f) => f.startsWith("step-")).sort()).toEqual(["step-00000004.jsonl", "step-00000005.jsonl", "step-00000006.jsonl"]);
     log.cutAfter(4);

@@ -1,17 +1,19 @@
-// A cgroup per sandbox: one memory budget and one process count for all of a sandbox's processes
-// together, with the kernel's OOM accounting, on top of the per-process rlimits (sandbox.ts). cgroup
-// v2 (memory.max, pids.max in one directory) where its memory and pids controllers can be enabled,
-// else cgroup v1's memory and pids hierarchies (memory.limit_in_bytes, pids.max); neither (ooze not
-// root, no controllers, a read-only /sys/fs/cgroup): null, and the rlimits alone apply. Each job
-// process makes its sandboxes' cgroups under `ooze/PID-N`; a start removes those of processes that
-// are gone (a SIGKILLed job's).
+// A cgroup per sandbox: one memory budget, one process count and one CPU-time budget for all of a
+// sandbox's processes together, with the kernel's OOM accounting, on top of the per-process rlimits
+// (sandbox.ts). cgroup v2 (memory.max, pids.max, cpu.stat in one directory) where its memory and pids
+// controllers can be enabled, else cgroup v1's memory, pids and cpuacct hierarchies
+// (memory.limit_in_bytes, pids.max, cpuacct.usage); neither (ooze not root, no controllers, a
+// read-only /sys/fs/cgroup): null, and the rlimits alone apply. The kernel enforces memory and
+// processes; the CPU budget is the kernel's count, read by `watchCpu` while the sandbox runs (no
+// cgroup file caps a total of CPU seconds, only a rate). Each job process makes its sandboxes'
+// cgroups under `ooze/PID-N`; a start removes those of processes that are gone (a SIGKILLed job's).
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 const ROOT = "/sys/fs/cgroup";
 
 /** Where sandbox cgroups are made: v2's one directory, or v1's two hierarchies. */
-export type CgroupSupport = { v: 2; dir: string } | { v: 1; memory: string; pids: string };
+export type CgroupSupport = { v: 2; dir: string } | { v: 1; memory: string; pids: string; cpuacct: string | null };
 
 let support: CgroupSupport | null | undefined;
 let seq = 0;
@@ -56,14 +58,18 @@ function alive(pid: number): boolean {
 /** The sandbox cgroups of job process `pid` (its own `PID-N` directories), for tests and operators. */
 export function cgroupsOf(pid: number): string[] {
   const s = cgroupSupport();
-  const parents = !s ? [] : s.v === 2 ? [s.dir] : [s.memory, s.pids];
-  return parents.flatMap((d) => (existsSync(d) ? readdirSync(d).filter((n) => n.startsWith(`${pid}-`)).map((n) => join(d, n)) : []));
+  return parentsOf(s).flatMap((d) => (existsSync(d) ? readdirSync(d).filter((n) => n.startsWith(`${pid}-`)).map((n) => join(d, n)) : []));
+}
+
+/** The directories sandbox cgroups are made in. */
+function parentsOf(s: CgroupSupport | null): string[] {
+  return !s ? [] : s.v === 2 ? [s.dir] : [s.memory, s.pids, ...(s.cpuacct ? [s.cpuacct] : [])];
 }
 
 /** Removes the sandbox cgroups that job processes now gone left behind (each start does it once). */
 export function sweepCgroups(): void {
   const s = cgroupSupport();
-  if (s) for (const d of s.v === 2 ? [s.dir] : [s.memory, s.pids]) sweep(d);
+  for (const d of parentsOf(s)) sweep(d);
 }
 
 /** Removes the sandbox cgroups under `parent` left by job processes that are gone. */
@@ -108,9 +114,11 @@ export function cgroupSupport(): CgroupSupport | null {
   }
   const memory = join(ROOT, "memory", "ooze"), pids = join(ROOT, "pids", "ooze");
   if (existsSync(join(ROOT, "memory", "cgroup.procs")) && existsSync(join(ROOT, "pids", "cgroup.procs")) && made(memory) && made(pids)) {
-    sweep(memory);
-    sweep(pids);
-    return (support = { v: 1, memory, pids });
+    // CPU accounting where the cpuacct hierarchy is there (alone or mounted with cpu)
+    const acct = ["cpuacct", "cpu,cpuacct"].map((h) => join(ROOT, h)).find((h) => existsSync(join(h, "cpuacct.usage")));
+    const cpuacct = acct && made(join(acct, "ooze")) ? join(acct, "ooze") : null;
+    for (const d of [memory, pids, ...(cpuacct ? [cpuacct] : [])]) sweep(d);
+    return (support = { v: 1, memory, pids, cpuacct });
   }
   return null;
 }
@@ -137,15 +145,14 @@ export class SandboxCgroup {
       if (ok) write(join(dir, "memory.swap.max"), "0");
       return ok ? new SandboxCgroup(2, [dir], bytes) : (removeCgroup(dir), null);
     }
-    const mem = join(s.memory, name), pids = join(s.pids, name);
-    const ok = made(mem) && made(pids) && write(join(mem, "memory.limit_in_bytes"), String(bytes)) && write(join(pids, "pids.max"), String(limits.pids));
+    const mem = join(s.memory, name), pids = join(s.pids, name), acct = s.cpuacct ? [join(s.cpuacct, name)] : [];
+    const ok = made(mem) && made(pids) && acct.every(made) && write(join(mem, "memory.limit_in_bytes"), String(bytes)) && write(join(pids, "pids.max"), String(limits.pids));
     if (ok) write(join(mem, "memory.memsw.limit_in_bytes"), String(bytes)); // where swap accounting is on
     if (!ok) {
-      removeCgroup(mem);
-      removeCgroup(pids);
+      for (const d of [mem, pids, ...acct]) removeCgroup(d);
       return null;
     }
-    return new SandboxCgroup(1, [mem, pids], bytes);
+    return new SandboxCgroup(1, [mem, pids, ...acct], bytes);
   }
 
   /** The files the sandbox's first process writes its pid into before it runs anything. */
@@ -158,6 +165,46 @@ export class SandboxCgroup {
     const file = this.v === 2 ? join(this.dirs[0]!, "memory.events") : join(this.dirs[0]!, "memory.oom_control");
     const m = /^oom_kill (\d+)$/m.exec(read(file));
     return m ? Number(m[1]) : 0;
+  }
+
+  /** CPU seconds its processes have used (user and system, the exited ones' included); null without CPU accounting. */
+  cpuSeconds(): number | null {
+    if (this.v === 2) {
+      const m = /^usage_usec (\d+)$/m.exec(read(join(this.dirs[0]!, "cpu.stat")));
+      return m ? Number(m[1]) / 1e6 : null;
+    }
+    const acct = this.dirs[2];
+    const ns = acct ? read(join(acct, "cpuacct.usage")).trim() : "";
+    return ns === "" ? null : Number(ns) / 1e9;
+  }
+
+  /** SIGKILLs every process in it now (it stays; close() removes it). */
+  kill(): void {
+    if (this.v === 2 && write(join(this.dirs[0]!, "cgroup.kill"), "1")) return;
+    for (const pid of read(join(this.dirs[0]!, "cgroup.procs")).split("\n").filter(Boolean)) {
+      try {
+        process.kill(Number(pid), "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+  }
+
+  /**
+   * Reads its CPU use every `everyMs` and calls `over(seconds)` once when it passes `budgetS`; returns
+   * the stop. Nothing is watched without CPU accounting (the per-process RLIMIT_CPU still applies).
+   */
+  watchCpu(budgetS: number, over: (seconds: number) => void, everyMs = 100): () => void {
+    if (this.cpuSeconds() === null) return () => undefined;
+    const timer = setInterval(() => {
+      const used = this.cpuSeconds();
+      if (used !== null && used > budgetS) {
+        clearInterval(timer);
+        over(used);
+      }
+    }, everyMs);
+    timer.unref();
+    return () => clearInterval(timer);
   }
 
   /** Kills every process left in it and removes it (retrying while they exit, up to ~1 s). */

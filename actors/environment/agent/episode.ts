@@ -12,7 +12,7 @@ import { dirname, isAbsolute, join, resolve } from "node:path";
 import { markOwner } from "../../../src/owned-dirs.ts";
 import type { Sample } from "../../../src/sample.ts";
 import type { AgentConfig, RewardCommandConfig } from "../../protocol/agent-config.ts";
-import { runProcess, type ProcessResult } from "./process.ts";
+import { runProcess, type ProcessResult, type ProcessSpec } from "./process.ts";
 import { programPaths, resolvePaths, sandboxArgv, sandboxIds, sandboxTools, type SandboxSettings } from "./sandbox.ts";
 import { inCgroup, SandboxCgroup } from "./cgroup.ts";
 import type { AgentPrompt, AgentTask, RewardResult, SampleReward, Transcript } from "./task.ts";
@@ -111,6 +111,8 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
   let requests = 0;
   let result: ProcessResult | null = null;
   let oomKills = 0;
+  /** CPU seconds the sandbox had used when it went over its cpuSeconds budget and was killed, or null. */
+  let cpuOver: number | null = null;
   let reward: Verdict | null = null;
   // A session the gateway ended early (turn or token limit spent, context too long) is the policy's
   // doing: the agent sees an API error, and if it still exits cleanly the reward decides (recorded).
@@ -149,21 +151,17 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
         gateway = { socket, port: Number(new URL(session.openaiBaseUrl).port) };
       }
       const run = commandLine(agent.command, agent.args.map((a) => expand(a, vars)), deps.baseDir, box, workdir, gateway, [], ids);
-      try {
-        result = await runProcess({
-          ...run, cwd: workdir, env, stdin: prompt.task, timeoutMs: agent.timeoutS * 1000, killGraceMs: agent.killGraceS * 1000,
-          ...(spec.signal ? { signal: spec.signal } : {}),
-        });
-      } finally {
-        oomKills = run.cgroup?.oomKills() ?? 0;
-        await run.cgroup?.close();
-      }
+      const ran = await runInCgroup(run, box, {
+        ...run, cwd: workdir, env, stdin: prompt.task, timeoutMs: agent.timeoutS * 1000, killGraceMs: agent.killGraceS * 1000,
+        ...(spec.signal ? { signal: spec.signal } : {}),
+      });
+      ({ result, oomKills, cpuOver } = ran);
     } finally {
       const closed = deps.sessions.closeSession(session.id);
       samples = closed.samples;
       requests = closed.requests;
       gatewayError = closed.error;
-      failure = withOom(processFailure("agent", result ?? failedStart(), agent.timeoutS, box), oomKills, box);
+      failure = cpuOver !== null ? cpuFailure("agent", cpuOver, box!) : withOom(processFailure("agent", result ?? failedStart(), agent.timeoutS, box), oomKills, box);
     }
     if (!failure && samples.length === 0) failure = "the agent made no model request";
     if (!failure) {
@@ -189,6 +187,39 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
     agent: result ? { exitCode: result.exitCode, signal: result.signal, seconds: result.seconds } : null,
     ...(agent.keepWorkdirs ? { workdir: root } : {}),
   }, prompt);
+}
+
+/**
+ * Runs a command line (its cgroup, if any, closed after) with the sandbox's CPU budget watched: when
+ * its processes together pass cpuSeconds of CPU, every one of them is killed at once and the run is
+ * stopped like a timeout (`cpuOver`: the seconds they had used).
+ */
+async function runInCgroup(
+  run: { cgroup?: SandboxCgroup }, box: SandboxSettings | null, spec: ProcessSpec,
+): Promise<{ result: ProcessResult; oomKills: number; cpuOver: number | null }> {
+  const cg = run.cgroup;
+  let cpuOver: number | null = null;
+  const stop = new AbortController();
+  const unwatch = cg && box
+    ? cg.watchCpu(box.cpuSeconds, (used) => {
+        cpuOver = used;
+        cg.kill();
+        stop.abort();
+      })
+    : () => undefined;
+  const signal = spec.signal ? AbortSignal.any([spec.signal, stop.signal]) : stop.signal;
+  try {
+    const result = await runProcess({ ...spec, signal });
+    return { result, oomKills: cg?.oomKills() ?? 0, cpuOver };
+  } finally {
+    unwatch();
+    await cg?.close();
+  }
+}
+
+/** The failure of a sandbox killed for going over its CPU budget. */
+function cpuFailure(what: string, used: number, box: SandboxSettings): string {
+  return `${what} used up the sandbox's CPU budget: its processes together ran ${used.toFixed(2)} s of CPU, over cpuSeconds ${box.cpuSeconds} (sandbox killed)`;
 }
 
 /** A failure with the sandbox's OOM kills named (its processes together went over memoryMB). */
@@ -294,12 +325,8 @@ async function rewardByCommand(
   const vars = { task: prompt.task, workdir, episode: "" };
   // Sandboxed like the agent, with no network at all; the transcript is shown read-only.
   const run = commandLine(cmd.command, cmd.args.map((a) => expand(a, vars)), baseDir, box ? { ...box, network: "gateway" } : null, workdir, null, [file], ids);
-  let r: ProcessResult;
-  try {
-    r = await runProcess({ ...run, cwd: workdir, env, stdin: "", timeoutMs: cmd.timeoutS * 1000, killGraceMs: 1000 });
-  } finally {
-    await run.cgroup?.close();
-  }
+  const { result: r, cpuOver } = await runInCgroup(run, box, { ...run, cwd: workdir, env, stdin: "", timeoutMs: cmd.timeoutS * 1000, killGraceMs: 1000 });
+  if (cpuOver !== null) return { error: cpuFailure("reward command", cpuOver, box!) };
   if (r.spawnError) return { error: `reward command could not start: ${r.spawnError}` };
   if (r.timedOut) return { error: `reward command timed out after ${cmd.timeoutS} s` };
   if (r.outputExceeded) return { error: `reward command printed more than ${box?.outputMB ?? 64} MiB (stopped)` };

@@ -21,6 +21,16 @@ export function processMetrics(): Registry {
   return processRegistry;
 }
 
+/**
+ * Counts a JetStream message delivered again (delivery count > 1: its handler failed, was nak'ed, or
+ * its ack was lost or late) into this process's `ooze_jetstream_redeliveries_total{stream, consumer}`.
+ */
+export function countDelivery(stream: string, consumer: string, deliveryCount: number): void {
+  if (deliveryCount <= 1) return;
+  counter(processMetrics(), "ooze_jetstream_redeliveries_total", "JetStream messages delivered again to a consumer of this process (handler failed, nak, lost or late ack).", ["stream", "consumer"])
+    .inc({ stream, consumer });
+}
+
 /** A registry of its own, for a server that serves its own /metrics (an engine, a gateway, the dashboard). */
 export function newRegistry(): Registry {
   return new Registry();

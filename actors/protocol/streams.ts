@@ -9,6 +9,7 @@ import type { KV } from "@nats-io/kv";
 import { subjectOf } from "../../src/actor/index.ts";
 import { deadLetter, decodeMessage, type AnyMessageDef, type BodyOf, type MessageOf, type MessageRegistry } from "../../src/codec/index.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
+import { countDelivery } from "../../src/metrics.ts";
 import { settleWithin, whileElecting, type Bus } from "../../src/transport/bus.ts";
 import type { JobNames } from "../../src/transport/names.ts";
 import { versionRecord, type VersionRecord } from "./messages.ts";
@@ -124,6 +125,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
   let iter: { stop(): void } | null = null;
 
   const one = async (m: JsMsg): Promise<void> => {
+    countDelivery(o.stream, o.durable, m.info.deliveryCount);
     let msg: MessageOf<D>;
     try {
       msg = decodeMessage(m.data.length > 0 ? m.data : await o.bus.payload(m), o.registry);

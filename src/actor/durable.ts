@@ -10,6 +10,7 @@ import { deadLetter, encode, makeEnvelope } from "../codec/index.ts";
 import { OozeError } from "../errors.ts";
 import type { Bus } from "../transport/bus.ts";
 import type { JobNames } from "../transport/names.ts";
+import { countDelivery } from "../metrics.ts";
 import { ACTOR_MSG_KIND, decodeEnvelope, remoteLayer, subjectOf, validateBody } from "./remote.ts";
 import { internals, type ActorSystem } from "./system.ts";
 
@@ -124,6 +125,7 @@ export async function serveDurable(system: ActorSystem, path: string, opts: Dura
   };
 
   const onMessage = async (m: JsMsg): Promise<void> => {
+    countDelivery(names.streamMailboxes, durable, m.info.deliveryCount);
     let env;
     let body: unknown;
     try {

@@ -17,8 +17,9 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runAgentEpisode } from "../../actors/environment/agent/episode.ts";
+import { failureKind, runAgentEpisode } from "../../actors/environment/agent/episode.ts";
 import { cgroupsOf, cgroupSupport, sweepCgroups } from "../../actors/environment/agent/cgroup.ts";
+import { processMetrics } from "../../src/metrics.ts";
 import { startAgentRollout } from "../../actors/environment/agent/rollout-hook.ts";
 import { trainSchema } from "../../actors/protocol/config.ts";
 import type { AgentTask } from "../../actors/environment/agent/task.ts";
@@ -265,6 +266,15 @@ describe("hostile agents in the default sandbox", () => {
     expect(victim.signalCode).toBeNull();
     expect(existsSync(join(scratch, "pwned"))).toBe(false);
     expect(episodeDirsOf(process.pid)).toEqual([]);
+    // each episode counted in this process's metrics by outcome and why it failed
+    const counted = (labels: string) => Number(new RegExp(`^ooze_agent_episodes_total\\{${labels}\\} (\\d+)$`, "m").exec(metricsText)?.[1] ?? 0);
+    const metricsText = await processMetrics().metrics();
+    expect(counted('outcome="completed",reason="none"')).toBe(1);
+    const failedBy = (kind: string) => results.filter(([, x]) => failureKind(String(x[0]!.metadata.error)) === kind).length;
+    for (const kind of ["timeout", "memory", "agent", "no_request", ...(cpuAccounting() ? ["cpu"] : [])]) {
+      expect(failedBy(kind), kind).toBeGreaterThan(0);
+      expect(counted(`outcome="failed",reason="${kind}"`), kind).toBe(failedBy(kind));
+    }
     console.log(`hostile cases:\n${table}`);
   }, 120_000);
 

@@ -8,6 +8,7 @@ import { z } from "zod";
 import { consumeStream, VersionsKv } from "../../actors/protocol/streams.ts";
 import { createRegistry, defineMessage } from "../../src/codec/index.ts";
 import { OozeError } from "../../src/errors.ts";
+import { processMetrics } from "../../src/metrics.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { useNats, waitUntil } from "../harness/index.ts";
 
@@ -45,6 +46,9 @@ describe("consumeStream", () => {
       // Without the beat the server redelivers after ack_wait (600 ms); with it, never.
       await waitUntil(() => seen.length > 0, { timeoutMs: 10_000, what: "the message redelivered to the second consumer" });
       expect(seen[0]).toEqual({ n: 7, deliveryCount: 2 });
+      // counted as a redelivery in this process's metrics (ooze_jetstream_redeliveries_total)
+      const text = await processMetrics().metrics();
+      expect(text).toMatch(/^ooze_jetstream_redeliveries_total\{stream="STREAMS_TEST",consumer="worker"\} 1$/m);
     } finally {
       await second.stop();
     }

@@ -9,6 +9,7 @@
 import { chmod, chown, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, resolve } from "node:path";
+import { counter, histogram, processMetrics } from "../../../src/metrics.ts";
 import { markOwner } from "../../../src/owned-dirs.ts";
 import type { Sample } from "../../../src/sample.ts";
 import type { AgentConfig, RewardCommandConfig } from "../../protocol/agent-config.ts";
@@ -100,6 +101,7 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
   const { agent, task } = deps;
   const rolloutId = `r${spec.firstIndex}`;
   const prompt = task.prompt(spec.groupIndex, spec.seed);
+  const t0 = performance.now();
   const root = await mkdtemp(join(tmpdir(), `ooze-agent-${spec.groupIndex}-${spec.episode}-`));
   markOwner(root); // a SIGKILLed job's episode directories are removed by the next start (rollout-hook.ts)
   const workdir = join(root, "work");
@@ -182,11 +184,29 @@ export async function runAgentEpisode(deps: AgentDeps, spec: AgentEpisodeSpec): 
   } finally {
     if (!agent.keepWorkdirs) await rm(root, { recursive: true, force: true }).catch(() => undefined);
   }
+  recordEpisode(failure, (performance.now() - t0) / 1000);
   return numberSamples(samples, spec, rolloutId, agent.maxSegments, {
     failure, reward, requests, gatewayError,
     agent: result ? { exitCode: result.exitCode, signal: result.signal, seconds: result.seconds } : null,
     ...(agent.keepWorkdirs ? { workdir: root } : {}),
   }, prompt);
+}
+
+/** Why an episode failed, as one of a few words (the `reason` label of ooze_agent_episodes_total). */
+export function failureKind(failure: string | null): string {
+  if (failure === null) return "none";
+  const kinds: [RegExp, string][] = [
+    [/timed out/, "timeout"], [/out of memory/, "memory"], [/CPU budget|cpuSeconds/, "cpu"], [/made no model request/, "no_request"],
+    [/reward/, "reward"], [/could not start|episode setup/, "setup"], [/abandoned/, "stopped"], [/killed by|exited with code|printed more than/, "agent"],
+  ];
+  return kinds.find(([re]) => re.test(failure))?.[1] ?? "other";
+}
+
+/** An episode's outcome and time in this process's metrics (ooze_agent_episodes_total, ooze_agent_episode_seconds). */
+function recordEpisode(failure: string | null, seconds: number): void {
+  const r = processMetrics(), outcome = failure === null ? "completed" : "failed";
+  counter(r, "ooze_agent_episodes_total", "Agent episodes run, by outcome and why they failed.", ["outcome", "reason"]).inc({ outcome, reason: failureKind(failure) });
+  histogram(r, "ooze_agent_episode_seconds", "Wall time of an agent episode (workdir, agent, reward).", ["outcome"]).observe({ outcome }, seconds);
 }
 
 /**

@@ -1,11 +1,12 @@
-// Fail-over benchmark (`npm run bench -- failover [--runs N] [--steps S] [--kill-after K]`): how long a
+// Fail-over benchmark (`npm run bench -- failover [--runs N] [--steps S] [--kill-after K] [--server-log]`): how long a
 // training job across three node processes stalls when one of its three NATS servers dies. Each run
 // starts a fresh three-server cluster (src/testing/nats-cluster.ts), runs a small sync training job
 // with `ooze up --nats URL1,URL2,URL3` (rollout, buffer and learner in three processes, every stream
 // and bucket with 3 replicas), SIGKILLs the server leading the samples stream after step K, and
 // times the job's steps from its log. The stall is the step interval the kill fell in, less the
 // median interval of the steps before it (the job's own pace on this machine, measured in the same
-// run). The job's warnings during the stall are kept, to read where the time went. One JSON line
+// run). The job's warnings during the stall are kept, to read where the time went (with
+// --server-log, also what the surviving servers logged 3, 15 and 40 s after the kill). One JSON line
 // last: the stalls, their p50 and p90, and each run's job exit status.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -74,6 +75,15 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
         const victim = Math.max(0, cluster.servers.findIndex((_, i) => leader.endsWith(`-s${i + 1}`)));
         killedAt = performance.now();
         cluster.servers[victim]!.kill("SIGKILL");
+        if (args.includes("--server-log"))
+          for (const after of [3, 15, 40])
+            setTimeout(() => {
+              cluster.servers.forEach((sv, i) => {
+                if (!sv.running) return;
+                const lines = sv.logTail().split("\n").filter((l) => /leader|elect|quorum|lost|catchup|stepdown|warn|error/i.test(l) && !/new consumer leader|connect to route/.test(l));
+                say(`  +${after} s, server ${i + 1}:\n${lines.slice(-12).join("\n")}`);
+              });
+            }, after * 1000).unref();
         say(`run ${run}: SIGKILLed server ${victim + 1} (the samples stream's leader) after step ${stepAt.length}`);
       } finally {
         await bus.close();
@@ -100,6 +110,7 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
     const stallS = after > 0 ? (stepAt[after]! - stepAt[after - 1]!) / 1000 - paceS : null;
     say(`run ${run}: exit ${exit}, ${stepAt.length} steps, pace ${paceS.toFixed(2)} s a step, stall ${stallS?.toFixed(1) ?? "-"} s`);
     for (const w of warnings.slice(0, 12)) say(`  ${w}`);
+
     return { stallS, paceS, exit, warnings };
   } finally {
     await cluster.stop();

@@ -12,7 +12,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, onTestFailed } from "vitest";
 import { trainSchema, enginesSchema, type TrainConfig } from "../../actors/protocol/config.ts";
 import { batchRegistry } from "../../actors/protocol/messages.ts";
 import { scanStream } from "../../actors/protocol/streams.ts";
@@ -41,7 +41,7 @@ async function train(out: string, cfg: Partial<TrainConfig>, o: Partial<TrainJob
   return runTrainJob({
     topology, train: trainSchema.parse({ ...tiny, ...cfg }), engines, out, job, verbose: true,
     nats: { url: server.url, token: server.token },
-    log: (l) => o.lines?.push(l),
+    log: (l) => o.lines?.push(`${(performance.now() / 1000).toFixed(1)} s ${l}`),
     ...(o.onStepJob ? { onStep: (m: StepMetrics) => o.onStepJob!(m, job) } : {}),
     ...o,
   });
@@ -159,6 +159,8 @@ describe("ooze train", () => {
     const lines: string[] = [];
     let killed: number | null = null;
     const trainer = trainSchema.shape.trainer.parse({ backend, ...(backend === "torch" ? { device: "cpu", threads: 1 } : {}) });
+    // the torch case ran past its budget twice (Nov 28 and 29, once in many runs; 14–27 s alone): say where it was
+    onTestFailed(() => console.log(`the job's last lines:\n${lines.slice(-60).join("\n")}`));
     const s1 = await train(out, { steps: 3, trainer }, {
       lines,
       onStep: (m) => {
@@ -175,7 +177,8 @@ describe("ooze train", () => {
     checkAccounting(readJsonl<BatchRecord>(join(out, "batches.jsonl")), 36);
 
     // resume to 5 steps in a new job: same data stream, one record per step
-    const s2 = await train(out, { steps: 5, trainer }, { resume: true });
+    lines.push("--- resumed ---");
+    const s2 = await train(out, { steps: 5, trainer }, { resume: true, lines });
     expect(s2.steps).toBe(5);
     const records = readJsonl<BatchRecord>(join(out, "batches.jsonl"));
     expect(records.map((r) => r.step)).toEqual([1, 2, 3, 4, 5]);

@@ -48,28 +48,12 @@ export class FleetRegistry {
   private constructor(
     readonly bucket: string,
     private readonly kv: KV,
-    private readonly bus: Bus,
   ) {}
 
   /** Opens (creating if needed) the job's engines bucket. */
   static async open(bus: Bus, job: string): Promise<FleetRegistry> {
     const bucket = jobNames(job).kvEngines;
-    return new FleetRegistry(bucket, await bus.kv(bucket, { history: 1 }), bus);
-  }
-
-  /**
-   * The keys under `prefix`, from the subjects the bucket's stream holds (stream info with a
-   * subjects filter, answered by the stream's leader), not kv.keys(): that makes an ephemeral
-   * consumer per call, and while one server of a cluster is down the cluster places about a third
-   * of them on it, where they never start — with one of three servers SIGKILLed, one registry pass
-   * in three timed out for as long as it stayed down (scripts/experiments/kv-failover-probe.mts:
-   * timeouts at +12 … +74 s with kv.keys(), none after the stream's re-election with stream info).
-   * Deleted keys are listed too (their delete markers); get() tells them apart.
-   */
-  private async keysOf(prefix: string): Promise<string[]> {
-    const stream = `KV_${this.bucket}`, head = `$KV.${this.bucket}.`;
-    const info = await (await this.bus.jsm()).streams.info(stream, { subjects_filter: `${head}${prefix}>` });
-    return Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(head.length));
+    return new FleetRegistry(bucket, await bus.kv(bucket, { history: 1 }));
   }
 
   /** Writes an engine's entry. */
@@ -94,7 +78,9 @@ export class FleetRegistry {
   async entries(): Promise<RegistryEntry[]> {
     const out: RegistryEntry[] = [];
     try {
-      for (const k of await this.keysOf(ENGINE_PREFIX)) {
+      const keys: string[] = [];
+      for await (const k of await this.kv.keys(`${ENGINE_PREFIX}>`)) keys.push(k);
+      for (const k of keys) {
         const e = await this.kv.get(k);
         if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
         try {
@@ -132,7 +118,9 @@ export class FleetRegistry {
   async processes(): Promise<ProcessEntry[]> {
     const out: ProcessEntry[] = [];
     try {
-      for (const k of await this.keysOf(PROCESS_PREFIX)) {
+      const keys: string[] = [];
+      for await (const k of await this.kv.keys(`${PROCESS_PREFIX}>`)) keys.push(k);
+      for (const k of keys) {
         const e = await this.kv.get(k);
         if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
         try {

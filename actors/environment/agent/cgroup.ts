@@ -12,7 +12,7 @@ import { join } from "node:path";
 
 const ROOT = "/sys/fs/cgroup";
 
-/** Where sandbox cgroups are made: v2's one directory, or v1's two hierarchies. */
+/** Where sandbox cgroups are made: v2's one directory, or v1's memory, pids and (where present) cpuacct hierarchies. */
 export type CgroupSupport = { v: 2; dir: string } | { v: 1; memory: string; pids: string; cpuacct: string | null };
 
 let support: CgroupSupport | null | undefined;
@@ -117,8 +117,9 @@ export function cgroupSupport(): CgroupSupport | null {
     // CPU accounting where the cpuacct hierarchy is there (alone or mounted with cpu)
     const acct = ["cpuacct", "cpu,cpuacct"].map((h) => join(ROOT, h)).find((h) => existsSync(join(h, "cpuacct.usage")));
     const cpuacct = acct && made(join(acct, "ooze")) ? join(acct, "ooze") : null;
-    for (const d of [memory, pids, ...(cpuacct ? [cpuacct] : [])]) sweep(d);
-    return (support = { v: 1, memory, pids, cpuacct });
+    support = { v: 1, memory, pids, cpuacct };
+    for (const d of parentsOf(support)) sweep(d);
+    return support;
   }
   return null;
 }

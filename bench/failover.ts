@@ -1,4 +1,4 @@
-// Fail-over benchmark (`npm run bench -- failover [--runs N] [--steps S] [--kill-after K] [--server-log]`): how long a
+// Fail-over benchmark (`npm run bench -- failover [--runs N] [--steps S] [--kill-after K] [--server-log] [--trace]`): how long a
 // training job across three node processes stalls when one of its three NATS servers dies. Each run
 // starts a fresh three-server cluster (src/testing/nats-cluster.ts), runs a small sync training job
 // with `ooze up --nats URL1,URL2,URL3` (rollout, buffer and learner in three processes, every stream
@@ -24,6 +24,8 @@ const opt = (name: string, d: number) => {
 const runs = opt("runs", 10);
 const steps = opt("steps", 10);
 const killAfter = opt("kill-after", 4);
+// --trace: every line the job prints after the kill (with OOZE_DEBUG=1), not only its warnings
+const trace = args.includes("--trace");
 const say = (m: string) => process.stderr.write(`[bench failover] ${m}\n`);
 
 interface RunResult {
@@ -53,7 +55,7 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
 `,
     );
     const child = spawn(process.execPath, ["bin/ooze.mjs", "up", file, "--job", job, "--nats", cluster.authUrls], {
-      env: { ...process.env, OOZE_HOME: dir },
+      env: { ...process.env, OOZE_HOME: dir, ...(trace ? { OOZE_DEBUG: "1" } : {}) },
       stdio: ["ignore", "pipe", "pipe"],
     });
     const stepAt: number[] = [];
@@ -65,7 +67,7 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
       if (/trainer: step \d+\//.test(line)) {
         stepAt.push(at);
         if (stepAt.length === killAfter && !killing) killing = kill();
-      } else if (killedAt !== null && /warn|error|timed out|retry/i.test(line)) warnings.push(`+${((at - killedAt) / 1000).toFixed(1)} s ${line.slice(0, 240)}`);
+      } else if (killedAt !== null && (trace || /warn|error|timed out|retry/i.test(line))) warnings.push(`+${((at - killedAt) / 1000).toFixed(1)} s ${line.slice(0, 240)}`);
     };
     const kill = async () => {
       const bus = await connectBus({ url: cluster.authUrls });
@@ -109,7 +111,7 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
     const after = killedAt === null ? -1 : stepAt.findIndex((t) => t > killedAt!);
     const stallS = after > 0 ? (stepAt[after]! - stepAt[after - 1]!) / 1000 - paceS : null;
     say(`run ${run}: exit ${exit}, ${stepAt.length} steps, pace ${paceS.toFixed(2)} s a step, stall ${stallS?.toFixed(1) ?? "-"} s`);
-    for (const w of warnings.slice(0, 12)) say(`  ${w}`);
+    for (const w of warnings.slice(0, trace ? 400 : 12)) say(`  ${w}`);
 
     return { stallS, paceS, exit, warnings };
   } finally {

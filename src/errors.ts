@@ -128,3 +128,14 @@ export function toOozeError(e: unknown, code: ErrorCode = "INTERNAL"): OozeError
   if (e instanceof Error) return new OozeError(code, e.message, { cause: e });
   return new OozeError(code, String(e));
 }
+
+/** Turns a nats.js failure into a TransportError / TimeoutError naming what was attempted. */
+export function toTransportError(e: unknown, what: string): OozeError {
+  if (e instanceof OozeError) return e;
+  const err = e instanceof Error ? e : new Error(String(e));
+  const cause = (err as { cause?: unknown }).cause;
+  if (err.name === "TimeoutError" || (cause instanceof Error && cause.name === "TimeoutError")) {
+    return new TimeoutError(`${what}: timed out`, { cause: err });
+  }
+  return new TransportError(`${what}: ${err.message}`, { cause: err });
+}

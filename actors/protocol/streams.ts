@@ -10,7 +10,7 @@ import { subjectOf } from "../../src/actor/index.ts";
 import { deadLetter, decodeMessage, type AnyMessageDef, type BodyOf, type MessageOf, type MessageRegistry } from "../../src/codec/index.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import { countDelivery } from "../../src/metrics.ts";
-import { settleWithin, whileElecting, type Bus } from "../../src/transport/bus.ts";
+import { PULL_OPTIONS, settleWithin, whileElecting, type Bus } from "../../src/transport/bus.ts";
 import type { JobNames } from "../../src/transport/names.ts";
 import { versionRecord, type VersionRecord } from "./messages.ts";
 
@@ -35,19 +35,26 @@ export async function ensureTrainStreams(bus: Bus, names: JobNames, train: { che
 
 /**
  * Publishes one message with `msgID` as both the envelope id and the JetStream dedup id. A publish
- * whose ack does not come (NATS restarting) is sent again, which the msgID makes safe; after
- * `attempts` the last error is thrown.
+ * that fails with a retryable error (no ack: NATS restarting, or the stream electing a leader, which
+ * answers "no responders" at once) is sent again, which the msgID makes safe, for up to `forMs`
+ * (default 60 s: a cluster's re-election takes 4–9 s) with a backoff of 0.25 s doubling to 1 s;
+ * then, on any other error, or once the bus is closed, the last error is thrown. (A count of
+ * attempts ran out in 7 s of immediate "no responders" answers, crashing the publishing actor in the
+ * middle of an election: bench failover.)
  */
-export async function publish<D extends AnyMessageDef>(bus: Bus, subject: string, def: D, body: BodyOf<D>, msgID: string, sender: string, attempts = 8): Promise<{ duplicate: boolean }> {
+export async function publish<D extends AnyMessageDef>(bus: Bus, subject: string, def: D, body: BodyOf<D>, msgID: string, sender: string, forMs = 60_000): Promise<{ duplicate: boolean }> {
   const data = def.encode(body, { id: msgID, sender });
-  for (let attempt = 1; ; attempt++) {
+  const until = Date.now() + forMs;
+  let closed = false;
+  void bus.closed.then(() => (closed = true));
+  for (let attempt = 0; ; attempt++) {
     try {
       const ack = await bus.jsPublish(subject, data, { msgID, timeoutMs: 4_000 });
       return { duplicate: ack.duplicate };
     } catch (e) {
       const transient = e instanceof OozeError && e.retryable;
-      if (!transient || attempt >= attempts) throw e;
-      await new Promise((r) => setTimeout(r, 250 * attempt));
+      if (!transient || closed || Date.now() >= until) throw e;
+      await new Promise((r) => setTimeout(r, Math.min(1_000, 250 * 2 ** attempt)));
     }
   }
 }
@@ -182,7 +189,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
           max_deliver: -1,
           ...start,
         } as never);
-        const msgs = await consumer.consume({ max_messages: Math.max(concurrency, o.prefetch ?? concurrency) });
+        const msgs = await consumer.consume({ ...PULL_OPTIONS, max_messages: Math.max(concurrency, o.prefetch ?? concurrency) });
         iter = msgs;
         // Stopped while consume() was starting: this iterator must not take a message nobody handles.
         if (stopped) msgs.stop();
@@ -275,32 +282,62 @@ export class VersionsKv {
   }
 
   /**
-   * Calls `on` with the current record and every later one (watching again if the watch ends, e.g.
-   * across a nats-server restart; `on` may see a record twice); returns the stop function. It
-   * resolves once the watch has stopped, a re-watch in flight included (waiting 5 s at most: one
-   * stuck behind a reconnecting connection must not hang a shutdown); await it before the bus
-   * closes: a watch made while the connection drains leaves nats.js's heartbeat timer armed for
-   * good, and the process never exits (docs/reliability.md, finding 10).
+   * Calls `on` with the current record and every later one, each once and in order (watching again if
+   * the watch ends, e.g. across a nats-server restart); returns the stop function. Beside the watch,
+   * the record is read every `pollMs` (a get, no consumer): a KV watch is an ephemeral one-replica
+   * consumer, and when the server holding it dies, nats.js re-makes it on missed heartbeats — where
+   * the cluster may place it on the dead server again — so a watch can go quiet for as long as the
+   * server stays down (40 s and more: scripts/experiments/kv-watch-failover-probe.mts). A record the
+   * poll finds first is delivered by the poll, and a watch that has not caught up by the next poll is
+   * made again. The stop function resolves once the watch has stopped, a re-watch or poll in flight
+   * included (waiting 5 s at most: one stuck behind a reconnecting connection must not hang a
+   * shutdown); await it before the bus closes: a watch made while the connection drains leaves
+   * nats.js's heartbeat timer armed for good, and the process never exits (docs/reliability.md,
+   * finding 10).
    */
-  async watch(on: (r: VersionRecord) => void): Promise<() => Promise<void>> {
+  async watch(on: (r: VersionRecord) => void, pollMs = 1_000): Promise<() => Promise<void>> {
     let stopped = false;
+    let seen = 0; // the newest revision delivered
+    const deliver = (revision: number, value: Uint8Array) => {
+      if (revision <= seen) return;
+      seen = revision;
+      try {
+        on(versionRecord.parse(JSON.parse(untext.decode(value))));
+      } catch {
+        // not a version record
+      }
+    };
     let it = await this.kv.watch({ key: LATEST });
+    let watched = 0; // the newest revision the watch itself has seen
     const stop = () => {
       stopped = true;
+      clearInterval(poller);
       it.stop();
     };
+    let polling: Promise<void> | null = null;
+    let behindAt = 0; // a revision the poll found before the watch
+    const poll = async () => {
+      const e = await this.kv.get(LATEST).catch(() => null);
+      if (stopped || !e) return;
+      if (behindAt > 0 && watched < behindAt) {
+        behindAt = 0;
+        it.stop(); // the watch is stuck: the loop below makes it again
+      }
+      if (e.revision > watched && e.revision > behindAt) behindAt = e.revision;
+      if (e.operation === "PUT" && e.value.length > 0) deliver(e.revision, e.value);
+    };
+    const poller = setInterval(() => {
+      polling ??= poll().finally(() => (polling = null));
+    }, pollMs);
     // A closed connection ends the watch for good (no re-watching a bus that is gone).
     void this.closed.then(stop);
     const loop = (async () => {
       while (!stopped) {
         try {
           for await (const e of it) {
+            watched = Math.max(watched, e.revision);
             if (e.operation !== "PUT" || e.value.length === 0) continue;
-            try {
-              on(versionRecord.parse(JSON.parse(untext.decode(e.value))));
-            } catch {
-              // not a version record
-            }
+            deliver(e.revision, e.value);
           }
         } catch {
           // the watch failed: watch again below
@@ -314,7 +351,7 @@ export class VersionsKv {
     })();
     return async () => {
       stop();
-      await settleWithin(loop, 5_000);
+      await settleWithin(Promise.all([loop, polling]), 5_000);
     };
   }
 

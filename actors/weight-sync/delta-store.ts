@@ -11,6 +11,7 @@ import { StorageType } from "@nats-io/jetstream";
 import type { ObjectStore } from "@nats-io/obj";
 import { OozeError } from "../../src/errors.ts";
 import { toTransportError, type Bus } from "../../src/transport/bus.ts";
+import { listObjects, readObjectBytes } from "../../src/transport/stored.ts";
 
 /** Where the deltas of one sync go. */
 export interface DeltaStore {
@@ -91,7 +92,7 @@ export class ObjectDeltaStore implements DeltaStore {
 
   async prune(floor: number): Promise<void> {
     try {
-      for (const info of await this.store.list()) {
+      for (const info of await listObjects(this.bus, this.bucket)) {
         const m = /^delta-v\d+-v(\d+)$/.exec(info.name);
         if (m && Number(m[1]) < floor) await this.store.delete(info.name);
       }
@@ -110,7 +111,8 @@ export async function withDeltaObject<T>(bus: Bus, ref: ObjectRef, use: (file: s
   const where = `weight delta object '${ref.bucket}/${ref.name}'`;
   let bytes: Uint8Array | null;
   try {
-    bytes = await (await deltaBucket(bus, ref.bucket)).getBlob(ref.name);
+    // without a consumer (src/transport/stored.ts), as fetchFullObject
+    bytes = await readObjectBytes(bus, ref.bucket, ref.name, where);
   } catch (e) {
     throw toTransportError(e, `fetching ${where}`);
   }

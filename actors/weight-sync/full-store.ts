@@ -21,6 +21,7 @@ import { StorageType } from "@nats-io/jetstream";
 import type { ObjectStore } from "@nats-io/obj";
 import { OozeError } from "../../src/errors.ts";
 import { toTransportError, type Bus } from "../../src/transport/bus.ts";
+import { CorruptObjectError, listObjects, readObject } from "../../src/transport/stored.ts";
 import { objectLocation, type ObjectRef } from "./delta-store.ts";
 
 /** Where the weight syncs put each version's full checkpoint; returns the location the target loads. */
@@ -236,7 +237,7 @@ export class ObjectFullStore implements FullStore {
 
   async prune(served: number): Promise<void> {
     try {
-      const versions = (await this.store.list()).map((o) => versionOfName(o.name)).filter((v): v is number => v !== null);
+      const versions = (await listObjects(this.bus, this.bucket)).map((o) => versionOfName(o.name)).filter((v): v is number => v !== null);
       const kept = new Set([...versions.sort((a, b) => b - a).slice(0, this.keep), served]);
       for (const v of versions) if (!kept.has(v)) await this.store.delete(fullObjectName(v));
     } catch (e) {
@@ -392,27 +393,19 @@ export async function fetchFullObject(bus: Bus, ref: ObjectRef, dir: string, bas
   mkdirSync(part, { recursive: true });
   const reader = new ObjectReader(part, where);
   try {
+    // Read without a consumer (src/transport/stored.ts): nats.js's get makes one per call, and while
+    // a cluster's server is down a third of those land on it and time out.
     let got;
     try {
-      got = await (await weightsBucket(bus, ref.bucket)).get(ref.name);
+      got = await readObject(bus, ref.bucket, ref.name, where);
     } catch (e) {
       throw toTransportError(e, `fetching ${where}`);
     }
     if (got === null) throw new OozeError("CHECKPOINT_INVALID", `${where} is not in the object store (pruned, or never stored); store the checkpoint again`);
-    const stream = got.data.getReader();
     try {
-      for (;;) {
-        const { done, value } = await stream.read();
-        if (done) break;
-        if (value.length > 0) reader.push(value);
-      }
-      const failed = await got.error;
-      if (failed) throw failed;
+      for await (const chunk of got.chunks) if (chunk.length > 0) reader.push(chunk);
     } catch (e) {
-      await stream.cancel().catch(() => undefined);
-      if (e instanceof OozeError) throw e;
-      const msg = (e as Error).message ?? String(e);
-      if (/digests do not match/.test(msg)) throw new OozeError("CHECKPOINT_INVALID", `${where} is corrupt: ${msg}; store the checkpoint again`, { cause: e });
+      if (e instanceof CorruptObjectError) throw new OozeError("CHECKPOINT_INVALID", `${e.message}; store the checkpoint again`, { cause: e });
       throw toTransportError(e, `fetching ${where}`);
     }
     const manifest = reader.end();

@@ -8,7 +8,7 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import { deadLetter, encode, makeEnvelope } from "../codec/index.ts";
 import { OozeError } from "../errors.ts";
-import type { Bus } from "../transport/bus.ts";
+import { PULL_OPTIONS, type Bus } from "../transport/bus.ts";
 import type { JobNames } from "../transport/names.ts";
 import { countDelivery } from "../metrics.ts";
 import { ACTOR_MSG_KIND, decodeEnvelope, remoteLayer, subjectOf, validateBody } from "./remote.ts";
@@ -179,7 +179,7 @@ export async function serveDurable(system: ActorSystem, path: string, opts: Dura
     while (!stopped) {
       try {
         const consumer = await bus.js.consumers.get(names.streamMailboxes, durable);
-        const msgs = await consumer.consume({ max_messages: Math.min(maxAckPending, 256) });
+        const msgs = await consumer.consume({ ...PULL_OPTIONS, max_messages: Math.min(maxAckPending, 256) });
         iter = msgs;
         for await (const m of msgs) {
           await onMessage(m);

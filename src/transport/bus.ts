@@ -18,7 +18,10 @@ import {
 } from "@nats-io/jetstream";
 import { type KV, type KvOptions, Kvm } from "@nats-io/kv";
 import { type ObjectStore, type ObjectStoreOptions, Objm, setSha256Backend } from "@nats-io/obj";
-import { OozeError, TimeoutError, TransportError } from "../errors.ts";
+import { OozeError, TimeoutError, TransportError, toTransportError } from "../errors.ts";
+import { readObjectBytes } from "./stored.ts";
+
+export { toTransportError };
 
 // Object store digests with node:crypto instead of the pure-JS default: ~10x faster on large objects.
 setSha256Backend("native");
@@ -298,6 +301,16 @@ export function isJetStreamTransient(e: unknown): boolean {
 }
 
 /**
+ * How ooze's durable consumers pull (nats.js `consume()` options beside max_messages): a pull
+ * expires after 4 s and the server heartbeats it every second. nats.js notices a pull lost with its
+ * server after two missed heartbeats and pulls again (after a consumer info, retried every
+ * `expires`); at its defaults (30 s, heartbeats every 15 s) a job whose consumer's server was
+ * SIGKILLed waited 30–35 s for its next message (bench failover), at these about 2–6 s once the
+ * cluster has re-elected the consumer's leader. An idle consumer costs one pull request per 4 s.
+ */
+export const PULL_OPTIONS = { expires: 4_000, idle_heartbeat: 1_000 } as const;
+
+/**
  * Runs a JetStream call, again while it fails with what a cluster electing a leader gives
  * (isJetStreamTransient), for up to `forMs` (default 60 s) with a backoff of 0.25 s doubling to 2 s;
  * then, or on any other error, throws that error.
@@ -318,17 +331,6 @@ export async function whileElecting<T>(fn: () => Promise<T>, opts: { forMs?: num
 function sameStreamConfig(have: StreamConfig, want: Partial<StreamConfig>): boolean {
   const h = have as unknown as Record<string, unknown>;
   return Object.entries(want).every(([k, v]) => v === undefined || JSON.stringify(h[k]) === JSON.stringify(v));
-}
-
-/** Turns a nats.js failure into a TransportError / TimeoutError naming what was attempted. */
-export function toTransportError(e: unknown, what: string): OozeError {
-  if (e instanceof OozeError) return e;
-  const err = e instanceof Error ? e : new Error(String(e));
-  const cause = (err as { cause?: unknown }).cause;
-  if (err.name === "TimeoutError" || (cause instanceof Error && cause.name === "TimeoutError")) {
-    return new TimeoutError(`${what}: timed out`, { cause: err });
-  }
-  return new TransportError(`${what}: ${err.message}`, { cause: err });
 }
 
 /** Connects to NATS; rejects with a TransportError naming the URL if the server cannot be reached. */
@@ -485,8 +487,8 @@ class NatsBus implements Bus {
     const name = ref.slice(slash + 1);
     let data: Uint8Array | null;
     try {
-      const store = await this.openStore(bucket);
-      data = await store.getBlob(name);
+      // without a consumer (stored.ts): nats.js's getBlob makes one, which can land on a dead server
+      data = await readObjectBytes(this, bucket, name, `large payload '${ref}'`);
     } catch (e) {
       throw toTransportError(e, `fetching large payload '${ref}' from the object store`);
     }
@@ -707,18 +709,6 @@ class NatsBus implements Bus {
     let p = this.stores.get(bucket);
     if (p === undefined) {
       p = this.whileElecting(() => new Objm(this.js).create(bucket, { replicas: this.replicas, ...opts })).catch((e) => {
-        this.stores.delete(bucket);
-        throw toTransportError(e, `opening object store '${bucket}'`);
-      });
-      this.stores.set(bucket, p);
-    }
-    return p;
-  }
-
-  private openStore(bucket: string): Promise<ObjectStore> {
-    let p = this.stores.get(bucket);
-    if (p === undefined) {
-      p = new Objm(this.js).open(bucket).catch((e) => {
         this.stores.delete(bucket);
         throw toTransportError(e, `opening object store '${bucket}'`);
       });

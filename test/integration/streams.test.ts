@@ -54,6 +54,40 @@ describe("consumeStream", () => {
     }
   }, 30_000);
 
+  it("a version watch that goes quiet (its consumer gone, none can be made) still sees new records: it reads the record every second", async () => {
+    const bus = await nats.connect({ name: "versions-quiet" });
+    const names = jobNames("versions-quiet");
+    const kv = await VersionsKv.open(bus, names);
+    await kv.advance({ version: 1, step: 1, modelDir: "/m1", at: Date.now() });
+    const f = await kv.follow();
+    expect((await f.until(1)).step).toBe(1);
+    // From now on a consumer cannot be made (as when the cluster places it on a dead server: the
+    // request is never answered), and the watch's own consumer is deleted under it.
+    type Request = (subject: string, data?: unknown, opts?: unknown) => Promise<unknown>;
+    const nc = bus.nc as unknown as { request: Request };
+    const real = nc.request.bind(nc);
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    nc.request = async (subject, data, opts) => {
+      if (!subject.startsWith("$JS.API.CONSUMER.CREATE.")) return real(subject, data, opts);
+      await released;
+      throw new Error("held consumer create");
+    };
+    const jsm = await bus.jsm();
+    const stream = `KV_${names.kvVersions}`;
+    for await (const c of jsm.consumers.list(stream)) await jsm.consumers.delete(stream, c.name);
+    try {
+      const other = await nats.connect({ name: "versions-writer" });
+      await (await VersionsKv.open(other, names)).advance({ version: 2, step: 2, modelDir: "/m2", at: Date.now() });
+      const seen = await Promise.race([f.until(2), new Promise<null>((r) => setTimeout(() => r(null), 10_000))]);
+      expect(seen?.modelDir, "the record of step 2 reached the follower within 10 s").toBe("/m2");
+    } finally {
+      release();
+      nc.request = real;
+      await f.stop();
+    }
+  }, 30_000);
+
   it("a stopped version watch rejects the waits still pending (a trainer's stop does not wait for a version nobody will record)", async () => {
     const bus = await nats.connect({ name: "versions" });
     const kv = await VersionsKv.open(bus, jobNames("versions-test"));

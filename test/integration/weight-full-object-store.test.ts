@@ -267,11 +267,11 @@ describe("full checkpoints through the job's object store", () => {
     expect((await refused("full-v99")).message).toMatch(/full checkpoint object 'ooze_full_obj_weights\/full-v99' is not in the object store/);
     await unchanged();
 
-    // Corrupt at rest: an extra chunk (the object's SHA-256 digest no longer matches; the reader sees the extra bytes first).
+    // Corrupt at rest: an extra chunk (more than the object's meta counts).
     await store.put(dirs[5]!, 5);
     const info = (await os.info(fullObjectName(5)))!;
     await bus.js.publish(`$O.${job.names.objWeights}.C.${info.nuid}`, new Uint8Array([1, 2, 3]));
-    expect((await refused("full-v5")).message).toMatch(/'ooze_full_obj_weights\/full-v5' is corrupt: 3 bytes follow its last file; store the checkpoint again/);
+    expect((await refused("full-v5")).message).toMatch(/'ooze_full_obj_weights\/full-v5' is corrupt: its chunk subject holds more than the \d+ chunks its meta counts; store the checkpoint again/);
     await unchanged();
 
     // Garbled before it was stored (the digest covers the garbage): a file's CRC32 does not match.

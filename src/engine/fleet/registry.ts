@@ -5,6 +5,7 @@
 import type { KV } from "@nats-io/kv";
 import { toTransportError, type Bus } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
+import { kvKeys } from "../../transport/stored.ts";
 
 /** Where an engine came from: the topology (started or listed by it) or a runtime attach. */
 export type EngineSource = "topology" | "runtime";
@@ -48,12 +49,13 @@ export class FleetRegistry {
   private constructor(
     readonly bucket: string,
     private readonly kv: KV,
+    private readonly bus: Bus,
   ) {}
 
   /** Opens (creating if needed) the job's engines bucket. */
   static async open(bus: Bus, job: string): Promise<FleetRegistry> {
     const bucket = jobNames(job).kvEngines;
-    return new FleetRegistry(bucket, await bus.kv(bucket, { history: 1 }));
+    return new FleetRegistry(bucket, await bus.kv(bucket, { history: 1 }), bus);
   }
 
   /** Writes an engine's entry. */
@@ -78,9 +80,10 @@ export class FleetRegistry {
   async entries(): Promise<RegistryEntry[]> {
     const out: RegistryEntry[] = [];
     try {
-      const keys: string[] = [];
-      for await (const k of await this.kv.keys(`${ENGINE_PREFIX}>`)) keys.push(k);
-      for (const k of keys) {
+      // Keys from the bucket's stream info, not kv.keys(): that makes a consumer per call, and with a
+      // cluster's server down a third of them land on it and time out (src/transport/stored.ts).
+      // Deleted keys come too; get() tells them apart.
+      for (const k of await kvKeys(this.bus, this.bucket, ENGINE_PREFIX)) {
         const e = await this.kv.get(k);
         if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
         try {
@@ -118,9 +121,10 @@ export class FleetRegistry {
   async processes(): Promise<ProcessEntry[]> {
     const out: ProcessEntry[] = [];
     try {
-      const keys: string[] = [];
-      for await (const k of await this.kv.keys(`${PROCESS_PREFIX}>`)) keys.push(k);
-      for (const k of keys) {
+      // Keys from the bucket's stream info, not kv.keys(): that makes a consumer per call, and with a
+      // cluster's server down a third of them land on it and time out (src/transport/stored.ts).
+      // Deleted keys come too; get() tells them apart.
+      for (const k of await kvKeys(this.bus, this.bucket, PROCESS_PREFIX)) {
         const e = await this.kv.get(k);
         if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
         try {

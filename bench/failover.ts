@@ -5,8 +5,10 @@
 // and bucket with 3 replicas), SIGKILLs the server leading the samples stream after step K, and
 // times the job's steps from its log. The stall is the step interval the kill fell in, less the
 // median interval of the steps before it (the job's own pace on this machine, measured in the same
-// run). The job's warnings during the stall are kept, to read where the time went (with
-// --server-log, also what the surviving servers logged 3, 15 and 40 s after the kill). One JSON line
+// run). Also the time lost in all: from the step before the kill to the last step, less the pace
+// for those steps (a job whose steps stay slow after the stall loses more than the stall). The job's warnings during the stall are kept, to read where the time went (with
+// --server-log, also when the surviving servers elected new leaders for the job's streams and
+// consumers, from their logs). One JSON line
 // last: the stalls, their p50 and p90, and each run's job exit status.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -30,6 +32,8 @@ const say = (m: string) => process.stderr.write(`[bench failover] ${m}\n`);
 
 interface RunResult {
   stallS: number | null;
+  /** From the step before the kill to the job's last step, less the job's pace for those steps: all the time the fault cost, a slowed tail included. */
+  lostS: number | null;
   paceS: number;
   exit: number | null;
   warnings: string[];
@@ -60,6 +64,7 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
     });
     const stepAt: number[] = [];
     let killedAt: number | null = null;
+    let killedWall = 0;
     const warnings: string[] = [];
     let killing: Promise<void> | null = null;
     const onLine = (line: string) => {
@@ -77,15 +82,7 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
         const victim = Math.max(0, cluster.servers.findIndex((_, i) => leader.endsWith(`-s${i + 1}`)));
         killedAt = performance.now();
         cluster.servers[victim]!.kill("SIGKILL");
-        if (args.includes("--server-log"))
-          for (const after of [3, 15, 40])
-            setTimeout(() => {
-              cluster.servers.forEach((sv, i) => {
-                if (!sv.running) return;
-                const lines = sv.logTail().split("\n").filter((l) => /leader|elect|quorum|lost|catchup|stepdown|warn|error/i.test(l) && !/new consumer leader|connect to route/.test(l));
-                say(`  +${after} s, server ${i + 1}:\n${lines.slice(-12).join("\n")}`);
-              });
-            }, after * 1000).unref();
+        killedWall = Date.now();
         say(`run ${run}: SIGKILLed server ${victim + 1} (the samples stream's leader) after step ${stepAt.length}`);
       } finally {
         await bus.close();
@@ -110,10 +107,25 @@ train: { mode: sync, task: addition, taskConfig: { digits: 1 }, preset: tiny, st
     // the interval that holds the kill: from the step before it to the first step after it
     const after = killedAt === null ? -1 : stepAt.findIndex((t) => t > killedAt!);
     const stallS = after > 0 ? (stepAt[after]! - stepAt[after - 1]!) / 1000 - paceS : null;
-    say(`run ${run}: exit ${exit}, ${stepAt.length} steps, pace ${paceS.toFixed(2)} s a step, stall ${stallS?.toFixed(1) ?? "-"} s`);
+    const lostS = after > 0 ? (stepAt.at(-1)! - stepAt[after - 1]!) / 1000 - paceS * (stepAt.length - after) : null;
+    say(`run ${run}: exit ${exit}, ${stepAt.length} steps, pace ${paceS.toFixed(2)} s a step, stall ${stallS?.toFixed(1) ?? "-"} s, lost in all ${lostS?.toFixed(1) ?? "-"} s`);
     for (const w of warnings.slice(0, trace ? 400 : 12)) say(`  ${w}`);
+    if (args.includes("--server-log")) {
+      // When the surviving servers elected new leaders for the job's streams and consumers, from their logs.
+      const elected: [number, string][] = [];
+      cluster.servers.forEach((sv, i) => {
+        if (!sv.running) return;
+        for (const l of sv.logTail().split("\n")) {
+          const m = /(\d{4})\/(\d\d)\/(\d\d) (\d\d:\d\d:\d\d\.\d+) \[INF\] JetStream cluster (new (?:stream|consumer) leader .*)/.exec(l);
+          if (!m) continue;
+          const t = Date.parse(`${m[1]}-${m[2]}-${m[3]}T${m[4]!.slice(0, 12)}Z`);
+          if (t >= killedWall) elected.push([(t - killedWall) / 1000, `server ${i + 1}: ${m[5]}`]);
+        }
+      });
+      for (const [t, l] of elected.sort((a, b) => a[0] - b[0])) say(`  elected +${t.toFixed(1)} s ${l}`);
+    }
 
-    return { stallS, paceS, exit, warnings };
+    return { stallS, lostS, paceS, exit, warnings };
   } finally {
     await cluster.stop();
     rmSync(dir, { recursive: true, force: true });
@@ -133,7 +145,8 @@ console.log(
     stall_s: results.map((r) => (r.stallS === null ? null : Number(r.stallS.toFixed(1)))),
     stall_p50_s: q(0.5),
     stall_p90_s: q(0.9),
-    stall_max_s: stalls.at(-1) ?? null,
+    stall_max_s: stalls.at(-1) === undefined ? null : Number(stalls.at(-1)!.toFixed(1)),
+    lost_s: results.map((r) => (r.lostS === null ? null : Number(r.lostS.toFixed(1)))),
     pace_s: Number((results.reduce((n, r) => n + r.paceS, 0) / results.length).toFixed(2)),
     exits: results.map((r) => r.exit),
     goal: "stall_p90_s <= 10",

@@ -10,7 +10,7 @@ import { subjectOf } from "../../src/actor/index.ts";
 import { deadLetter, decodeMessage, type AnyMessageDef, type BodyOf, type MessageOf, type MessageRegistry } from "../../src/codec/index.ts";
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import { countDelivery } from "../../src/metrics.ts";
-import { PULL_OPTIONS, settleWithin, whileElecting, type Bus } from "../../src/transport/bus.ts";
+import { isJetStreamTransient, PULL_OPTIONS, settleWithin, toTransportError, whileElecting, type Bus } from "../../src/transport/bus.ts";
 import type { JobNames } from "../../src/transport/names.ts";
 import { versionRecord, type VersionRecord } from "./messages.ts";
 
@@ -241,7 +241,12 @@ export class VersionsKv {
     private readonly kv: KV,
     /** Resolves when the bus's connection is closed for good: watches end with it. */
     private readonly closed: Promise<unknown>,
-  ) {}
+  ) {
+    void closed.then(() => (this.isClosed = true));
+  }
+
+  /** Whether the bus's connection is closed for good. */
+  private isClosed = false;
 
   /** Opens (creating if needed) `names.kvVersions`. */
   static async open(bus: Bus, names: JobNames): Promise<VersionsKv> {
@@ -265,16 +270,17 @@ export class VersionsKv {
    */
   async advance(r: VersionRecord): Promise<void> {
     for (let attempt = 0; attempt < 10; attempt++) {
-      const cur = await this.entry();
+      // A cluster electing the bucket's leader is waited out (whileElecting), not counted as a lost race.
+      const cur = await whileElecting(() => this.entry(), { closed: () => this.isClosed });
       if (cur && r.version < cur.record.version)
         throw new OozeError("CONFIG_INVALID", `versions KV: version ${r.version} is below the recorded ${cur.record.version}; versions only increase`);
       if (cur && r.version === cur.record.version && r.step <= cur.record.step) return;
       const data = text.encode(JSON.stringify(r));
       try {
-        if (cur) await this.kv.update(LATEST, data, cur.revision);
-        else await this.kv.create(LATEST, data);
+        await whileElecting(() => (cur ? this.kv.update(LATEST, data, cur.revision) : this.kv.create(LATEST, data)), { closed: () => this.isClosed });
         return;
-      } catch {
+      } catch (e) {
+        if (isJetStreamTransient(e)) throw toTransportError(e, "versions KV: recording the version");
         // another writer got there first: read again
       }
     }

@@ -64,6 +64,13 @@ export function parseObjectLocation(location: string): ObjectRef | null {
   return { bucket: rest.slice(0, slash), name: rest.slice(slash + 1) };
 }
 
+/**
+ * How long a stored chunk's ack may take before the put fails (and the sync retries it): 2 s, not
+ * nats.js's 5 s, so a put that began while the bucket's stream had no leader (a cluster's server
+ * just died) is retried within 2 s of the new leader's election (bench failover).
+ */
+export const CHUNK_ACK_TIMEOUT_MS = 2_000;
+
 /** Opens (creating if needed) a bucket of weight deltas; both sides open it the same way. */
 function deltaBucket(bus: Bus, bucket: string): Promise<ObjectStore> {
   return bus.obj(bucket, { storage: StorageType.File });
@@ -83,7 +90,7 @@ export class ObjectDeltaStore implements DeltaStore {
     try {
       // Chunks as large as the server allows (the bus does the same for large payloads); a put of an
       // existing name (a retried push) replaces it.
-      await this.store.putBlob({ name, options: { max_chunk_size: Math.max(64 * 1024, this.bus.maxPayload - 8 * 1024) } }, bytes);
+      await this.store.putBlob({ name, options: { max_chunk_size: Math.max(64 * 1024, this.bus.maxPayload - 8 * 1024) } }, bytes, { timeout: CHUNK_ACK_TIMEOUT_MS });
     } catch (e) {
       throw toTransportError(e, `storing weight delta '${name}' (${bytes.length} bytes) in object store '${this.bucket}'`);
     }

@@ -22,7 +22,7 @@ import type { ObjectStore } from "@nats-io/obj";
 import { OozeError } from "../../src/errors.ts";
 import { toTransportError, type Bus } from "../../src/transport/bus.ts";
 import { CorruptObjectError, listObjects, readObject } from "../../src/transport/stored.ts";
-import { objectLocation, type ObjectRef } from "./delta-store.ts";
+import { CHUNK_ACK_TIMEOUT_MS, objectLocation, type ObjectRef } from "./delta-store.ts";
 
 /** Where the weight syncs put each version's full checkpoint; returns the location the target loads. */
 export interface FullStore {
@@ -229,7 +229,7 @@ export class ObjectFullStore implements FullStore {
     try {
       // A put of an existing name (a retried push, or storing a corrupt object again) replaces it.
       const meta = { name, description, options: { max_chunk_size: Math.max(64 * 1024, this.bus.maxPayload - 8 * 1024) } };
-      await this.store.put(meta, objectStream(dir, manifest));
+      await this.store.put(meta, objectStream(dir, manifest), { timeout: CHUNK_ACK_TIMEOUT_MS });
     } catch (e) {
       throw toTransportError(e, `storing '${name}' (${dir}, ${bytes} bytes) in object store '${this.bucket}'`);
     }

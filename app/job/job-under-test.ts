@@ -168,10 +168,10 @@ function jobTargetNames(o: JobUnderTestOptions): TargetNames {
   return {
     ...own,
     processes: ["trainer-worker", ...own.processes],
-    links: cluster ? own.links : ["job-nats", ...own.links],
+    links: cluster ? [...Object.keys(cluster.partitions), ...own.links] : ["job-nats", ...own.links],
     engines: proxied ? [...engineSlots(topology, train, engines, baseDir).map((_, k) => `engine-${k}`), ...own.engines] : own.engines,
     actors: [...JOB_ACTORS, ...own.actors],
-    natsServers: cluster ? cluster.servers.map((_, i) => `s${i}`) : [],
+    natsServers: cluster ? [...cluster.servers.map((_, i) => `s${i}`), "meta-leader"] : [],
     nats: !cluster,
   };
 }
@@ -224,7 +224,8 @@ export async function startJobUnderTest(o: JobUnderTestOptions): Promise<JobUnde
       const c = o.nats.cluster;
       await c.waitJetStream();
       natsTarget = { url: c.urls, token: c.token, replicas: o.nats.replicas ?? 3 };
-      targets.natsServers = { ...Object.fromEntries(c.servers.map((s, i) => [`s${i}`, s])), ...(o.targets?.natsServers ?? {}) };
+      targets.natsServers = { ...Object.fromEntries(c.servers.map((s, i) => [`s${i}`, s])), "meta-leader": c.metaLeaderServer, ...(o.targets?.natsServers ?? {}) };
+      targets.links = { ...c.partitions, ...(o.targets?.links ?? {}) };
     } else {
       started.nats = await startTestNats();
       started.link = await createCutProxy(started.nats.port);

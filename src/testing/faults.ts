@@ -23,10 +23,14 @@ export const faultSpec = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("pause"), target: name, at: ms, forMs: ms }).strict(),
   /**
    * The nats-server SIGKILLed and started again (same port, store and token) after downMs; with
-   * `server`, that named server of a cluster (the others keep serving).
+   * `server`, that named server of a cluster (the others keep serving; a job under test on a
+   * cluster also names `meta-leader`: whichever server leads JetStream's meta group then).
    */
   z.object({ kind: z.literal("nats-restart"), at: ms, downMs: ms.default(0), server: name.optional() }).strict(),
-  /** A cut proxy's connections reset and refused for forMs (a network partition of that link). */
+  /**
+   * A cut proxy's connections reset and refused for forMs (a network partition of that link; a job
+   * under test on a partitionable cluster also names `partition-sN`: server N's routes to the others).
+   */
   z.object({ kind: z.literal("cut"), link: name, at: ms, forMs: ms }).strict(),
   /** An engine's fault proxy applies `fault` for forMs, then forwards everything untouched again. */
   z.object({ kind: z.literal("engine"), engine: name, at: ms, forMs: ms, fault: engineFaultSpec }).strict(),
@@ -61,13 +65,20 @@ export function parseFaultSchedule(input: unknown, where = "schedule"): FaultSpe
   throw new OozeError("CONFIG_INVALID", `invalid fault schedule: ${issues.join("; ")}`);
 }
 
+/** What `nats-restart` does to a server: SIGKILL it, wait for it to exit, start it again. */
+export type RestartableServer = {
+  kill(signal?: NodeJS.Signals): void | Promise<void>;
+  waitExit(): Promise<void>;
+  restart(): Promise<void>;
+};
+
 /** What a schedule acts on, by the names its specs use. */
 export interface FaultTargets {
   /** Node processes: the current pid of each (it changes when a supervisor restarts one), or null when none runs. */
   processes?: Record<string, () => number | null>;
   nats?: NatsServerHandle;
-  /** The servers of a NATS cluster by name, for `nats-restart` with `server`. */
-  natsServers?: Record<string, NatsServerHandle>;
+  /** The servers of a NATS cluster by name, for `nats-restart` with `server` (a name may pick its server when the fault comes: the cluster's `metaLeader`). */
+  natsServers?: Record<string, RestartableServer>;
   /** Links that can be cut and healed: cut proxies, or anything with cut() and heal() (a test network's host link). */
   links?: Record<string, Pick<CutProxy, "cut" | "heal">>;
   engines?: Record<string, EngineFaultProxy>;
@@ -195,7 +206,7 @@ export function playFaults(schedule: readonly FaultSpec[], t: FaultTargets, opts
           const nats = f.server !== undefined ? t.natsServers![f.server]! : t.nats!;
           const which = f.server !== undefined ? `nats-server ${f.server}` : "nats-server";
           const crash = async () => {
-            nats.kill("SIGKILL");
+            await nats.kill("SIGKILL");
             await nats.waitExit();
           };
           return lasting(i, f.downMs, [`SIGKILL ${which}`, crash], [`restart ${which}`, () => nats.restart()]);

@@ -2,12 +2,17 @@
 // startNatsServer with its own temp JetStream store, routed to the others (route user/password), one
 // client token shared by all; resolves once JetStream's meta group has a leader, so streams with
 // 3 replicas can be created at once. Servers are killed and restarted through their handles; each
-// has an HTTP monitoring port (connections per server, to pick one that clients use).
+// has an HTTP monitoring port (connections per server, to pick one that clients use). With
+// `partitionable`, every route passes through a cut proxy of its own (one per ordered pair of
+// servers), and `partitions` cuts one server's routes to all the others and heals them: a server
+// partitioned away, its clients still connected to it.
 import { randomBytes } from "node:crypto";
 import { connectBus } from "../transport/bus.ts";
 import { freePort, type NatsServerHandle, type NatsServerOptions, startNatsServer } from "../transport/nats-server.ts";
 
 export { freePort };
+import { createCutProxy, type CutProxy } from "./cut-proxy.ts";
+import type { RestartableServer } from "./faults.ts";
 import { waitUntil } from "./wait.ts";
 
 /** A running test cluster. */
@@ -21,6 +26,17 @@ export interface TestNatsCluster {
   readonly authUrls: string;
   /** Client connections each server holds now (its /connz; -1 for a server that is down). */
   connections(): Promise<number[]>;
+  /** Routes each server has now (its /routez; -1 for a server that is down). */
+  routes(): Promise<number[]>;
+  /** The index of the server leading JetStream's meta group (from a live server's /jsz), or null when it has none. */
+  metaLeader(): Promise<number | null>;
+  /**
+   * With `partitionable`: `partition-s{i}` cuts server i's routes to every other server (its clients
+   * stay connected to it) until healed. Empty otherwise.
+   */
+  readonly partitions: Readonly<Record<string, { cut(): void; heal(): void }>>;
+  /** For `nats-restart`: the server leading the meta group when kill() is called (kill throws when there is none), restarted later. */
+  readonly metaLeaderServer: RestartableServer;
   /** Waits until JetStream answers with a meta leader (after a start, or after a server was killed). */
   waitJetStream(timeoutMs?: number): Promise<void>;
   /** Stops every server and removes their stores. */
@@ -31,6 +47,8 @@ export interface TestNatsCluster {
 export interface TestNatsClusterOptions extends Pick<NatsServerOptions, "maxPayload" | "readyTimeoutMs"> {
   /** Number of servers (default 3). */
   size?: number;
+  /** Routes through cut proxies, so that a server can be partitioned away (see `partitions`). */
+  partitionable?: boolean;
 }
 
 /** Starts a cluster of real nats-servers on 127.0.0.1 with JetStream, routes and token auth. */
@@ -48,6 +66,11 @@ export async function startTestNatsCluster(opts: TestNatsClusterOptions = {}): P
     clientPorts.push(await freePort());
     monitorPorts.push(await freePort());
   }
+  // With partitionable: the route from server i to server j through proxy `${i}>${j}`.
+  const proxies = new Map<string, CutProxy>();
+  if (opts.partitionable)
+    for (let i = 0; i < size; i++) for (let j = 0; j < size; j++) if (i !== j) proxies.set(`${i}>${j}`, await createCutProxy(routePorts[j]!));
+  const routeTo = (i: number, j: number) => `nats-route://127.0.0.1:${proxies.get(`${i}>${j}`)?.port ?? routePorts[j]}`;
   const servers: NatsServerHandle[] = [];
   try {
     // Started together: a JetStream cluster elects its meta leader once a quorum is up.
@@ -61,7 +84,15 @@ export async function startTestNatsCluster(opts: TestNatsClusterOptions = {}): P
           monitorPort: monitorPorts[i]!,
           ...(opts.maxPayload !== undefined ? { maxPayload: opts.maxPayload } : {}),
           ...(opts.readyTimeoutMs !== undefined ? { readyTimeoutMs: opts.readyTimeoutMs } : {}),
-          cluster: { name, port, user, pass, routes: routePorts.filter((_, j) => j !== i).map((p) => `nats-route://127.0.0.1:${p}`) },
+          cluster: {
+            name,
+            port,
+            user,
+            pass,
+            routes: routePorts.flatMap((_, j) => (j === i ? [] : [routeTo(i, j)])),
+            // nothing listens on port 1: a route learned by gossip cannot go around the proxies
+            ...(opts.partitionable ? { advertise: "127.0.0.1:1" } : {}),
+          },
         }),
       ),
     );
@@ -70,6 +101,7 @@ export async function startTestNatsCluster(opts: TestNatsClusterOptions = {}): P
     if (failed) throw (failed as PromiseRejectedResult).reason;
   } catch (e) {
     await Promise.all(servers.map((s) => s.stop()));
+    await Promise.all([...proxies.values()].map((p) => p.close()));
     throw e;
   }
   const urls = servers.map((s) => s.url).join(",");
@@ -114,6 +146,52 @@ export async function startTestNatsCluster(opts: TestNatsClusterOptions = {}): P
         }),
       );
     },
+    async routes() {
+      return Promise.all(
+        servers.map(async (s, i) => {
+          if (!s.running) return -1;
+          try {
+            return ((await (await fetch(`http://127.0.0.1:${monitorPorts[i]}/routez`)).json()) as { num_routes: number }).num_routes;
+          } catch {
+            return -1;
+          }
+        }),
+      );
+    },
+    async metaLeader() {
+      for (const [i, s] of servers.entries()) {
+        if (!s.running) continue;
+        try {
+          const leader = ((await (await fetch(`http://127.0.0.1:${monitorPorts[i]}/jsz`)).json()) as Jsz).meta_cluster?.leader;
+          const at = servers.findIndex((_, j) => `${name}-s${j + 1}` === leader);
+          return at >= 0 ? at : null;
+        } catch {
+          // this one is not answering: ask the next
+        }
+      }
+      return null;
+    },
+    partitions: Object.fromEntries(
+      opts.partitionable
+        ? servers.map((_, i) => {
+            const own = [...proxies].filter(([k]) => k.split(">").includes(String(i))).map(([, p]) => p);
+            return [`partition-s${i}`, { cut: () => own.forEach((p) => p.cut()), heal: () => own.forEach((p) => p.heal()) }];
+          })
+        : [],
+    ),
+    metaLeaderServer: (() => {
+      let chosen: NatsServerHandle | null = null;
+      return {
+        async kill(signal?: NodeJS.Signals) {
+          const i = await cluster.metaLeader();
+          if (i === null) throw new Error("the cluster has no JetStream meta leader to kill");
+          chosen = servers[i]!;
+          chosen.kill(signal);
+        },
+        waitExit: async () => chosen?.waitExit(),
+        restart: async () => chosen?.restart(),
+      };
+    })(),
     async waitJetStream(timeoutMs = 30_000) {
       // Then every live server a current JetStream peer of the meta group, as its leader sees it: a
       // meta leader alone can refuse a replicated stream ("no suitable peers for placement") while
@@ -151,6 +229,7 @@ export async function startTestNatsCluster(opts: TestNatsClusterOptions = {}): P
     },
     async stop() {
       await Promise.all(servers.map((s) => s.stop()));
+      await Promise.all([...proxies.values()].map((p) => p.close()));
     },
   };
   try {

@@ -288,17 +288,36 @@ export async function settleWithin(p: Promise<unknown> | null, ms: number): Prom
 
 /**
  * Whether a JetStream API error is one a cluster gives while it has no leader for the asset (a
- * timeout, or err_code 10008 "JetStream system temporarily unavailable"): the same call succeeds
+ * timeout, err_code 10008 "JetStream system temporarily unavailable", no responders at all, or err_code
+ * 10005 "no suitable peers for placement" while a replica's server is down or coming back): the same call succeeds
  * once it has elected one. Looks through `cause` chains (TransportError wraps the client's error).
  */
 export function isJetStreamTransient(e: unknown): boolean {
   for (let x: unknown = e, depth = 0; x instanceof Error && depth < 6; x = (x as { cause?: unknown }).cause, depth++) {
     if (x.name === "TimeoutError" || (x instanceof OozeError && x.code === "TIMEOUT")) return true;
     if (x.name.endsWith("ApiError") && (x as { code?: unknown }).code === 10008) return true;
+    // err_code 10005 "no suitable peers for placement": a replica's server is down, or is back but
+    // not yet seen as online by the meta leader (after a restart or a healed partition it stays
+    // "offline" for a few seconds): an asset with that many replicas can be placed once it is
+    if (x.name.endsWith("ApiError") && (x as { code?: unknown }).code === 10005) return true;
+    if (/no suitable peers for placement/i.test(x.message)) return true;
     if (/temporarily unavailable/i.test(x.message)) return true;
+    // nats.js's name for "no responders" to a JetStream request: on a server with JetStream, the
+    // asset has no leader at that moment (a cluster electing one answers this at once)
+    if (x.name === "JetStreamNotEnabled" && /jetstream is not enabled/.test(x.message)) return true;
   }
   return false;
 }
+
+/**
+ * How long a JetStream API request or publish ack may take (nats.js's default is 5 s). A request
+ * sent while its stream has no leader (a cluster's server just died; re-electing takes 4–9 s) is
+ * never answered, not even once a leader is elected, so the caller learns nothing until its timeout:
+ * with 5 s the fail-over bench's job resumed up to 5 s after the last election. Every caller retries
+ * a timeout (whileElecting, the loop's passes and retries), so 2 s only shortens that wait; an
+ * answered request on loopback takes milliseconds.
+ */
+export const JS_API_TIMEOUT_MS = 2_000;
 
 /**
  * How ooze's durable consumers pull (nats.js `consume()` options beside max_messages): a pull
@@ -391,7 +410,7 @@ class NatsBus implements Bus {
   constructor(nc: NatsConnection, url: string, opts: BusOptions) {
     this.nc = nc;
     this.url = url;
-    this.js = jetstream(nc);
+    this.js = jetstream(nc, { timeout: JS_API_TIMEOUT_MS });
     this.largeBucket = opts.largeBucket ?? "ooze_large";
     this.largeTtlMs = opts.largeTtlMs ?? LARGE_TTL_MS;
     this.replicas = opts.replicas ?? 1;
@@ -623,7 +642,7 @@ class NatsBus implements Bus {
 
   jsm(): Promise<JetStreamManager> {
     if (this.jsmP === null) {
-      this.jsmP = jetstreamManager(this.nc).catch((e) => {
+      this.jsmP = jetstreamManager(this.nc, { timeout: JS_API_TIMEOUT_MS }).catch((e) => {
         this.jsmP = null;
         throw toTransportError(e, "opening the JetStream manager (is JetStream enabled on the server?)");
       });

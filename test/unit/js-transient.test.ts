@@ -18,6 +18,18 @@ describe("isJetStreamTransient", () => {
     expect(isJetStreamTransient(new TransportError("creating stream 'S'", { cause: api(10008, 503, "JetStream system temporarily unavailable") }))).toBe(true);
   });
 
+  it("is true for 'no suitable peers for placement' (a replica's server down or not yet seen online again)", () => {
+    expect(isJetStreamTransient(api(10005, 500, "no suitable peers for placement, peer offline"))).toBe(true);
+    expect(isJetStreamTransient(new TransportError("creating stream 'S' on s.>: no suitable peers for placement, peer offline"))).toBe(true);
+  });
+
+  it("is true for no responders, which nats.js reports as 'jetstream is not enabled' (a stream with no leader yet)", () => {
+    // (the class is not exported: its name and message, as nats.js's publish and API requests make it)
+    const noResponders = Object.assign(new Error("jetstream is not enabled"), { name: "JetStreamNotEnabled" });
+    expect(isJetStreamTransient(noResponders)).toBe(true);
+    expect(isJetStreamTransient(toTransportError(noResponders, "JetStream publish to 'x'"))).toBe(true);
+  });
+
   it("is false for errors a retry cannot cure", () => {
     expect(isJetStreamTransient(api(10039, 503, "jetstream not enabled for account"))).toBe(false);
     expect(isJetStreamTransient(api(10059, 404, "stream not found"))).toBe(false);

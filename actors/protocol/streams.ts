@@ -46,12 +46,13 @@ export async function publish<D extends AnyMessageDef>(bus: Bus, subject: string
   const data = def.encode(body, { id: msgID, sender });
   const until = Date.now() + forMs;
   let closed = false;
-  void bus.closed.then(() => (closed = true));
   for (let attempt = 0; ; attempt++) {
     try {
       const ack = await bus.jsPublish(subject, data, { msgID, timeoutMs: 4_000 });
       return { duplicate: ack.duplicate };
     } catch (e) {
+      // watched from the first failure on (not per publish: a job publishes for its whole life)
+      if (attempt === 0) void bus.closed.then(() => (closed = true));
       const transient = e instanceof OozeError && e.retryable;
       if (!transient || closed || Date.now() >= until) throw e;
       await new Promise((r) => setTimeout(r, Math.min(1_000, 250 * 2 ** attempt)));

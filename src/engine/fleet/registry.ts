@@ -76,26 +76,35 @@ export class FleetRegistry {
     }
   }
 
-  /** Every registered engine, oldest attach first. Unreadable entries are skipped. */
-  async entries(): Promise<RegistryEntry[]> {
-    const out: RegistryEntry[] = [];
+  /**
+   * The JSON values of the live keys under `prefix` (a value that is not JSON is left out). Keys from
+   * the bucket's stream info, not kv.keys(): that makes a consumer per call, and with a cluster's
+   * server down a third of them land on it and time out (src/transport/stored.ts). Deleted keys come
+   * too; get() tells them apart.
+   */
+  private async values(prefix: string): Promise<unknown[]> {
+    const out: unknown[] = [];
     try {
-      // Keys from the bucket's stream info, not kv.keys(): that makes a consumer per call, and with a
-      // cluster's server down a third of them land on it and time out (src/transport/stored.ts).
-      // Deleted keys come too; get() tells them apart.
-      for (const k of await kvKeys(this.bus, this.bucket, ENGINE_PREFIX)) {
+      for (const k of await kvKeys(this.bus, this.bucket, prefix)) {
         const e = await this.kv.get(k);
         if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
         try {
-          const v = JSON.parse(untext.decode(e.value)) as RegistryEntry;
-          if (typeof v.url === "string") out.push({ url: v.url, source: v.source === "topology" ? "topology" : "runtime", attachedAt: Number(v.attachedAt) || 0 });
+          out.push(JSON.parse(untext.decode(e.value)));
         } catch {
-          // a foreign or corrupt entry is not an engine
+          // a foreign or corrupt entry
         }
       }
     } catch (e) {
       throw toTransportError(e, `reading KV bucket '${this.bucket}'`);
     }
+    return out;
+  }
+
+  /** Every registered engine, oldest attach first. Unreadable entries are skipped. */
+  async entries(): Promise<RegistryEntry[]> {
+    const out: RegistryEntry[] = [];
+    for (const v of (await this.values(ENGINE_PREFIX)) as (Partial<RegistryEntry> | null)[])
+      if (typeof v?.url === "string") out.push({ url: v.url, source: v.source === "topology" ? "topology" : "runtime", attachedAt: Number(v.attachedAt) || 0 });
     return out.sort((a, b) => a.attachedAt - b.attachedAt);
   }
 
@@ -119,25 +128,7 @@ export class FleetRegistry {
 
   /** Engine processes recorded by earlier incarnations of the fleet's host. */
   async processes(): Promise<ProcessEntry[]> {
-    const out: ProcessEntry[] = [];
-    try {
-      // Keys from the bucket's stream info, not kv.keys(): that makes a consumer per call, and with a
-      // cluster's server down a third of them land on it and time out (src/transport/stored.ts).
-      // Deleted keys come too; get() tells them apart.
-      for (const k of await kvKeys(this.bus, this.bucket, PROCESS_PREFIX)) {
-        const e = await this.kv.get(k);
-        if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
-        try {
-          const v = JSON.parse(untext.decode(e.value)) as ProcessEntry;
-          if (typeof v.url === "string" && Number.isInteger(v.pid)) out.push(v);
-        } catch {
-          // not a process record
-        }
-      }
-    } catch (e) {
-      throw toTransportError(e, `reading KV bucket '${this.bucket}'`);
-    }
-    return out;
+    return ((await this.values(PROCESS_PREFIX)) as (Partial<ProcessEntry> | null)[]).filter((v): v is ProcessEntry => typeof v?.url === "string" && Number.isInteger(v.pid));
   }
 
   /** Records the fleet's current weight version. */

@@ -1,4 +1,5 @@
-// Scale benchmark (`npm run bench -- scale [--sizes 8,32,128] [--steps N] [--per-engine S]
+// Scale benchmark (`npm run bench -- scale [--sizes 8,32,128] [--warmup W] [--window S] [--per-engine S]
+// [--controllers K|K1,K2,..] [--sim-processes P|P1,P2,..]
 // [--turn-tokens T] [--train-tps-per-engine R] [--update-ms U] [--catch-up-ms C] [--modes sync,async,fully_async]
 // [--max-staleness K] [--late-groups wait|requeue]`):
 // the loop as it runs under `ooze train` — the real fleet and cache-aware router, the rollout, buffer,
@@ -18,8 +19,16 @@
 // cached at the engine the router sends the session to. Per step: `perEngine` samples per engine
 // (default 32: 4 prompts × 8 samples each), so the batch grows with the fleet.
 //
-// Trained samples/s: samples trained in steps 2..N over the wall time from the end of step 1 to the
-// end of step N (start-up excluded), as in `bench loop`.
+// Controller processes: the rollout runs as K actors, each in its own `ooze node` process (hosts
+// `start: external` of the job; actors/rollout/shard.ts gives each a share of the engines), beside
+// the job's own process (fleet, buffer, trainer, weight sync). `--controllers` takes one K for every
+// size or one per size; default ceil(N / 128). The simulated engines run in `--sim-processes` child
+// processes (default ceil(N / 256)).
+//
+// Steady state: each mode trains `warmup` steps (default max-staleness + 1) and then a window of
+// `window` steps (default 3 × max-staleness, at least 3); its figures are over that window: samples
+// trained in it over its wall time, and samples generated in it (the samples stream's groups published
+// meanwhile × 8), which must agree with the trained ones within 10 % for the window to be steady.
 //
 // The bound: min(generation, training), each alone, i.e. perfect overlap. Generation: the same
 // engines and task with the real fleet (no NATS, no trainer), 2 steps' prompts kept in flight as
@@ -50,6 +59,8 @@ import { runTrainJob } from "../app/job/train-job.ts";
 import type { SimStats } from "../src/engine/sim/sim-backend.ts";
 import { loadTopology } from "../src/topology/load.ts";
 import { freePort, startNatsServer } from "../src/transport/nats-server.ts";
+import type { Bus } from "../src/transport/bus.ts";
+import { jobNames } from "../src/transport/names.ts";
 import { generationOnly } from "./lib/generation-only.ts";
 
 function arg(name: string, fallback: string): string {
@@ -57,7 +68,10 @@ function arg(name: string, fallback: string): string {
   return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : fallback;
 }
 const sizes = arg("sizes", "8,32,128").split(",").map(Number);
-const steps = Number(arg("steps", "4"));
+const warmupArg = arg("warmup", "");
+const windowArg = arg("window", "");
+const controllersArg = arg("controllers", "");
+const simProcessesArg = arg("sim-processes", "");
 const perEngine = Number(arg("per-engine", "32"));
 const samples = 8;
 const turnTokens = Number(arg("turn-tokens", "128"));
@@ -73,41 +87,86 @@ const modes = arg("modes", "sync,async,fully_async").split(",") as ("sync" | "as
  */
 const maxStaleness = Number(arg("max-staleness", "8"));
 const lateGroups = arg("late-groups", "wait") as "wait" | "requeue";
+const warmup = warmupArg ? Number(warmupArg) : maxStaleness + 1;
+const window = windowArg ? Number(windowArg) : Math.max(3, 3 * maxStaleness);
+const steps = warmup + window;
+/** Steps' worth of prompts the generation-only rate is measured over (start-up and tail excluded). */
+const boundSteps = Math.min(steps, 6);
+/** A per-size setting: one value for every size, or one per size (in --sizes order); else the default. */
+function perSize(value: string, n: number, fallback: (n: number) => number): number {
+  if (!value) return fallback(n);
+  const xs = value.split(",").map(Number);
+  return xs.length === 1 ? xs[0]! : xs[sizes.indexOf(n)] ?? fallback(n);
+}
+const controllersOf = (n: number) => Math.max(1, perSize(controllersArg, n, (k) => Math.ceil(k / 128)));
+const simProcessesOf = (n: number) => Math.max(1, perSize(simProcessesArg, n, (k) => Math.ceil(k / 256)));
 const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
 const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens };
 const OOZE = fileURLToPath(new URL("../bin/ooze.mjs", import.meta.url));
 const root = mkdtempSync(join(tmpdir(), "ooze-bench-scale-"));
 const say = (s: string) => process.stderr.write(`[bench scale] ${s}\n`);
 
-/** `ooze sim-engine --count n` as a child process; resolves with its URLs. */
-async function simEngines(n: number): Promise<{ urls: string[]; pid: number; stop: () => Promise<void> }> {
-  const child = spawn(process.execPath, [OOZE, "sim-engine", "--count", String(n), "--update-weights-ms", String(updateMs), "--catch-up-ms", String(catchUpMs), "--parent-pid", String(process.pid)], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+interface Child {
+  pid: number;
+  out: () => string;
+  /** Whether it has exited. */
+  gone: () => boolean;
+  stop: () => Promise<void>;
+}
+
+/** A child process of ours; resolves once its output shows `ready` (the whole output so far is passed on). */
+async function child(args: string[], ready: (out: string) => boolean, what: string): Promise<Child> {
+  const c = spawn(process.execPath, [OOZE, ...args, "--parent-pid", String(process.pid)], { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
-  child.stdout!.on("data", (d) => (out += d));
-  child.stderr!.on("data", (d) => (out += d));
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  c.stdout!.on("data", (d) => (out += d));
+  c.stderr!.on("data", (d) => (out += d));
+  let gone = false;
+  const exited = new Promise<void>((r) =>
+    c.once("exit", () => {
+      gone = true;
+      r();
+    }),
+  );
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`sim-engine did not start within 60 s:\n${out}`)), 60_000);
+    const timer = setTimeout(() => reject(new Error(`${what} did not start within 60 s:\n${out.slice(-3000)}`)), 60_000);
     const check = () => {
-      if (out.includes("ready")) {
+      if (ready(out)) {
         clearTimeout(timer);
         resolve();
       }
     };
-    child.stderr!.on("data", check);
-    void exited.then(() => reject(new Error(`sim-engine exited:\n${out}`)));
+    c.stderr!.on("data", check);
+    c.stdout!.on("data", check);
+    void exited.then(() => reject(new Error(`${what} exited:\n${out.slice(-3000)}`)));
   });
-  const urls = [...out.matchAll(/^(http:\/\/127\.0\.0\.1:\d+)$/gm)].map((m) => m[1]!);
   return {
-    urls,
-    pid: child.pid!,
+    pid: c.pid!,
+    out: () => out,
+    gone: () => gone,
     stop: async () => {
-      child.kill("SIGTERM");
+      c.kill("SIGTERM");
+      const killer = setTimeout(() => c.kill("SIGKILL"), 10_000);
       await exited;
+      clearTimeout(killer);
     },
   };
+}
+
+/** `ooze sim-engine --count k` in `procs` child processes, n engines in all; resolves with their URLs. */
+async function simEngines(n: number, procs: number): Promise<{ urls: string[]; pids: number[]; stop: () => Promise<void> }> {
+  const children: Child[] = [];
+  try {
+    for (let p = 0; p < procs; p++) {
+      const count = Math.floor(n / procs) + (p < n % procs ? 1 : 0);
+      const args = ["sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--update-weights-ms", String(updateMs), "--catch-up-ms", String(catchUpMs)];
+      children.push(await child(args, (o) => o.includes("ready"), "sim-engine"));
+    }
+  } catch (e) {
+    await Promise.all(children.map((c) => c.stop()));
+    throw e;
+  }
+  const urls = children.flatMap((c) => [...c.out().matchAll(/^(http:\/\/127\.0\.0\.1:\d+)$/gm)].map((m) => m[1]!));
+  return { urls, pids: children.map((c) => c.pid), stop: async () => void (await Promise.all(children.map((c) => c.stop()))) };
 }
 
 /** The engines' counters, summed. */
@@ -143,15 +202,23 @@ function procCpu(pid: number): number {
 
 interface Snapshot {
   at: number;
+  /** CPU seconds of the controller: this process and the rollout node processes. */
   cpu: number;
   sim: number;
   nats: number;
   msgs: number;
+  /** Prompt groups published on the samples stream so far (its last sequence). */
+  groups: number;
   engines: Promise<EngineTotals>;
 }
 
 interface ModeFigures {
   sps: number;
+  controllers: number;
+  sim_processes: number;
+  trained_in_window: number;
+  generated_in_window: number;
+  generated_vs_trained: number;
   engine_utilisation: number;
   prefix_hit_rate: number;
   nats_msgs_per_s: number;
@@ -172,19 +239,27 @@ async function natsMsgs(): Promise<number> {
   return v.in_msgs + v.out_msgs;
 }
 
-async function snapshot(simPid: number, urls: readonly string[]): Promise<Snapshot> {
+async function snapshot(bus: Bus, job: string, nodePids: readonly number[], simPids: readonly number[], urls: readonly string[]): Promise<Snapshot> {
   const u = process.cpuUsage();
-  return { at: performance.now(), cpu: (u.user + u.system) / 1e6, sim: procCpu(simPid), nats: procCpu(nats.pid), msgs: await natsMsgs(), engines: engineTotals(urls) };
+  const info = await (await bus.jsm()).streams.info(jobNames(job).streamSamples);
+  const sum = (pids: readonly number[]) => pids.reduce((k, pid) => k + procCpu(pid), 0);
+  return {
+    at: performance.now(), cpu: (u.user + u.system) / 1e6 + sum(nodePids), sim: sum(simPids), nats: procCpu(nats.pid), msgs: await natsMsgs(),
+    groups: info.state.last_seq, engines: engineTotals(urls),
+  };
 }
 
-function topologyFile(n: number, urls: readonly string[], mode: string): string {
+/** The job's topology: the rollout in this process (k = 1), or k rollout actors each on an external host of its own. */
+function topologyFile(n: number, k: number, urls: readonly string[], mode: string): string {
   const file = join(root, `scale-${n}-${mode}.yaml`);
   const prompts = Math.max(1, Math.round((perEngine * n) / samples));
+  const rollouts = k === 1 ? [{ name: "rollout", kind: "train.rollout" }] : Array.from({ length: k }, (_, i) => ({ name: `rollout-${i}`, kind: "train.rollout", placement: `r${i}` }));
   writeFileSync(
     file,
     JSON.stringify({
       name: `scale-${n}-${mode.replace("_", "-")}`,
-      actors: [{ name: "rollout", kind: "train.rollout" }],
+      hosts: [{ name: "main" }, ...(k === 1 ? [] : Array.from({ length: k }, (_, i) => ({ name: `r${i}`, start: "external" })))],
+      actors: rollouts,
       engines: { count: 0, urls },
       train: {
         mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000, maxStaleness, lateGroups,
@@ -196,29 +271,63 @@ function topologyFile(n: number, urls: readonly string[], mode: string): string 
 }
 
 async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFigures> {
-  const sim = await simEngines(n);
+  const k = controllersOf(n);
+  const sim = await simEngines(n, simProcessesOf(n));
+  const nodes: Child[] = [];
   try {
-    const topo = loadTopology(topologyFile(n, sim.urls, mode));
+    const file = topologyFile(n, k, sim.urls, mode);
+    const topo = loadTopology(file);
     const { train, engines } = trainConfigOf(topo);
     const out = join(root, `${n}-${mode}`);
+    const job = `scale-${n}-${mode.replace("_", "-")}`;
+    const natsAuthUrl = nats.url.replace("nats://", `nats://${nats.token}@`);
+    // k > 1: the rollout actors in node processes of their own (they wait for the job's engines).
+    const stopJob = new AbortController();
+    let nodeFailure: Error | null = null;
+    if (k > 1)
+      for (let i = 0; i < k; i++) {
+        const node = await child(["node", "--nats", natsAuthUrl, "--job", job, "--topology", file, "--host", `r${i}`], (o) => o.includes(`[r${i}] running`), `ooze node r${i}`);
+        nodes.push(node);
+      }
+    let bus!: Bus;
     let first: Promise<Snapshot> | null = null;
     let last: Promise<Snapshot> | null = null;
-    await runTrainJob({
-      topology: topo, train, engines, out, nats: { url: nats.url, token: nats.token }, job: `scale-${n}-${mode.replace("_", "-")}`,
-      log: (l) => say(`  ${l}`),
-      onStep: (m) => {
-        if (m.step === 1) first = snapshot(sim.pid, sim.urls);
-        if (m.step === steps) last = snapshot(sim.pid, sim.urls);
-      },
-    });
+    const watchdog = setInterval(() => {
+      for (const [i, node] of nodes.entries())
+        if (node.gone() && !nodeFailure) {
+          nodeFailure = new Error(`rollout node r${i} failed:\n${node.out().slice(-3000)}`);
+          stopJob.abort();
+        }
+    }, 2_000);
+    try {
+      await runTrainJob({
+        topology: topo, train, engines, out, nats: { url: nats.url, token: nats.token }, job, signal: stopJob.signal,
+        log: (l) => say(`  ${l}`),
+        onBus: async (j) => ((bus = j.bus), null),
+        onStep: (m) => {
+          if (m.step === warmup) first = snapshot(bus, job, nodes.map((x) => x.pid), sim.pids, sim.urls);
+          if (m.step === steps) last = snapshot(bus, job, nodes.map((x) => x.pid), sim.pids, sim.urls);
+        },
+      });
+    } finally {
+      clearInterval(watchdog);
+    }
+    if (nodeFailure) throw nodeFailure;
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     const a = await first!, b = await last!;
     const ea = await a.engines, eb = await b.engines;
     const wall = (b.at - a.at) / 1000;
-    const trained = ms.slice(1).reduce((k, m) => k + m.samples, 0);
+    const inWindow = ms.filter((m) => m.step > warmup && m.step <= steps);
+    const trained = inWindow.reduce((x, m) => x + m.samples, 0);
+    const generated = (b.groups - a.groups) * samples;
     const busy = eb.busy - ea.busy;
     const f: ModeFigures = {
-      sps: trained / (ms.at(-1)!.seconds - ms[0]!.seconds),
+      sps: trained / (ms.find((m) => m.step === steps)!.seconds - ms.find((m) => m.step === warmup)!.seconds),
+      controllers: k,
+      sim_processes: sim.pids.length,
+      trained_in_window: trained,
+      generated_in_window: generated,
+      generated_vs_trained: generated / trained,
       engine_utilisation: busy / (n * wall),
       prefix_hit_rate: (eb.hit - ea.hit) / Math.max(1, eb.prompt - ea.prompt),
       nats_msgs_per_s: (b.msgs - a.msgs) / wall,
@@ -228,26 +337,27 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
       nats_cores: (b.nats - a.nats) / wall,
       engine_lag_fraction: (eb.lag - ea.lag) / Math.max(1e-9, busy),
       mean_decode_batch: (eb.seqs - ea.seqs) / Math.max(1, eb.steps - ea.steps),
-      mean_step_s: ms.slice(1).reduce((k, m) => k + m.step_seconds, 0) / (ms.length - 1),
-      staleness_max: Math.max(...ms.map((m) => m.staleness_max)),
+      mean_step_s: inWindow.reduce((x, m) => x + m.step_seconds, 0) / inWindow.length,
+      staleness_max: Math.max(...inWindow.map((m) => m.staleness_max)),
     };
     say(
-      `N=${n} ${mode}: ${f.sps.toFixed(1)} samples/s (step ${f.mean_step_s.toFixed(2)} s), engines ${(100 * f.engine_utilisation).toFixed(0)} % busy, prefix hits ${(100 * f.prefix_hit_rate).toFixed(0)} %, ` +
+      `N=${n} ${mode} (${k} rollout process(es), ${f.sim_processes} sim): ${f.sps.toFixed(1)} samples/s (step ${f.mean_step_s.toFixed(2)} s; window: ${trained} trained, ${generated} generated), engines ${(100 * f.engine_utilisation).toFixed(0)} % busy, prefix hits ${(100 * f.prefix_hit_rate).toFixed(0)} %, ` +
         `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}`,
     );
     return f;
   } finally {
+    await Promise.all(nodes.map((x) => x.stop()));
     await sim.stop();
   }
 }
 
 async function bound(n: number): Promise<Record<"generation_only" | "generation_with_updates" | "training_only" | "bound" | "bound_without_updates" | "tokens_per_sample", number>> {
-  const sim = await simEngines(n);
+  const sim = await simEngines(n, simProcessesOf(n));
   try {
     const prompts = Math.max(1, Math.round((perEngine * n) / samples));
     const g = await generationOnly({
       urls: sim.urls, task, taskConfig, baseDir: process.cwd(), samplesPerPrompt: samples,
-      window: 2 * prompts, total: (steps + 1) * prompts, skip: prompts, upto: steps * prompts,
+      window: 2 * prompts, total: (boundSteps + 1) * prompts, skip: prompts, upto: boundSteps * prompts,
     });
     const all = g.groups.flat();
     const tokensPerSample = all.reduce((k, s) => k + s.tokens.length, 0) / all.length;
@@ -268,8 +378,8 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
 }
 
 const load0 = loadavg()[0]!;
-say(`sizes ${sizes.join(", ")}; ${steps} steps of ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
-const result: Record<string, unknown> = { bench: "scale", steps, per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, late_groups: lateGroups, cores: availableParallelism(), load_before: load0 };
+say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); ${warmup} warm-up steps and a window of ${window}, each of ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
+const result: Record<string, unknown> = { bench: "scale", warmup, window, per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, late_groups: lateGroups, cores: availableParallelism(), load_before: load0 };
 const bySize: Record<string, unknown> = {};
 try {
   for (const n of sizes) {
@@ -285,6 +395,10 @@ try {
       engine_utilisation: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_utilisation])),
       prefix_hit_rate: Object.fromEntries(modes.map((m) => [m, figures[m]!.prefix_hit_rate])),
       nats_msgs_per_s: Object.fromEntries(modes.map((m) => [m, figures[m]!.nats_msgs_per_s])),
+      controllers: controllersOf(n),
+      sim_processes: simProcessesOf(n),
+      generated_vs_trained: Object.fromEntries(modes.map((m) => [m, figures[m]!.generated_vs_trained])),
+      trained_in_window: Object.fromEntries(modes.map((m) => [m, figures[m]!.trained_in_window])),
       controller_cpu_ms_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.controller_cpu_ms_per_sample])),
       controller_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.controller_cores])),
       sim_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.sim_cores])),

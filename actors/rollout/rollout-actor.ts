@@ -23,6 +23,7 @@ import type { Task } from "../environment/task.ts";
 import { FleetGenerator } from "./generator.ts";
 import { loadTask } from "../environment/task-loader.ts";
 import { rolloutRange } from "./rollout.ts";
+import { engineShare, RolloutMembers } from "./shard.ts";
 import { startAgentRollout, type AgentRollout } from "../environment/agent/rollout-hook.ts";
 
 /** The rollout actor's `config`. */
@@ -65,18 +66,30 @@ interface RolloutState {
  * Keeps the rollout's fleet in step with the engines KV bucket (engines the fleet actor attaches,
  * replaces or detaches, e.g. after its process restarted) and with the weight version the fleet
  * actor brings them to (an engine back from a restart joins routing only once it serves it);
- * returns the stop function, which resolves once a pass in flight has ended. Each pass lists the
- * bucket through a fresh JetStream consumer, and one made while the bus drains leaves nats.js's
- * heartbeat timer armed for good: await the stop before the bus closes (docs/reliability.md, finding 10).
+ * with `members`, it routes over this instance's share of the engines only (shard.ts), renewing its
+ * membership each pass. Returns the stop function, which resolves once a pass in flight has ended
+ * (and, with `members`, the membership is given up). Each pass lists the bucket through a fresh
+ * JetStream consumer, and one made while the bus drains leaves nats.js's heartbeat timer armed for
+ * good: await the stop before the bus closes (docs/reliability.md, finding 10).
  */
-export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) => void, everyMs = 2_000): () => Promise<void> {
+export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) => void, everyMs = 2_000, members: RolloutMembers | null = null): () => Promise<void> {
   let stopped = false;
   let pass: Promise<void> | null = null;
+  let lastShare = "";
   const follow = async () => {
     try {
       const v = await registry.version();
       if (v) fleet.followVersion(v.version);
-      const want = new Set((await registry.entries()).map((e) => normalizeEngineUrl(e.url)));
+      const urls = (await registry.entries()).map((e) => normalizeEngineUrl(e.url));
+      let want = new Set(urls);
+      if (members) {
+        await members.beat();
+        const all = await members.members();
+        want = new Set(engineShare(urls, all, members.self));
+        const share = `${want.size} of ${urls.length} engines, ${all.length} rollout instance(s)`;
+        if (share !== lastShare) log(`rollout ${members.self}: routing over ${share}`);
+        lastShare = share;
+      }
       if (stopped) return;
       const have = new Set(fleet.list().map((e) => e.id));
       for (const url of want) if (!have.has(url)) await fleet.attach(url, { allowUnreachable: true });
@@ -92,6 +105,7 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
     stopped = true;
     clearInterval(timer);
     await settleWithin(pass, 5_000); // a pass stuck behind a reconnecting connection must not hang the stop
+    if (members) await settleWithin(members.leave().catch((e: unknown) => log(`rollout: ${(e as Error).message}`)), 5_000);
   };
 }
 
@@ -131,8 +145,11 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const agent = train.agent;
       const task = agent ? null : await loadTask(train.task, train.taskConfig, env.baseDir, { model: train.model });
       const registry = await FleetRegistry.open(bus, env.job);
+      // Several rollout instances each route over a share of the engines (shard.ts).
+      const members = await RolloutMembers.open(bus, env.job, ctx.path);
+      await members.beat();
       // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
-      const urls = await engineUrls(registry, cfg.engineWaitMs);
+      const urls = engineShare(await engineUrls(registry, cfg.engineWaitMs), await members.members(), ctx.path);
       const served = await registry.version();
       const { progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries } = cfg;
       const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries }).filter(([, v]) => v !== undefined));
@@ -172,7 +189,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
           await publish(bus, names.trainSamples, groupMsg, body, groupMsgId(p.groupIndex, p.attempt), ctx.path);
         },
       });
-      const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l));
+      const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l), 2_000, members);
       ctx.log.info(`rollout: consuming ${names.streamPrompts} with ${concurrency} groups in flight on ${gen.fleet.list().length} engine(s)`);
       return { consumer, gen, stopFollowing, agents };
     },

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { StorageType } from "@nats-io/jetstream";
 import { ensureTrainStreams } from "../../actors/protocol/streams.ts";
 import { trainOf } from "../../actors/protocol/context.ts";
+import { MEMBER_TTL_MS } from "../../actors/rollout/shard.ts";
 import { ensureMailboxStream } from "../../src/actor/durable.ts";
 import { ensureEventsStream } from "../../src/actor/remote.ts";
 import type { Topology } from "../../src/topology/schema.ts";
@@ -41,6 +42,7 @@ export async function ensureJobAssets(bus: Bus, topology: Topology, job: string)
   if (topology.train !== undefined) await ensureTrainStreams(bus, names, trainOf(topology));
   await bus.kv(names.kvEngines, { history: 1 });
   await bus.kv(names.kvVersions, { history: 8 });
+  await bus.kv(names.kvActors, { history: 1, ttl: MEMBER_TTL_MS });
   await bus.obj(names.objWeights, { storage: StorageType.File });
   await bus.obj(names.objLarge, { ttl: LARGE_TTL_MS * 1_000_000, storage: StorageType.File });
 }

@@ -196,7 +196,10 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
           }
         },
       });
-      for (const h of topology.hosts) {
+      // Hosts marked `start: external` join from their own `ooze node` processes (as with `ooze up`).
+      const external = topology.hosts.filter((h) => h.start === "external").map((h) => h.name);
+      if (external.length > 0) log(`ooze train: hosts ${external.join(", ")} are started elsewhere: ooze node --nats URL --job ${job} --topology FILE --host NAME`);
+      for (const h of topology.hosts.filter((x) => x.start === "local")) {
         const node = await startNode({ topology, host: h.name, job, bus, resolveKind, log: actorLog });
         nodes.push(node);
         if (node.metricsUrl) actorLog(`[${job}/${h.name}] info metrics: ${node.metricsUrl}`);

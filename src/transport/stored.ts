@@ -23,6 +23,24 @@ export async function kvKeys(bus: Bus, bucket: string, prefix = ""): Promise<str
   return subjectsOf(await bus.jsm(), `KV_${bucket}`, `${head}${prefix}>`).then((s) => s.map((subject) => subject.slice(head.length)));
 }
 
+/**
+ * The JSON values of the live keys of KV bucket `bucket` (opened as `kv`) under `prefix`: keys as
+ * kvKeys lists them, one get each. A deleted key, or a value that is not JSON, is left out.
+ */
+export async function kvJsonValues(bus: Bus, kv: { get(k: string): Promise<{ operation: string; value: Uint8Array } | null> }, bucket: string, prefix: string): Promise<unknown[]> {
+  const out: unknown[] = [];
+  for (const k of await kvKeys(bus, bucket, prefix)) {
+    const e = await kv.get(k);
+    if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
+    try {
+      out.push(JSON.parse(new TextDecoder().decode(e.value)));
+    } catch {
+      // a foreign or corrupt entry
+    }
+  }
+  return out;
+}
+
 /** The subjects stream `stream` holds messages on, matching `filter`. */
 async function subjectsOf(jsm: JetStreamManager, stream: string, filter: string): Promise<string[]> {
   const info = await jsm.streams.info(stream, { subjects_filter: filter });

@@ -5,7 +5,7 @@
 import type { KV } from "@nats-io/kv";
 import { toTransportError, type Bus } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
-import { kvKeys } from "../../transport/stored.ts";
+import { kvJsonValues } from "../../transport/stored.ts";
 
 /** Where an engine came from: the topology (started or listed by it) or a runtime attach. */
 export type EngineSource = "topology" | "runtime";
@@ -83,21 +83,11 @@ export class FleetRegistry {
    * too; get() tells them apart.
    */
   private async values(prefix: string): Promise<unknown[]> {
-    const out: unknown[] = [];
     try {
-      for (const k of await kvKeys(this.bus, this.bucket, prefix)) {
-        const e = await this.kv.get(k);
-        if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
-        try {
-          out.push(JSON.parse(untext.decode(e.value)));
-        } catch {
-          // a foreign or corrupt entry
-        }
-      }
+      return await kvJsonValues(this.bus, this.kv, this.bucket, prefix);
     } catch (e) {
       throw toTransportError(e, `reading KV bucket '${this.bucket}'`);
     }
-    return out;
   }
 
   /** Every registered engine, oldest attach first. Unreadable entries are skipped. */

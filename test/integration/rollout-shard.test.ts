@@ -1,0 +1,69 @@
+// Rollout instances sharing the job's engines (actors/rollout/shard.ts) on a real nats-server and
+// real simulated engines: two followers of the engines registry split it between them, disjoint and
+// covering; a third joining takes its share; one stopping hands its engines back at the others' next pass.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Fleet } from "../../src/engine/fleet/fleet.ts";
+import { FleetRegistry } from "../../src/engine/fleet/registry.ts";
+import { startSimEngines, type SimEngines } from "../../src/engine/sim/sim-engines.ts";
+import { startTestNats } from "../../src/testing/nats.ts";
+import { connectBus, type Bus } from "../../src/transport/bus.ts";
+import type { NatsServerHandle } from "../../src/transport/nats-server.ts";
+import { followRegistry } from "../../actors/rollout/rollout-actor.ts";
+import { RolloutMembers } from "../../actors/rollout/shard.ts";
+import { waitUntil } from "../harness/index.ts";
+
+const JOB = "shard";
+let nats: NatsServerHandle;
+let bus: Bus;
+let engines: SimEngines;
+
+beforeAll(async () => {
+  nats = await startTestNats();
+  bus = await connectBus({ url: nats.url, token: nats.token, name: "shard-test" });
+  engines = await startSimEngines({ count: 12 });
+  const registry = await FleetRegistry.open(bus, JOB);
+  for (const url of engines.urls) await registry.put({ url, source: "topology", attachedAt: Date.now() });
+});
+
+afterAll(async () => {
+  await engines?.close();
+  await bus?.close();
+  await nats?.stop();
+});
+
+interface Instance {
+  fleet: Fleet;
+  stop: () => Promise<void>;
+  log: string[];
+}
+
+async function instance(path: string): Promise<Instance> {
+  const log: string[] = [];
+  const fleet = new Fleet({ healthIntervalMs: 0, log: (l) => log.push(l) });
+  const stop = followRegistry(fleet, await FleetRegistry.open(bus, JOB), (l) => log.push(l), 100, await RolloutMembers.open(bus, JOB, path));
+  return { fleet, log, stop: async () => (await stop(), await fleet.close()) };
+}
+
+const ids = (i: Instance) => i.fleet.list().map((e) => e.id).sort();
+const split = (xs: Instance[]) => xs.every((x) => ids(x).length > 0) && xs.flatMap(ids).sort().join() === [...engines.urls].sort().join();
+
+describe("rollout instances share the engines", () => {
+  it("two split them, a third joins and takes a share, one stopping gives its share back", async () => {
+    const a = await instance("rollout-a/0");
+    const b = await instance("rollout-b/0");
+    const diag = () => [...a.log, ...b.log].slice(-20).join("\n");
+    try {
+      await waitUntil(() => split([a, b]), { timeoutMs: 20_000, what: "two disjoint covering shares", diagnostics: diag });
+      const c = await instance("rollout-c/0");
+      await waitUntil(() => split([a, b, c]), { timeoutMs: 20_000, what: "three disjoint covering shares", diagnostics: diag });
+      expect(a.log.join("\n")).toMatch(/rollout rollout-a\/0: routing over \d+ of 12 engines, 3 rollout instance\(s\)/);
+      await b.stop();
+      await waitUntil(() => split([a, c]), { timeoutMs: 20_000, what: "b's engines back with a and c", diagnostics: diag });
+      expect(await (await RolloutMembers.open(bus, JOB, "x")).members()).toEqual(["rollout-a/0", "rollout-c/0"]);
+      await c.stop();
+    } finally {
+      await a.stop();
+      await b.stop().catch(() => undefined);
+    }
+  }, 90_000);
+});

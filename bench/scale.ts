@@ -1,5 +1,5 @@
 // Scale benchmark (`npm run bench -- scale [--sizes 8,32,128] [--warmup W] [--window S] [--per-engine S]
-// [--controllers K|K1,K2,..] [--sim-processes P|P1,P2,..]
+// [--controllers K|K1,K2,..] [--sim-processes P|P1,P2,..] [--slowdown S|S1,S2,..]
 // [--turn-tokens T] [--train-tps-per-engine R] [--update-ms U] [--catch-up-ms C] [--modes sync,async,fully_async]
 // [--max-staleness K] [--late-groups wait|requeue]`):
 // the loop as it runs under `ooze train` — the real fleet and cache-aware router, the rollout, buffer,
@@ -24,6 +24,16 @@
 // the job's own process (fleet, buffer, trainer, weight sync). `--controllers` takes one K for every
 // size or one per size; default ceil(N / 128). The simulated engines run in `--sim-processes` child
 // processes (default ceil(N / 256)).
+//
+// Slowdown: a fleet of N GPUs makes samples faster than this machine's two cores can route them (the
+// controller, the simulated engines and nats-server together spend about CPU_S_PER_SAMPLE of CPU a
+// sample). The bench therefore runs a size on a clock S times slower: engines decode and prefill S
+// times slower and take S times longer for a weight update, the simulated trainer trains S times
+// slower, and the timeouts and health checks that count in engine time are S times longer. Every
+// ratio (fully_async_vs_sync, _vs_bound, CPU per sample) is that of the real-speed fleet as long as
+// the machine keeps up with the slowed one; samples/s are on the slowed clock (× S for real time).
+// Default S: enough that the sizes' samples need at most half the cores, at most 40 (the fleet's
+// 30 s limit on a control request bounds a weight update to 20 s of slowed time).
 //
 // Steady state: each mode trains `warmup` steps (default max-staleness + 1) and then a window of
 // `window` steps (default 3 × max-staleness, at least 3); its figures are over that window: samples
@@ -61,6 +71,7 @@ import { loadTopology } from "../src/topology/load.ts";
 import { freePort, startNatsServer } from "../src/transport/nats-server.ts";
 import type { Bus } from "../src/transport/bus.ts";
 import { jobNames } from "../src/transport/names.ts";
+import { H100_LLAMA_8B } from "../src/engine/sim/perf-model.ts";
 import { generationOnly } from "./lib/generation-only.ts";
 
 function arg(name: string, fallback: string): string {
@@ -99,6 +110,11 @@ function perSize(value: string, n: number, fallback: (n: number) => number): num
   return xs.length === 1 ? xs[0]! : xs[sizes.indexOf(n)] ?? fallback(n);
 }
 const controllersOf = (n: number) => Math.max(1, perSize(controllersArg, n, (k) => Math.ceil(k / 128)));
+const slowdownArg = arg("slowdown", "");
+/** CPU seconds a sample costs all processes together on this machine (measured at N = 8 and 32: 9–10 ms). */
+const CPU_S_PER_SAMPLE = 0.012;
+const slowdownOf = (n: number) =>
+  Math.max(1, perSize(slowdownArg, n, (k) => Math.min(40, Math.ceil(((k * tpsPerEngine) / (4 * turnTokens)) * CPU_S_PER_SAMPLE / (0.5 * availableParallelism())))));
 const simProcessesOf = (n: number) => Math.max(1, perSize(simProcessesArg, n, (k) => Math.ceil(k / 256)));
 const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
 const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens };
@@ -152,13 +168,27 @@ async function child(args: string[], ready: (out: string) => boolean, what: stri
   };
 }
 
-/** `ooze sim-engine --count k` in `procs` child processes, n engines in all; resolves with their URLs. */
-async function simEngines(n: number, procs: number): Promise<{ urls: string[]; pids: number[]; stop: () => Promise<void> }> {
+/** The serving model S times slower (decode and prefill rates over S, weight updates S times longer), as a file for sim-engine --table. */
+function slowTable(slow: number): string {
+  const t = H100_LLAMA_8B;
+  const file = join(root, `table-x${slow}.json`);
+  writeFileSync(
+    file,
+    JSON.stringify({
+      ...t, name: `${t.name} slowed ${slow}x`, updateWeightsMs: updateMs * slow,
+      decodeTokensPerSecond: t.decodeTokensPerSecond.map((row) => row.map((r) => r / slow)), prefillTokensPerSecond: t.prefillTokensPerSecond.map((r) => r / slow),
+    }),
+  );
+  return file;
+}
+
+/** `ooze sim-engine --count k` in `procs` child processes, n engines in all, `slow` times slower than the serving model; resolves with their URLs. */
+async function simEngines(n: number, procs: number, slow: number): Promise<{ urls: string[]; pids: number[]; stop: () => Promise<void> }> {
   const children: Child[] = [];
   try {
     for (let p = 0; p < procs; p++) {
       const count = Math.floor(n / procs) + (p < n % procs ? 1 : 0);
-      const args = ["sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--update-weights-ms", String(updateMs), "--catch-up-ms", String(catchUpMs)];
+      const args = ["sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--table", slowTable(slow), "--catch-up-ms", String(catchUpMs)];
       children.push(await child(args, (o) => o.includes("ready"), "sim-engine"));
     }
   } catch (e) {
@@ -214,6 +244,7 @@ interface Snapshot {
 
 interface ModeFigures {
   sps: number;
+  slowdown: number;
   controllers: number;
   sim_processes: number;
   trained_in_window: number;
@@ -249,21 +280,25 @@ async function snapshot(bus: Bus, job: string, nodePids: readonly number[], simP
   };
 }
 
+/** The fleet's engine-time settings S times longer (progress deadlines, health checks). */
+const slowFleet = (slow: number) => ({ progressTimeoutMs: 10_000 * slow, progressTimeoutPerTokenMs: 50 * slow, healthIntervalMs: 5_000 * slow });
+
 /** The job's topology: the rollout in this process (k = 1), or k rollout actors each on an external host of its own. */
 function topologyFile(n: number, k: number, urls: readonly string[], mode: string): string {
   const file = join(root, `scale-${n}-${mode}.yaml`);
   const prompts = Math.max(1, Math.round((perEngine * n) / samples));
-  const rollouts = k === 1 ? [{ name: "rollout", kind: "train.rollout" }] : Array.from({ length: k }, (_, i) => ({ name: `rollout-${i}`, kind: "train.rollout", placement: `r${i}` }));
+  const slow = slowdownOf(n);
+  const config = slowFleet(slow);
+  const rollouts = k === 1 ? [{ name: "rollout", kind: "train.rollout", config }] : Array.from({ length: k }, (_, i) => ({ name: `rollout-${i}`, kind: "train.rollout", placement: `r${i}`, config }));
   writeFileSync(
     file,
     JSON.stringify({
       name: `scale-${n}-${mode.replace("_", "-")}`,
       hosts: [{ name: "main" }, ...(k === 1 ? [] : Array.from({ length: k }, (_, i) => ({ name: `r${i}`, start: "external" })))],
-      actors: rollouts,
-      engines: { count: 0, urls },
+      actors: [{ name: "fleet", kind: "fleet", config: { engines: urls, healthIntervalMs: config.healthIntervalMs } }, ...rollouts],
       train: {
         mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000, maxStaleness, lateGroups,
-        simulate: { tokensPerSecond: tpsPerEngine * n, stepOverheadMs },
+        simulate: { tokensPerSecond: (tpsPerEngine * n) / slow, stepOverheadMs: stepOverheadMs * slow },
       },
     }),
   );
@@ -272,7 +307,7 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
 
 async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFigures> {
   const k = controllersOf(n);
-  const sim = await simEngines(n, simProcessesOf(n));
+  const sim = await simEngines(n, simProcessesOf(n), slowdownOf(n));
   const nodes: Child[] = [];
   try {
     const file = topologyFile(n, k, sim.urls, mode);
@@ -305,6 +340,7 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
         log: (l) => say(`  ${l}`),
         onBus: async (j) => ((bus = j.bus), null),
         onStep: (m) => {
+          say(`  N=${n} ${mode}: step ${m.step}/${steps} (${m.step <= warmup ? "warm-up" : "window"}) at ${m.seconds.toFixed(1)} s, ${m.samples} samples, staleness ≤ ${m.staleness_max}`);
           if (m.step === warmup) first = snapshot(bus, job, nodes.map((x) => x.pid), sim.pids, sim.urls);
           if (m.step === steps) last = snapshot(bus, job, nodes.map((x) => x.pid), sim.pids, sim.urls);
         },
@@ -323,6 +359,7 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
     const busy = eb.busy - ea.busy;
     const f: ModeFigures = {
       sps: trained / (ms.find((m) => m.step === steps)!.seconds - ms.find((m) => m.step === warmup)!.seconds),
+      slowdown: slowdownOf(n),
       controllers: k,
       sim_processes: sim.pids.length,
       trained_in_window: trained,
@@ -341,7 +378,7 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
       staleness_max: Math.max(...inWindow.map((m) => m.staleness_max)),
     };
     say(
-      `N=${n} ${mode} (${k} rollout process(es), ${f.sim_processes} sim): ${f.sps.toFixed(1)} samples/s (step ${f.mean_step_s.toFixed(2)} s; window: ${trained} trained, ${generated} generated), engines ${(100 * f.engine_utilisation).toFixed(0)} % busy, prefix hits ${(100 * f.prefix_hit_rate).toFixed(0)} %, ` +
+      `N=${n} ${mode} (${k} rollout process(es), ${f.sim_processes} sim, slowed ${f.slowdown}x): ${f.sps.toFixed(1)} samples/s (step ${f.mean_step_s.toFixed(2)} s; window: ${trained} trained, ${generated} generated), engines ${(100 * f.engine_utilisation).toFixed(0)} % busy, prefix hits ${(100 * f.prefix_hit_rate).toFixed(0)} %, ` +
         `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}`,
     );
     return f;
@@ -352,20 +389,21 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
 }
 
 async function bound(n: number): Promise<Record<"generation_only" | "generation_with_updates" | "training_only" | "bound" | "bound_without_updates" | "tokens_per_sample", number>> {
-  const sim = await simEngines(n, simProcessesOf(n));
+  const slow = slowdownOf(n);
+  const sim = await simEngines(n, simProcessesOf(n), slow);
   try {
     const prompts = Math.max(1, Math.round((perEngine * n) / samples));
     const g = await generationOnly({
-      urls: sim.urls, task, taskConfig, baseDir: process.cwd(), samplesPerPrompt: samples,
+      urls: sim.urls, task, taskConfig, baseDir: process.cwd(), samplesPerPrompt: samples, fleet: slowFleet(slow),
       window: 2 * prompts, total: (boundSteps + 1) * prompts, skip: prompts, upto: boundSteps * prompts,
     });
     const all = g.groups.flat();
     const tokensPerSample = all.reduce((k, s) => k + s.tokens.length, 0) / all.length;
     const batch = prompts * samples;
-    const stepSeconds = stepOverheadMs / 1000 + (batch * tokensPerSample) / (tpsPerEngine * n);
+    const stepSeconds = (stepOverheadMs * slow) / 1000 + (batch * tokensPerSample * slow) / (tpsPerEngine * n);
     const trainingOnly = batch / stepSeconds;
     // Every step's new version stops every engine for one weight update, whatever the overlap.
-    const generationWithUpdates = batch / (batch / g.sps + updateMs / 1000);
+    const generationWithUpdates = batch / (batch / g.sps + (updateMs * slow) / 1000);
     const b = Math.min(generationWithUpdates, trainingOnly);
     say(`N=${n} bound ${b.toFixed(1)}: generation only ${g.sps.toFixed(1)} samples/s (${generationWithUpdates.toFixed(1)} with a weight update a step), training only ${trainingOnly.toFixed(1)} samples/s (${tokensPerSample.toFixed(0)} tokens a sample)`);
     return {
@@ -378,7 +416,7 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
 }
 
 const load0 = loadavg()[0]!;
-say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); ${warmup} warm-up steps and a window of ${window}, each of ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
+say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; slowdown ${sizes.map(slowdownOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); ${warmup} warm-up steps and a window of ${window}, each of ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
 const result: Record<string, unknown> = { bench: "scale", warmup, window, per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, late_groups: lateGroups, cores: availableParallelism(), load_before: load0 };
 const bySize: Record<string, unknown> = {};
 try {
@@ -395,6 +433,7 @@ try {
       engine_utilisation: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_utilisation])),
       prefix_hit_rate: Object.fromEntries(modes.map((m) => [m, figures[m]!.prefix_hit_rate])),
       nats_msgs_per_s: Object.fromEntries(modes.map((m) => [m, figures[m]!.nats_msgs_per_s])),
+      slowdown: slowdownOf(n),
       controllers: controllersOf(n),
       sim_processes: simProcessesOf(n),
       generated_vs_trained: Object.fromEntries(modes.map((m) => [m, figures[m]!.generated_vs_trained])),

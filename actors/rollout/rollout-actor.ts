@@ -46,6 +46,8 @@ export const rolloutActorConfig = z.object({
   progressTimeoutMs: z.number().int().min(1).optional(),
   progressTimeoutPerTokenMs: z.number().min(0).optional(),
   minProgressTimeoutMs: z.number().int().min(1).optional(),
+  /** How often its fleet health-checks each engine of its share, ms (default 5 000; 0: never). */
+  healthIntervalMs: z.number().int().min(0).optional(),
   /** Failed dispatches of one generation retried (elsewhere, or after a backoff) before the episode fails (default 10). */
   maxRetries: z.number().int().min(0).optional(),
   /**
@@ -76,11 +78,19 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
   let stopped = false;
   let pass: Promise<void> | null = null;
   let lastShare = "";
+  // The engines are listed again only when the bucket changed (a listing is a get per engine: at a
+  // thousand engines, every 2 s, in every rollout instance, that would be most of their work).
+  let listedAt = -1;
+  let urls: string[] = [];
   const follow = async () => {
     try {
+      const seq = await registry.lastSeq();
       const v = await registry.version();
       if (v) fleet.followVersion(v.version);
-      const urls = (await registry.entries()).map((e) => normalizeEngineUrl(e.url));
+      if (seq !== listedAt) {
+        urls = (await registry.entries()).map((e) => normalizeEngineUrl(e.url));
+        listedAt = seq;
+      }
       let want = new Set(urls);
       if (members) {
         await members.beat();
@@ -151,8 +161,8 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
       const urls = engineShare(await engineUrls(registry, cfg.engineWaitMs), await members.members(), ctx.path);
       const served = await registry.version();
-      const { progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries } = cfg;
-      const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries }).filter(([, v]) => v !== undefined));
+      const { progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries, healthIntervalMs } = cfg;
+      const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries, healthIntervalMs }).filter(([, v]) => v !== undefined));
       const gen = await FleetGenerator.create([], (l) => ctx.log.info(l), faultOpts);
       // A LoRA policy: every request names its adapter, which the engines load under the policy's name.
       gen.lora = singlePolicy(train.policies).served;

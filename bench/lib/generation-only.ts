@@ -6,6 +6,7 @@
 import { FleetGenerator } from "../../actors/rollout/generator.ts";
 import { loadTask } from "../../actors/environment/task-loader.ts";
 import { rolloutRange } from "../../actors/rollout/rollout.ts";
+import type { FleetOptions } from "../../src/engine/fleet/types.ts";
 import type { Sample } from "../../src/sample.ts";
 
 /** What generationOnly measured. */
@@ -31,9 +32,11 @@ export async function generationOnly(o: {
   upto: number;
   seed?: number;
   temperature?: number;
+  /** The fleet's options (its progress deadlines, health checks). */
+  fleet?: FleetOptions;
 }): Promise<GenerationOnly> {
   const task = await loadTask(o.task, o.taskConfig, o.baseDir);
-  const gen = await FleetGenerator.create(o.urls);
+  const gen = await FleetGenerator.create(o.urls, undefined, o.fleet);
   try {
     const done: { at: number; samples: Sample[] }[] = [];
     let next = 0;

@@ -90,6 +90,15 @@ export class FleetRegistry {
     }
   }
 
+  /** The bucket's last sequence: it moves with every put and delete, so an unchanged one means nothing changed. */
+  async lastSeq(): Promise<number> {
+    try {
+      return (await (await this.bus.jsm()).streams.info(`KV_${this.bucket}`)).state.last_seq;
+    } catch (e) {
+      throw toTransportError(e, `reading KV bucket '${this.bucket}'`);
+    }
+  }
+
   /** Every registered engine, oldest attach first. Unreadable entries are skipped. */
   async entries(): Promise<RegistryEntry[]> {
     const out: RegistryEntry[] = [];

@@ -97,7 +97,8 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
         const all = await members.members();
         want = new Set(engineShare(urls, all, members.self));
         const share = `${want.size} of ${urls.length} engines, ${all.length} rollout instance(s)`;
-        if (share !== lastShare) log(`rollout ${members.self}: routing over ${share}`);
+        // (a lone instance, routing over every engine, says nothing)
+        if (share !== lastShare && (all.length > 1 || lastShare !== "")) log(`rollout ${members.self}: routing over ${share}`);
         lastShare = share;
       }
       if (stopped) return;

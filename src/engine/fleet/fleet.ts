@@ -63,6 +63,8 @@ export class Fleet {
   private readonly healthTimeoutMs: number;
   private readonly unhealthyAfter: number;
   private readonly requestTimeoutMs: number;
+  /** lengthLimits()'s answer; undefined: to be worked out. */
+  private limitsCache: LengthLimits | null | undefined = undefined;
   private readonly streamIdleTimeoutMs: number;
   private readonly generateTimeoutMs: number;
   private readonly stream: boolean;
@@ -149,6 +151,7 @@ export class Fleet {
       if (this.engines.has(url)) continue;
       const e = this.newEngine(url, r.source, r.attachedAt);
       this.engines.set(url, e);
+      this.limitsCache = undefined;
       try {
         await this.join(e, true);
       } catch (err) {
@@ -196,6 +199,7 @@ export class Fleet {
     const e = this.newEngine(id, opts.source ?? "runtime", Date.now());
     e.expect = opts.expectModel;
     this.engines.set(id, e);
+    this.limitsCache = undefined;
     try {
       await this.join(e, true);
     } catch (err) {
@@ -203,6 +207,7 @@ export class Fleet {
       if (!(opts.allowUnreachable && unreachable)) {
         e.detached = true;
         this.engines.delete(id);
+        this.limitsCache = undefined;
         throw err;
       }
     }
@@ -220,6 +225,7 @@ export class Fleet {
     }
     e.detached = true;
     this.engines.delete(id);
+    this.limitsCache = undefined;
     this.leave(e, "detached from the fleet", true);
     if (this.registry) await (await this.registry).remove(id);
     if (this.external) await this.external.remove(id).catch((err) => this.log(`fleet: ${errText(err)}`));
@@ -258,9 +264,13 @@ export class Fleet {
    * or null when none does: a caller that sizes its requests to them is never refused for length.
    */
   lengthLimits(): LengthLimits | null {
-    const known = [...this.engines.values()].flatMap((e) => (e.limits ? [e.limits] : []));
-    if (known.length === 0) return null;
-    return { contextLength: Math.min(...known.map((l) => l.contextLength)), maxReqInputLen: Math.min(...known.map((l) => l.maxReqInputLen)) };
+    // Asked before every turn of every episode: worked out again only when an engine came, went or
+    // reported its limits (a pass over a thousand engines a turn showed in the controller's profile).
+    if (this.limitsCache === undefined) {
+      const known = [...this.engines.values()].flatMap((e) => (e.limits ? [e.limits] : []));
+      this.limitsCache = known.length === 0 ? null : { contextLength: Math.min(...known.map((l) => l.contextLength)), maxReqInputLen: Math.min(...known.map((l) => l.maxReqInputLen)) };
+    }
+    return this.limitsCache;
   }
 
   /** Tokens a running request has sampled so far (over all its dispatches), or null when it is not running. */
@@ -626,6 +636,7 @@ export class Fleet {
         }
         e.model = sig;
         e.limits = limitsOfEngine(si, sig.context_length);
+        this.limitsCache = undefined;
         if (this.reference === null && expect === undefined) this.reference = sig;
         e.weightVersion = typeof mi.weight_version === "string" ? mi.weight_version : await e.ctl.weightVersion();
         const followed = this.followed;

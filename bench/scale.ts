@@ -35,8 +35,9 @@
 // Default S: enough that the sizes' samples need at most half the cores, at most 40 (the fleet's
 // 30 s limit on a control request bounds a weight update to 20 s of slowed time).
 //
-// Steady state: each mode trains `warmup` steps (default max-staleness + 1) and then a window of
-// `window` steps (default 3 × max-staleness, at least 3); its figures are over that window: samples
+// Steady state: each mode trains `warmup` steps and then a window of `window` steps; its figures are
+// over that window. Defaults: fully_async max-staleness + 1 and 3 × max-staleness (at least 3); sync
+// and async, whose staleness is at most 0 and 1, 1 and 2 steps of warm-up, a window of 3. Samples
 // trained in it over its wall time, and samples generated in it (the samples stream's groups published
 // meanwhile × 8), which must agree with the trained ones within 10 % for the window to be steady.
 //
@@ -98,11 +99,15 @@ const modes = arg("modes", "sync,async,fully_async").split(",") as ("sync" | "as
  */
 const maxStaleness = Number(arg("max-staleness", "8"));
 const lateGroups = arg("late-groups", "wait") as "wait" | "requeue";
-const warmup = warmupArg ? Number(warmupArg) : maxStaleness + 1;
-const window = windowArg ? Number(windowArg) : Math.max(3, 3 * maxStaleness);
-const steps = warmup + window;
+/** A mode's warm-up and window steps, and so the steps its job trains. */
+function planOf(mode: string): { warmup: number; window: number; steps: number } {
+  const bound = mode === "fully_async" ? maxStaleness : mode === "async" ? 1 : 0;
+  const warmup = warmupArg ? Number(warmupArg) : bound + 1;
+  const window = windowArg ? Number(windowArg) : Math.max(3, 3 * bound);
+  return { warmup, window, steps: warmup + window };
+}
 /** Steps' worth of prompts the generation-only rate is measured over (start-up and tail excluded). */
-const boundSteps = Math.min(steps, 6);
+const boundSteps = 6;
 /** A per-size setting: one value for every size, or one per size (in --sizes order); else the default. */
 function perSize(value: string, n: number, fallback: (n: number) => number): number {
   if (!value) return fallback(n);
@@ -285,6 +290,7 @@ const slowFleet = (slow: number) => ({ progressTimeoutMs: 10_000 * slow, progres
 
 /** The job's topology: the rollout in this process (k = 1), or k rollout actors each on an external host of its own. */
 function topologyFile(n: number, k: number, urls: readonly string[], mode: string): string {
+  const { steps } = planOf(mode);
   const file = join(root, `scale-${n}-${mode}.yaml`);
   const prompts = Math.max(1, Math.round((perEngine * n) / samples));
   const slow = slowdownOf(n);
@@ -307,6 +313,7 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
 
 async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFigures> {
   const k = controllersOf(n);
+  const { warmup, steps } = planOf(mode);
   const sim = await simEngines(n, simProcessesOf(n), slowdownOf(n));
   const nodes: Child[] = [];
   try {
@@ -416,8 +423,8 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
 }
 
 const load0 = loadavg()[0]!;
-say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; slowdown ${sizes.map(slowdownOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); ${warmup} warm-up steps and a window of ${window}, each of ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
-const result: Record<string, unknown> = { bench: "scale", warmup, window, per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, late_groups: lateGroups, cores: availableParallelism(), load_before: load0 };
+say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; slowdown ${sizes.map(slowdownOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); warm-up + window steps ${modes.map((m) => `${m} ${planOf(m).warmup} + ${planOf(m).window}`).join(", ")}, each step ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
+const result: Record<string, unknown> = { bench: "scale", steps: Object.fromEntries(modes.map((m) => [m, planOf(m)])), per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, late_groups: lateGroups, cores: availableParallelism(), load_before: load0 };
 const bySize: Record<string, unknown> = {};
 try {
   for (const n of sizes) {

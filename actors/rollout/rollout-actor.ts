@@ -46,6 +46,8 @@ export const rolloutActorConfig = z.object({
   progressTimeoutMs: z.number().int().min(1).optional(),
   progressTimeoutPerTokenMs: z.number().min(0).optional(),
   minProgressTimeoutMs: z.number().int().min(1).optional(),
+  /** How often it reads the engines registry and renews its membership among the rollout instances, ms. */
+  registryPollMs: z.number().int().min(50).default(2_000),
   /** How often its fleet health-checks each engine of its share, ms (default 5 000; 0: never). */
   healthIntervalMs: z.number().int().min(0).optional(),
   /** Failed dispatches of one generation retried (elsewhere, or after a backoff) before the episode fails (default 10). */
@@ -69,7 +71,7 @@ interface RolloutState {
  * replaces or detaches, e.g. after its process restarted) and with the weight version the fleet
  * actor brings them to (an engine back from a restart joins routing only once it serves it);
  * with `members`, it routes over this instance's share of the engines only (shard.ts), renewing its
- * membership each pass. Returns the stop function, which resolves once a pass in flight has ended
+ * membership every `everyMs` (on a timer of its own, whatever a pass takes). Returns the stop function, which resolves once a pass in flight has ended
  * (and, with `members`, the membership is given up). Each pass lists the bucket through a fresh
  * JetStream consumer, and one made while the bus drains leaves nats.js's heartbeat timer armed for
  * good: await the stop before the bus closes (docs/reliability.md, finding 10).
@@ -93,7 +95,6 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
       }
       let want = new Set(urls);
       if (members) {
-        await members.beat();
         const all = await members.members();
         want = new Set(engineShare(urls, all, members.self));
         const share = `${want.size} of ${urls.length} engines, ${all.length} rollout instance(s)`;
@@ -103,8 +104,8 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
       }
       if (stopped) return;
       const have = new Set(fleet.list().map((e) => e.id));
-      for (const url of want) if (!have.has(url)) await fleet.attach(url, { allowUnreachable: true });
       for (const url of have) if (!want.has(url)) await fleet.detach(url);
+      for (const url of want) if (!have.has(url)) await fleet.attach(url, { allowUnreachable: true });
     } catch (e) {
       if (!stopped) log(`rollout: following the engines registry: ${(e as Error).message}`);
     }
@@ -112,9 +113,23 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
   const timer = setInterval(() => {
     pass ??= follow().finally(() => (pass = null));
   }, everyMs);
+  // The membership is renewed on a timer of its own: a pass can take long (attaching many engines to
+  // a loaded fleet), and an instance whose entry expired meanwhile would lose its share to the others
+  // (found at 128 engines: every instance's passes slow, every entry gone).
+  let beat: Promise<void> | null = null;
+  const beatTimer = members
+    ? setInterval(() => {
+        beat ??= members
+          .beat()
+          .catch((e: unknown) => void (!stopped && log(`rollout: ${(e as Error).message}`)))
+          .finally(() => (beat = null));
+      }, everyMs)
+    : null;
   return async () => {
     stopped = true;
     clearInterval(timer);
+    if (beatTimer) clearInterval(beatTimer);
+    await settleWithin(beat, 5_000);
     await settleWithin(pass, 5_000); // a pass stuck behind a reconnecting connection must not hang the stop
     if (members) await settleWithin(members.leave().catch((e: unknown) => log(`rollout: ${(e as Error).message}`)), 5_000);
   };
@@ -200,7 +215,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
           await publish(bus, names.trainSamples, groupMsg, body, groupMsgId(p.groupIndex, p.attempt), ctx.path);
         },
       });
-      const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l), 2_000, members);
+      const stopFollowing = followRegistry(gen.fleet, registry, (l) => ctx.log.warn(l), cfg.registryPollMs, members);
       ctx.log.info(`rollout: consuming ${names.streamPrompts} with ${concurrency} groups in flight on ${gen.fleet.list().length} engine(s)`);
       return { consumer, gen, stopFollowing, agents };
     },

@@ -178,6 +178,9 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
   const names = jobNames(job);
   const topology = trainTopology(o.topology, o.train, o.engines, out);
   await preflight(o.train, o.topology.file ?? null, log);
+  const external = topology.hosts.filter((h) => h.start === "external").map((h) => h.name);
+  if (external.length > 0 && !o.nats)
+    throw new OozeError("CONFIG_INVALID", `${o.topology.file ?? "topology"}: hosts ${external.join(", ")} are started elsewhere (start: external), so the job needs a NATS server they can reach too: pass --nats nats://TOKEN@HOST:PORT (ooze train's embedded server is private to it)`);
   const server = o.nats ? null : await startNatsServer({ host: topology.nats.host, maxPayload: topology.nats.maxPayload });
   const nats = o.nats ?? { url: server!.url, token: server!.token, replicas: 1 };
   const nodes: RunningNode[] = [];
@@ -197,8 +200,7 @@ export async function runTrainJob(o: TrainJobOptions): Promise<TrainSummary> {
         },
       });
       // Hosts marked `start: external` join from their own `ooze node` processes (as with `ooze up`).
-      const external = topology.hosts.filter((h) => h.start === "external").map((h) => h.name);
-      if (external.length > 0) log(`ooze train: hosts ${external.join(", ")} are started elsewhere: ooze node --nats URL --job ${job} --topology FILE --host NAME`);
+      if (external.length > 0) log(`ooze train: hosts ${external.join(", ")} are started elsewhere; on each run: ooze node --nats URL --job ${job} --topology ${o.topology.file ?? "FILE"} --host NAME`);
       for (const h of topology.hosts.filter((x) => x.start === "local")) {
         const node = await startNode({ topology, host: h.name, job, bus, resolveKind, log: actorLog });
         nodes.push(node);

@@ -71,10 +71,10 @@ interface RolloutState {
  * replaces or detaches, e.g. after its process restarted) and with the weight version the fleet
  * actor brings them to (an engine back from a restart joins routing only once it serves it);
  * with `members`, it routes over this instance's share of the engines only (shard.ts), renewing its
- * membership every `everyMs` (on a timer of its own, whatever a pass takes). Returns the stop function, which resolves once a pass in flight has ended
- * (and, with `members`, the membership is given up). Each pass lists the bucket through a fresh
- * JetStream consumer, and one made while the bus drains leaves nats.js's heartbeat timer armed for
- * good: await the stop before the bus closes (docs/reliability.md, finding 10).
+ * membership every `everyMs` (on a timer of its own, whatever a pass takes). Returns the stop
+ * function, which resolves once a pass and a renewal in flight have ended and the membership is
+ * given up: await it before the bus closes, or a request still in flight outlives the connection
+ * (docs/reliability.md, finding 10).
  */
 export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: string) => void, everyMs = 2_000, members: RolloutMembers | null = null): () => Promise<void> {
   let stopped = false;

@@ -23,6 +23,8 @@ export async function kvKeys(bus: Bus, bucket: string, prefix = ""): Promise<str
   return subjectsOf(await bus.jsm(), `KV_${bucket}`, `${head}${prefix}>`).then((s) => s.map((subject) => subject.slice(head.length)));
 }
 
+const untext = new TextDecoder();
+
 /**
  * The JSON values of the live keys of KV bucket `bucket` (opened as `kv`) under `prefix`: keys as
  * kvKeys lists them, one get each. A deleted key, or a value that is not JSON, is left out.
@@ -33,7 +35,7 @@ export async function kvJsonValues(bus: Bus, kv: { get(k: string): Promise<{ ope
     const e = await kv.get(k);
     if (!e || e.operation !== "PUT" || e.value.length === 0) continue;
     try {
-      out.push(JSON.parse(new TextDecoder().decode(e.value)));
+      out.push(JSON.parse(untext.decode(e.value)));
     } catch {
       // a foreign or corrupt entry
     }

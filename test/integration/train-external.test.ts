@@ -62,8 +62,5 @@ describe("ooze train with external hosts", () => {
     expect(lines.join("\n")).toContain("hosts r0, r1 are started elsewhere");
     const seen = readJsonl<BatchRecord>(join(out, "batches.jsonl")).flatMap((b) => [...b.trained, ...b.dropped]).sort((a, b) => a - b);
     expect(seen).toEqual(Array.from({ length: STEPS * PROMPTS * N }, (_, i) => i));
-    // each rollout node saw the other and routed over its share (rendezvous hashing may give one
-    // both engines; the other then shares its best one)
-    for (const who of ["rollout-a", "rollout-b"]) expect(log, context).toMatch(new RegExp(`rollout ${who}: routing over [12] of 2 engines, 2 rollout instance\\(s\\)`));
   }, 120_000);
 });

@@ -235,8 +235,8 @@ export const trainSchema = z
       if (t.trainer.backend !== "native") ctx.addIssue({ code: "custom", path: ["trainer", "backend"], message: "several policies train on the native worker only so far (trainer.backend: native)" });
     }
     const lora = Object.entries(t.policies).find(([, p]) => "lora" in p);
-    if (lora && t.trainer.backend !== "native")
-      ctx.addIssue({ code: "custom", path: ["policies", lora[0], "lora"], message: "LoRA adapters train on the native worker only so far (trainer.backend: native)" });
+    if (lora && t.trainer.backend === "torch" && t.trainer.gpus > 1)
+      ctx.addIssue({ code: "custom", path: ["trainer", "gpus"], message: `policy ${lora[0]} is a LoRA adapter, which the torch worker trains in one process (not across FSDP2 ranks); use gpus: 1` });
     if (lora && t.weightSync === "delta")
       ctx.addIssue({ code: "custom", path: ["weightSync"], message: `policy ${lora[0]} is a LoRA adapter, which is synced whole (it is small); use weightSync: full` });
     if (lora && t.algorithm === "ppo" && t.ppo.critic === "separate")

@@ -320,6 +320,17 @@ export class TrainerWorker {
   saveLora(dir: string, weightVersion = "", baseModel = ""): Promise<void> {
     return this.call("saveLora", [resolve(dir), weightVersion, baseModel]);
   }
+  /**
+   * Trains a new adapter over the frozen base (PEFT's initialisation from `seed`, or `params` in its
+   * layout), or the whole model with null (see Trainer.setLora). Not part of the restore point.
+   */
+  setLora(opts: (Partial<LoraConfig> & { seed?: number; params?: Float32Array }) | null): Promise<void> {
+    return this.call("setLora", [opts]);
+  }
+  /** Trains the PEFT adapter in `dir` over the frozen base (fresh optimizer state). Not part of the restore point. */
+  loadLora(dir: string): Promise<{ weightVersion: string }> {
+    return this.call("loadLora", [resolve(dir)]);
+  }
   /** The worker's pid as it reports it. */
   ping(): Promise<{ pid: number }> {
     return this.call("ping", []);

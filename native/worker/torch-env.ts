@@ -19,7 +19,7 @@ export function torchVenvDir(): string {
 }
 
 /** The modules the worker imports, with the pip requirement that provides each. */
-const MODULES: [module: string, pkg: string][] = [["torch", "torch"], ["transformers", "transformers"], ["safetensors", "safetensors"], ["msgpack", "msgpack"], ["numpy", "numpy"]];
+const MODULES: [module: string, pkg: string][] = [["torch", "torch"], ["transformers", "transformers"], ["safetensors", "safetensors"], ["msgpack", "msgpack"], ["numpy", "numpy"], ["peft", "peft"]];
 
 /** A virtual environment and the requirements file it is made from (the package's own by default). */
 export interface TorchEnvPlace {

@@ -78,6 +78,10 @@ def main() -> None:
             "ensureValueHead": lambda: t.ensure_value_head(),
             "setValueHead": lambda: t.set_value_head(arg(0)),
             "getValueHead": lambda: t.get_value_head(),
+            "setLora": lambda: t.set_lora(arg(0)),
+            "getLora": lambda: t.get_lora(),
+            "saveLora": lambda: t.save_lora(arg(0), arg(1, "") or "", arg(2, "") or ""),
+            "loadLora": lambda: t.load_lora(arg(0)),
         }
         if op not in table:
             raise WorkerError("CONFIG_INVALID", f"torch trainer worker: unknown op {op!r}")

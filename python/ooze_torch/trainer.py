@@ -3,9 +3,11 @@
 It holds the model (fp32 master weights; bf16 compute by autocast, or FSDP2's mixed precision across
 ranks), its gradients, torch's AdamW (decoupled weight decay on tensors of 2+ dimensions only, as the
 native optimizer), and optionally the critic's value head (hidden_size + 1 floats on the final
-hidden state). Checkpoints are HF directories (config.json + model.safetensors, F32, the weight
-version in the safetensors metadata) with the native worker's optimizer.bin and value_head.bin beside
-them, in the native binary formats, so a checkpoint resumes under either worker.
+hidden state); with a LoRA adapter (lora.py) the base is frozen and AdamW holds the adapter alone.
+Checkpoints are HF directories (config.json + model.safetensors, F32, the weight version in the
+safetensors metadata), or with an adapter PEFT adapter directories naming the base's, with the
+native worker's optimizer.bin and value_head.bin beside them, in the native binary formats, so a
+checkpoint resumes under either worker.
 """
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ import struct
 import numpy as np
 import torch
 
+from . import lora as L
 from . import model as M
 from .group import Group
 from .losses import LossConfig, rl_loss
 
-OPTIMIZER_FILE, VALUE_HEAD_FILE = "optimizer.bin", "value_head.bin"
+OPTIMIZER_FILE, VALUE_HEAD_FILE, BASE_DIR = "optimizer.bin", "value_head.bin", "base"
 _ADAM_MAGIC, _HEAD_MAGIC = b"OOZEADAM", b"OOZEVHED"
 
 
@@ -43,6 +46,11 @@ class TorchTrainer:
         self.opt = self.head_opt = None
         self.step = 0
         self.head_step = 0
+        # the LoRA adapter being trained (its tensors in layout order), and the base model's directory
+        # its checkpoints name (None: built from a config, so a save writes the base beside them)
+        self.spec: L.Spec | None = None
+        self.adapter: list[tuple[L.Slot, torch.nn.Parameter]] = []
+        self.base_dir: str | None = None
 
     # ---- building ----------------------------------------------------------------------------
 
@@ -57,6 +65,7 @@ class TorchTrainer:
         else:
             cfg = dict(source.get("config") or {})
             self._adopt(M.model_from_config(cfg, self.attn, source.get("seed")), cfg)
+            self.base_dir = None
             if source.get("params") is not None:
                 self.set_params(source["params"])
         return self.info()
@@ -80,18 +89,29 @@ class TorchTrainer:
         config = {"model_type": model.config.model_type, "architectures": [type(model).__name__], **config}
         self.model, self.net, self.config = model, net, config
         self.head, self.step, self.head_step = None, 0, 0
+        self.spec, self.adapter = None, []
         self.reset_optimizer()
 
     def _params(self) -> list[tuple[str, torch.nn.Parameter]]:
-        named = dict(self.model.named_parameters())
+        """The model's parameters in layout order (an adapted Linear's weight is PEFT's base_layer's)."""
+        named = {n.replace(".base_layer.", "."): p for n, p in self.model.named_parameters()}
         return [(n, named[n]) for n in self.names]
 
+    def _trainable(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """What AdamW updates: the adapter's tensors while one trains, else the model's."""
+        return [(s.name, p) for s, p in self.adapter] if self.spec else self._params()
+
     def reset_optimizer(self) -> None:
-        ps = [p for _, p in self._params()]
+        self._new_optimizer()
+        self.head_opt = None if self.head is None else self._head_optimizer()
+        self.head_step = 0
+
+    def _new_optimizer(self) -> None:
+        """Fresh AdamW state for what trains (the value head's is its own)."""
+        ps = [p for _, p in self._trainable()]
         self.opt = torch.optim.AdamW([{"params": [p for p in ps if p.ndim >= 2]}, {"params": [p for p in ps if p.ndim < 2], "weight_decay": 0.0}],
                                      lr=0.0, foreach=not self.g.distributed)
-        self.head_opt = None if self.head is None else self._head_optimizer()
-        self.step = self.head_step = 0
+        self.step = 0
 
     def _head_optimizer(self):
         return torch.optim.AdamW([{"params": [self.head.weight]}, {"params": [self.head.bias], "weight_decay": 0.0}], lr=0.0)
@@ -102,7 +122,8 @@ class TorchTrainer:
         for n, p in self._params():
             tensors.append({"name": n, "offset": off, "shape": list(p.shape)})
             off += p.numel()
-        return {"config": self.config, "numParams": off, "step": self.step, "valueHead": self.head is not None, "tensors": tensors}
+        lora = None if self.spec is None else {**self.spec.as_dict(), "numParams": sum(p.numel() for _, p in self.adapter)}
+        return {"config": self.config, "numParams": off, "step": self.step, "valueHead": self.head is not None, "tensors": tensors, "lora": lora}
 
     def _need(self) -> None:
         if self.model is None:
@@ -210,7 +231,7 @@ class TorchTrainer:
         o = {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weightDecay": 0.0, "maxGradNorm": 1.0, **{k: v for k, v in optim.items() if v is not None}}
         if "lr" not in optim or not (float(optim["lr"]) >= 0):
             raise WorkerError("CONFIG_INVALID", "applyGrads: lr must be a finite number >= 0")
-        params = [p for _, p in self._params()]
+        params = [p for _, p in self._trainable()]
         head = list(self.head.parameters()) if self.head is not None else []
         sq = 0.0
         for p in params:
@@ -274,6 +295,8 @@ class TorchTrainer:
 
     def get_grads(self) -> np.ndarray:
         self._need()
+        if self.spec:
+            raise WorkerError("CONFIG_INVALID", "getGrads: the base is frozen while a LoRA adapter trains; its grads are getLora().grads")
         return _flat([self._full(p.grad, p) for _, p in self._params()])
 
     def set_params(self, flat: np.ndarray) -> None:
@@ -319,6 +342,70 @@ class TorchTrainer:
         grads = [x.grad if x.grad is not None else torch.zeros_like(x) for x in (w, b)]
         return {"params": _flat([w.detach().cpu(), b.detach().cpu()]), "grads": _flat([g.cpu() for g in grads]), "step": self.head_step}
 
+    # ---- LoRA ----------------------------------------------------------------------------------
+
+    def set_lora(self, opts: dict | None) -> None:
+        """Trains a new adapter over the frozen base from now on (PEFT's initialisation from opts.seed,
+        or opts.params in the adapter's layout), or with None the whole model again; the optimizer
+        state of what trains starts empty."""
+        self._need()
+        if opts is None:
+            L.detach(self.model)
+            self.spec, self.adapter = None, []
+            self._new_optimizer()
+            return
+        if not isinstance(opts, dict):
+            raise WorkerError("CONFIG_INVALID", "setLora({rank, alpha, targets, rslora?, seed?, params?} | null)")
+        spec = L.Spec.parse(opts, "setLora")
+        params = None if opts.get("params") is None else np.asarray(opts["params"], dtype=np.float32)
+        n = sum(int(np.prod(s.shape)) for s in L.layout(self.model, spec))
+        if params is not None and params.size != n:
+            raise WorkerError("CONFIG_INVALID", f"setLora: params has {params.size} floats, this adapter has {n}")
+        self._attach(spec, int(opts.get("seed") or 0))
+        if params is not None:
+            with torch.no_grad():
+                for (_, p), t in zip(self.adapter, _unflat(params, [p for _, p in self.adapter])):
+                    p.copy_(t)
+
+    def _attach(self, spec: L.Spec, seed: int) -> None:
+        if self.g.distributed:
+            raise WorkerError("CONFIG_INVALID", f"LoRA on the torch worker runs in one process: an adapter over an FSDP2 group of {self.g.world} ranks "
+                                                "is not supported (use trainer.gpus: 1, or backend: native)")
+        self.zero_grads()
+        self.adapter, self.spec = L.attach(self.model, spec, seed), spec  # PEFT puts them on the base's device
+        self._new_optimizer()
+
+    def get_lora(self) -> dict | None:
+        """The adapter: config, params, accumulated grads, AdamW step and tensor layout (PEFT names); None without one."""
+        if self.spec is None:
+            return None
+        tensors, off = [], 0
+        for s, p in self.adapter:
+            tensors.append({"name": s.name, "offset": off, "shape": s.shape})
+            off += p.numel()
+        return {"config": self.spec.as_dict(), "params": _flat([p.detach().cpu() for _, p in self.adapter]),
+                "grads": _flat([self._full(p.grad, p) for _, p in self.adapter]), "step": self.step, "tensors": tensors}
+
+    def save_lora(self, d: str, weight_version: str = "", base_model: str = "") -> None:
+        """The adapter in PEFT's format (adapter_config.json + adapter_model.safetensors, F32)."""
+        if self.spec is None:
+            raise WorkerError("CONFIG_INVALID", "saveLora: no adapter (setLora or loadLora first)")
+        L.write_dir(d, self.spec, [(s.name, p) for s, p in self.adapter], base_model or "", weight_version or "")
+
+    def load_lora(self, d: str) -> dict:
+        """Trains the PEFT adapter in `d` over the frozen base from now on (fresh optimizer state)."""
+        self._need()
+        try:
+            spec = L.read_config(d)
+            tensors, version = L.read_weights(d, spec, L.layout(self.model, spec))
+        except L.AdapterError as e:
+            raise WorkerError("CHECKPOINT_INVALID", str(e)) from e
+        self._attach(spec, 0)
+        with torch.no_grad():
+            for s, p in self.adapter:
+                p.copy_(tensors[s.name])
+        return {"weightVersion": version}
+
     # ---- checkpoints -------------------------------------------------------------------------
 
     def save(self, d: str, weight_version: str = "", opts: dict | None = None) -> None:
@@ -330,11 +417,22 @@ class TorchTrainer:
             self.save_optimizer(os.path.join(d, OPTIMIZER_FILE))
         if self.head is not None and self.g.rank == 0:
             self._save_head(os.path.join(d, VALUE_HEAD_FILE))
+        if self.spec:  # a PEFT adapter directory naming the base (written beside it when there is no directory to name)
+            base = self.base_dir
+            if base is None:
+                base = os.path.join(os.path.abspath(d), BASE_DIR)
+                self._save_model(base, "")
+            return self.save_lora(d, weight_version, base)
+        self._save_model(d, weight_version)
+
+    def _save_model(self, d: str, weight_version: str) -> None:
+        """An HF model directory of the current params (config.json + model.safetensors, F32)."""
         tensors = {n: self._full(p, p).contiguous() for n, p in self._params()}
         if self.g.rank != 0:
             return
         from safetensors.torch import save_file
 
+        os.makedirs(d, exist_ok=True)
         meta = {"format": "pt", **({"weight_version": str(weight_version)} if weight_version else {})}
         tmp = os.path.join(d, "model.safetensors.tmp")
         save_file(tensors, tmp, metadata=meta)
@@ -343,11 +441,14 @@ class TorchTrainer:
         os.replace(tmp, os.path.join(d, "model.safetensors"))
 
     def load(self, d: str) -> dict:
+        """A model directory, or a PEFT adapter directory: its base model, then the adapter over it."""
         try:
-            self._adopt(M.load_model(d, self.attn), M.read_config(d))
+            base = L.base_dir(d) if L.is_adapter_dir(d) else d
+            self._adopt(M.load_model(base, self.attn), M.read_config(base))
+            self.base_dir = os.path.abspath(base)
         except ValueError as e:
             raise WorkerError("CHECKPOINT_INVALID", str(e)) from e
-        version = _weight_version(d)
+        version = self.load_lora(d)["weightVersion"] if base != d else _weight_version(d)
         opt, head = os.path.join(d, OPTIMIZER_FILE), os.path.join(d, VALUE_HEAD_FILE)
         step = self.load_optimizer(opt)["step"] if os.path.exists(opt) else None
         if os.path.exists(head):
@@ -356,7 +457,7 @@ class TorchTrainer:
 
     def save_optimizer(self, path: str) -> None:
         """The native optimizer.bin: magic, u32 format 1, u64 n, i64 step, m[n], v[n] (f32, layout order)."""
-        params = self._params()
+        params = self._trainable()
         m, v = [], []
         for _, p in params:
             st = self.opt.state.get(p, {})
@@ -373,7 +474,7 @@ class TorchTrainer:
         os.replace(tmp, path)
 
     def load_optimizer(self, path: str) -> dict:
-        params = self._params()
+        params = self._trainable()
         n = sum(p.numel() for _, p in params)
         with open(path, "rb") as f:
             head = f.read(28)
@@ -381,11 +482,11 @@ class TorchTrainer:
                 raise WorkerError("CHECKPOINT_INVALID", f"{path}: not an ooze optimizer state file (bad header)")
             count, step = struct.unpack("<Qq", head[12:28])
             if count != n:
-                raise WorkerError("CHECKPOINT_INVALID", f"{path}: holds state for {count} parameters, the model has {n}")
+                raise WorkerError("CHECKPOINT_INVALID", f"{path}: holds state for {count} parameters, the {'adapter' if self.spec else 'model'} has {n}")
             data = np.frombuffer(f.read(8 * n), dtype="<f4")
         if data.size != 2 * n:
             raise WorkerError("CHECKPOINT_INVALID", f"{path}: truncated (expected {n} floats of m and of v)")
-        self.reset_optimizer()
+        self._new_optimizer()
         off = 0
         for _, p in params:
             k = p.numel()
@@ -494,6 +595,15 @@ def _flat(ts: list[torch.Tensor]) -> np.ndarray:
     if not ts:
         return np.zeros(0, dtype=np.float32)
     return torch.cat([t.reshape(-1).float() for t in ts]).numpy().astype(np.float32, copy=False)
+
+
+def _unflat(flat: np.ndarray, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A flat float32 buffer cut into tensors shaped as `like`, in order."""
+    out, off = [], 0
+    for p in like:
+        out.append(torch.from_numpy(flat[off:off + p.numel()].copy()).view(p.shape))
+        off += p.numel()
+    return out
 
 
 def _like(p: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """LoRA on the PyTorch worker, in-process (no Node): PEFT's initialisation is a no-op over the base,
 the base stays frozen and AdamW holds the adapter alone, the adapter's gradients are the merged
-weight's by the chain rule (dA = s·Bᵀ·dW, dB = s·dW·Aᵀ), and a checkpoint is a PEFT directory that
-loads back, with its errors naming the file and field. The agreement with the native worker is
+weight's by the chain rule (dA = s·Bᵀ·dW, dB = s·dW·Aᵀ), gradient checkpointing changes them not
+and bf16 little, and a checkpoint is a PEFT directory that loads back, with its errors naming the
+file and field. The agreement with the native worker is
 test/native/torch-worker.test.ts's.
 """
 from __future__ import annotations
@@ -88,6 +89,20 @@ class Lora(unittest.TestCase):
             A, B, dW = view(params, ad[a]), view(params, ad[b]), view(dw, offs[key])
             problems += [close(a, view(grads, ad[a]), s * B.T @ dW, 1e-6, 1e-4), close(b, view(grads, ad[b]), s * dW @ A.T, 1e-6, 1e-4)]
         self.assertEqual([p for p in problems if p], [])
+
+    def test_gradient_checkpointing_and_bf16_with_an_adapter(self):
+        grads = {}
+        for dtype, ckpt in (("fp32", False), ("fp32", True), ("bf16", False)):
+            t = TorchTrainer(Group(0, 1, pick_device(DEVICE, 0)), dtype, "sdpa", ckpt)
+            t.init({"config": self.g["config"], "params": self.g["params"], "seed": None})
+            t.set_lora({"rank": 2, "targets": ["q_proj", "down_proj"], "seed": 1})
+            n = t.info()["lora"]["numParams"]
+            t.set_lora({"rank": 2, "targets": ["q_proj", "down_proj"], "params": (0.3 * np.sin(np.arange(n))).astype(np.float32)})
+            t.zero_grads()
+            t.accumulate(self.batch, {})
+            grads[(dtype, ckpt)] = t.get_lora()["grads"]
+        self.assertEqual(close("checkpointed", grads[("fp32", True)], grads[("fp32", False)], 1e-7, 0), "")
+        self.assertEqual(close("bf16", grads[("bf16", False)], grads[("fp32", False)], 2e-3, 0), "")
 
     def test_a_checkpoint_is_a_peft_directory_that_loads_back(self):
         t = self.trainer()

@@ -1,5 +1,5 @@
 // The PyTorch worker's own Python tests (python/tests: the golden vectors in-process, bf16 and
-// gradient checkpointing against fp32, the wire format) run by the suite, in the worker's venv.
+// gradient checkpointing against fp32, LoRA, the wire format) run by the suite, in the worker's venv.
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { torchPackageDir } from "../../native/worker/torch-env.ts";

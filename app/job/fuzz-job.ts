@@ -6,7 +6,7 @@
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { OozeError } from "../../src/errors.ts";
-import { loadTopology } from "../../src/topology/load.ts";
+import { loadTopology, withSettings } from "../../src/topology/load.ts";
 import { checkSchedules } from "../../src/testing/arbitraries.ts";
 import type { FaultKind, FaultSpec } from "../../src/testing/faults.ts";
 import type { JobUnderTestOptions } from "./job-types.ts";
@@ -26,6 +26,12 @@ export interface FuzzOptions {
   replay?: string;
   /** Override train.steps (default 3: small jobs, so many schedules fit). */
   steps: number;
+  /**
+   * `SECTION.FIELD=VALUE` overrides of the topology's train: and engines: sections, as `ooze train
+   * --set` takes them: a topology sized for learning (hundreds of samples a step) fuzzes the same
+   * code paths in a fraction of the time with `train.promptsPerStep=2`.
+   */
+  settings?: readonly string[];
   /** Faults start within this many ms of the job's start. */
   horizonMs: number;
   /** A job still running after this long is stopped and fails `finishes within`. */
@@ -55,11 +61,13 @@ export interface FuzzResult {
 
 /** Runs a topology's job under fault schedules and checks its invariants; see the file comment. */
 export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
-  if (loadTopology(o.file).train === undefined)
+  const file = loadTopology(o.file);
+  if (file.train === undefined)
     throw new OozeError("CONFIG_INVALID", `${o.file}: no train: section; ooze fuzz runs a topology's training job and checks its invariants, and this topology runs none (run it with ooze up; test its actors with ooze/testing's fault schedules)`);
+  const topology = withSettings(file, o.settings ?? []);
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
-  const job = (i: number): JobUnderTestOptions => ({ topology: o.file, train: { steps: o.steps }, out: join(out, `run-${i}`), deadlineMs: o.deadlineMs, job: `fuzz-${process.pid}-${i}` });
+  const job = (i: number): JobUnderTestOptions => ({ topology, train: { steps: o.steps }, out: join(out, `run-${i}`), deadlineMs: o.deadlineMs, job: `fuzz-${process.pid}-${i}` });
   const space = jobScheduleSpace(job(0), o.faults, { horizonMs: o.horizonMs, maxFaults: 3 });
   let n = 0;
   let last: FaultReport | null = null;
@@ -77,7 +85,7 @@ export async function runFuzz(o: FuzzOptions): Promise<FuzzResult> {
   };
 
   const reportPath = join(out, "report.json");
-  const replayCmd = `ooze fuzz ${o.file} --replay ${reportPath} --steps ${o.steps} --deadline ${o.deadlineMs}`;
+  const replayCmd = `ooze fuzz ${o.file} --replay ${reportPath} --steps ${o.steps}${(o.settings ?? []).map((v) => ` --set '${v}'`).join("")} --deadline ${o.deadlineMs}`;
   if (o.replay !== undefined) {
     const report = await runOne(replaySchedule(o.replay));
     report.replay = replayCmd;

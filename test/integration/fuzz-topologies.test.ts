@@ -1,4 +1,5 @@
-// `ooze fuzz` on every topology shipped in topologies/, one schedule of one step each: a topology
+// `ooze fuzz` on every topology shipped in topologies/, one schedule of one small step each (one
+// prompt, two samples: `--set` overrides, so a topology sized for learning costs seconds): a topology
 // either is fuzzed with every invariant checked and holding (engines embedded in a fleet actor are
 // proxied and recorded like `engines:` ones), or is refused before anything starts with the reason
 // (no train: section; a train.model that has to be made first) — never a false violation.
@@ -17,7 +18,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const files = readdirSync("topologies").filter((f) => f.endsWith(".yaml")).sort();
 
 async function fuzz(file: string): Promise<{ code: number; out: string }> {
-  const args = ["bin/ooze.mjs", "fuzz", join("topologies", file), "--runs", "1", "--seed", "11", "--steps", "1", "--faults", "engine,pause", "--out", join(dir, file)];
+  const args = ["bin/ooze.mjs", "fuzz", join("topologies", file), "--runs", "1", "--seed", "11", "--steps", "1", "--set", "train.promptsPerStep=1", "--set", "train.samplesPerPrompt=2", "--faults", "engine,pause", "--out", join(dir, file)];
   try {
     const r = await run(process.execPath, args, { timeout: 150_000 });
     return { code: 0, out: r.stdout + r.stderr };

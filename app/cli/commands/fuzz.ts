@@ -12,6 +12,7 @@ interface FuzzCliOptions {
   faults: string;
   replay?: string;
   steps: string;
+  set?: string[];
   horizon: string;
   deadline: string;
   out: string;
@@ -29,6 +30,7 @@ export function register(program: Command) {
     .option("--faults <kinds>", `fault kinds to draw from (${FAULT_KINDS.join(",")})`, FAULT_KINDS.join(","))
     .option("--replay <path>", "replay the schedule of a report.json (or a schedule file) once")
     .option("--steps <n>", "override train.steps (small jobs let many schedules fit)", "3")
+    .option("--set <field=value>", "override any field of train: or engines: (repeatable; value as YAML), as ooze train takes it: e.g. --set train.promptsPerStep=2 fuzzes a big topology's paths with small steps", (v: string, prev: string[] = []) => [...prev, v])
     .option("--horizon <ms>", "faults start within this many ms of the job's start", "10000")
     .option("--deadline <ms>", "a job still running after this long is stopped and counts as a hang", "120000")
     .option("--out <dir>", "where the runs and report.json go", "runs/fuzz")
@@ -47,6 +49,7 @@ export function register(program: Command) {
         faults: kinds as FaultKind[],
         ...(opts.replay !== undefined ? { replay: opts.replay } : {}),
         steps: int("steps", opts.steps, 1),
+        settings: opts.set ?? [],
         horizonMs: int("horizon", opts.horizon, 1),
         deadlineMs: int("deadline", opts.deadline, 1),
         out: opts.out,

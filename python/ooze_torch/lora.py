@@ -82,7 +82,7 @@ def layout(model: torch.nn.Module, spec: Spec) -> list[Slot]:
     found: dict[tuple[int, str], tuple[str, torch.nn.Module]] = {}
     for name, mod in model.named_modules():
         m = _MODULE_RE.search(name)
-        if m and m.group(2) in spec.targets and ".lora_" not in name and not name.endswith("base_layer"):
+        if m and m.group(2) in spec.targets:  # PEFT's own submodules (base_layer, lora_A, …) end otherwise
             base = mod.get_base_layer() if hasattr(mod, "get_base_layer") else mod
             if isinstance(base, torch.nn.Linear):
                 found[(int(m.group(1)), m.group(2))] = (name, base)

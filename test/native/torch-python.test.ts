@@ -9,7 +9,8 @@ describe("python/tests", () => {
   it("pass under the worker's interpreter", async () => {
     const python = await torchPython();
     const r = spawnSync(python, ["-m", "unittest", "discover", "-s", "tests", "-v"], {
-      cwd: torchPackageDir(), encoding: "utf8", env: { ...process.env, OOZE_TEST_DEVICE: "cpu", PYTHONPATH: torchPackageDir() }, timeout: 240_000,
+      // one torch thread: these models are tiny, and on a busy two-core machine two threads took 2–3× as long
+      cwd: torchPackageDir(), encoding: "utf8", env: { ...process.env, OOZE_TEST_DEVICE: "cpu", OMP_NUM_THREADS: "1", PYTHONPATH: torchPackageDir() }, timeout: 240_000,
     });
     if (r.status !== 0) console.error(r.stderr);
     expect(r.status).toBe(0);

@@ -3,6 +3,7 @@
 // addon's build directory. The same answer from the checkout's .ts sources (src/package-root.ts) and
 // from an installed package's compiled dist/src/package-root.js, whose depths below the root differ.
 import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { OozeError } from "./errors.ts";
@@ -27,6 +28,17 @@ export function packageRoot(): string {
 /** The `ooze` command's script (bin/ooze.mjs), run as `node <oozeBin()> serve …` to start a child. */
 export function oozeBin(): string {
   return join(packageRoot(), "bin", "ooze.mjs");
+}
+
+/**
+ * The checkout's dist/ when `npm run build` compiled it from exactly the sources there now
+ * (bin/dist-fresh.cjs), so that a child process can run it with plain node instead of the sources
+ * under tsx (about a second less per start); null otherwise, and in an installed package, which runs
+ * dist/ anyway.
+ */
+export function freshDist(): string | null {
+  const { distIsFresh } = createRequire(import.meta.url)(join(packageRoot(), "bin", "dist-fresh.cjs")) as { distIsFresh: (root: string) => boolean };
+  return distIsFresh(packageRoot()) ? join(packageRoot(), "dist") : null;
 }
 
 function nameOf(manifest: string): unknown {

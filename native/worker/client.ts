@@ -8,7 +8,7 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { OozeError, type WireError } from "../../src/errors.ts";
-import { packageRoot } from "../../src/package-root.ts";
+import { freshDist, packageRoot } from "../../src/package-root.ts";
 import type { LlamaHfConfig, LoraConfig, TensorLayout } from "../index.d.ts";
 import type {
   NativeForward,
@@ -27,12 +27,14 @@ import { encodeFrame, FrameDecoder, type WorkerOp, type WorkerReply } from "./pr
 const here = dirname(fileURLToPath(import.meta.url));
 
 /**
- * How to start the worker: main.ts under tsx in the checkout, where the sources lie beside this file;
- * the compiled main.js with plain node in an installed package (dist/native/worker/).
+ * How to start the worker: the compiled main.js with plain node in an installed package
+ * (dist/native/worker/) and in a checkout whose dist/ is fresh; else main.ts under tsx.
  */
 function workerCommand(): string[] {
   const source = join(here, "main.ts");
   if (!existsSync(source)) return [join(here, "main.js")];
+  const dist = freshDist(); // the checkout's compiled twin, when built from these very sources
+  if (dist !== null) return [join(dist, "native", "worker", "main.js")];
   const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
   return ["--import", tsx, source];
 }

@@ -1,5 +1,6 @@
-// ooze as a package, installed the way a user installs it: `npm pack` (whose prepack compiles dist/)
-// in a copy of the checkout, then an empty project installs the tarball — the package's install
+// ooze as a package, installed the way a user installs it: `npm pack` (whose prepack compiles dist/;
+// the checkout's own dist/ is packed instead when it was compiled from the same sources) in a copy of
+// the checkout, then an empty project installs the tarball — the package's install
 // script builds the native addon — and plain `node` (no tsx, no --conditions) imports ooze,
 // ooze/testing, ooze/testing/job and ooze/algorithms, runs `npx ooze --help` and `npx ooze check`,
 // and trains two steps on a topology whose task is the user's TypeScript module (an engine child
@@ -14,6 +15,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDist } from "../../src/package-root.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const dir = mkdtempSync(join(tmpdir(), "ooze-package-"));
@@ -147,7 +149,11 @@ describe("ooze as an installed package", () => {
     const source = copyOfCheckout();
     const packed = join(dir, "packed");
     mkdirSync(packed);
-    timed("npm pack", () => ok("npm", ["pack", "--pack-destination", packed], source));
+    // the checkout's dist/ when it is what prepack would compile (scripts/setup.sh built it from these
+    // very sources: bin/dist-fresh.cjs) goes into the tarball as it is, without compiling it again
+    const built = freshDist();
+    if (built !== null) cpSync(built, join(source, "dist"), { recursive: true });
+    timed("npm pack", () => ok("npm", ["pack", "--pack-destination", packed, ...(built !== null ? ["--ignore-scripts"] : [])], source));
     const tarballs = readdirSync(packed).filter((f) => f.endsWith(".tgz"));
     expect(tarballs).toHaveLength(1);
     writeProject(join(packed, tarballs[0]!));

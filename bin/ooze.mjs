@@ -3,8 +3,9 @@
 // TypeScript CLI, as `npm run ooze -- …` always has. In an installed package, which ships no app/*.ts,
 // it runs the compiled CLI (dist/app/cli/main.js) with plain node; a topology's own TypeScript modules
 // (actor kinds, tasks) still load: src/user-module.ts registers tsx when the first one is imported.
-// The checkout runs that compiled CLI too while dist/ matches its sources (bin/dist-fresh.cjs; built
-// by scripts/setup.sh), which starts each command, engine and node about a second sooner.
+// The checkout runs that compiled CLI too while dist/ matches its sources (bin/dist-fresh.cjs; `npm
+// run build`, which `npm test` runs when needed): each command, engine and node starts about a second
+// sooner.
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import fresh from "./dist-fresh.cjs";

@@ -3,7 +3,7 @@
 // `./x.ts` imports to `./x.js`) — and copies the files tsc does not emit: the dashboard's page and
 // the addon's hand-written typings. dist/ is emptied first, so a deleted source leaves nothing behind.
 // Last it records the sources' fingerprint (bin/dist-fresh.cjs): in the checkout, processes ooze
-// starts run dist/ with plain node while the sources still match it. `--if-stale` (scripts/setup.sh)
+// starts run dist/ with plain node while the sources still match it. `--if-stale` (scripts/test.sh)
 // builds only when they do not.
 import { execFileSync } from "node:child_process";
 import { cpSync, rmSync, writeFileSync } from "node:fs";

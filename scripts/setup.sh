@@ -15,11 +15,6 @@ fi
 # package's install script).
 node scripts/build-native.mjs >&2
 
-# dist/, the compiled JavaScript, when missing or built from other sources than the checkout's: the
-# processes ooze starts (commands, engines, nodes, trainer workers) run it with plain node, a second
-# sooner each than the sources under tsx (bin/dist-fresh.cjs). About 30 s; skipped when up to date.
-node scripts/build.mjs --if-stale >&2
-
 if ! command -v nats-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing nats-server (Debian package nats-server)"

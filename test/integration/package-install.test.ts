@@ -149,7 +149,7 @@ describe("ooze as an installed package", () => {
     const source = copyOfCheckout();
     const packed = join(dir, "packed");
     mkdirSync(packed);
-    // the checkout's dist/ when it is what prepack would compile (scripts/setup.sh built it from these
+    // the checkout's dist/ when it is what prepack would compile (scripts/test.sh built it from these
     // very sources: bin/dist-fresh.cjs) goes into the tarball as it is, without compiling it again
     const built = freshDist();
     if (built !== null) cpSync(built, join(source, "dist"), { recursive: true });

@@ -2,9 +2,10 @@
 // sources, so that a process ooze starts — the `ooze` command, an engine, a node, a trainer worker —
 // can run it with plain node instead of registering tsx, whose module hooks make each start about a
 // second slower (`ooze --help`: 1.9 s under tsx, 0.7 s compiled). The build records a fingerprint of
-// the sources (every file's path, size and modification time under the compiled folders); dist/ is
-// used only while the sources still have exactly that fingerprint, so an edited, added or deleted
-// source file sends every process back to the sources until the next build. CommonJS, so that the
+// the sources (every file's path, size and modification time under the compiled folders, and of the
+// compiler's settings); dist/ is used only while the sources still have exactly that fingerprint, so
+// an edited, added or deleted source file sends every process back to the sources until the next
+// build. CommonJS, so that the
 // bin script, the build script and the TypeScript sources can all load it synchronously.
 "use strict";
 const { createHash } = require("node:crypto");
@@ -15,6 +16,8 @@ const { join } = require("node:path");
 const COMPILED = ["src", "actors", "app", "native/worker"];
 /** The TypeScript files directly in native/ (the addon's wrappers) are compiled too. */
 const NATIVE_TOP = "native";
+/** How they are compiled. */
+const SETTINGS = ["tsconfig.json", "tsconfig.build.json", "package.json"];
 
 /** The file that holds the fingerprint dist/ was built from. */
 const STAMP = join("dist", ".sources");
@@ -32,6 +35,7 @@ function sourcesFingerprint(root) {
   for (const dir of COMPILED) if (existsSync(join(root, dir))) walk(dir);
   for (const e of readdirSync(join(root, NATIVE_TOP), { withFileTypes: true }))
     if (e.isFile() && e.name.endsWith(".ts")) lines.push(entry(root, `${NATIVE_TOP}/${e.name}`));
+  for (const f of SETTINGS) if (existsSync(join(root, f))) lines.push(entry(root, f));
   return createHash("sha1").update(lines.sort().join("\n")).digest("hex");
 }
 

@@ -121,6 +121,10 @@ describe("task tokenizer", () => {
     });\n`);
     const mod = await loadTask("./echo-task.mjs", {}, root, { model: qwenDir });
     expect(mod.eosId).toBe(QWEN3_EOS);
+    // the view that adds the EOS keeps a task's roles (without them a task of two roles on a real
+    // tokenizer was refused as a task of one: "train.roles … must map exactly the roles")
+    writeFileSync(join(root, "two-roles.mjs"), `import echo from "./echo-task.mjs";\nexport default (config, ctx) => ({ ...echo(config, ctx), roles: ["asker", "answerer"] });\n`);
+    expect((await loadTask("./two-roles.mjs", {}, root, { model: qwenDir })).roles).toEqual(["asker", "answerer"]);
     expect((await loadTask("./echo-task.mjs", {}, root)).eosId).toBeUndefined();
     // Stands in for the engines (the rollout's Generator): samples "1234" then the Qwen3 EOS, the turn's whole budget.
     const out = [16, 17, 18, 19, QWEN3_EOS];

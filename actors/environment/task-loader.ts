@@ -30,7 +30,7 @@ export async function loadTask(name: string, config: Record<string, unknown>, ba
 /** `task`, or a view of it that ends turns on the tokenizer's EOS when the task does not say and that is not the byte EOS. */
 function withEos(task: Task, tokenizer: TaskTokenizer): Task {
   if (task.eosId !== undefined || tokenizer.eos === EOS_ID) return task;
-  const { success, roles } = task;
+  const { success, roles, roleReward } = task;
   return {
     get name() { return task.name; },
     get maxTurns() { return task.maxTurns; },
@@ -41,6 +41,7 @@ function withEos(task: Task, tokenizer: TaskTokenizer): Task {
     reward: (state) => task.reward(state),
     ...(success ? { success: (state: unknown) => success.call(task, state) } : {}),
     ...(roles ? { roles } : {}),
+    ...(roleReward ? { roleReward: (state: unknown, role: string) => roleReward.call(task, state, role) } : {}),
   };
 }
 

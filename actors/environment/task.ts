@@ -52,6 +52,14 @@ export interface Task<S = unknown> {
   /** Final reward of the episode, in [0, 1] for the built-in tasks. */
   reward(state: S): number;
   /**
+   * A task of several roles whose roles are not rewarded alike (a proposer rewarded for the problems
+   * its solver fails, a solver for solving them): `role`'s reward for the episode that ended in
+   * `state`. Each context's sample gets its role's reward (the mean over its branches, as with
+   * `reward`); `reward(state)` stays the episode's figure in the step's reward statistics. Absent:
+   * every context gets `reward(state)`.
+   */
+  roleReward?(state: S, role: string): number;
+  /**
    * Whether the episode reached the task's goal (the exact answer, the number found), reported as
    * the run's success rate; without it, success is the full reward (1).
    */

@@ -81,7 +81,8 @@ interface Context<S> {
  * in the engines' context (ENGINE_REJECTED). Each request asks for no more than the context leaves;
  * an episode that fills the context ends truncated. Where a step opens a context for a role that
  * plays several (`contexts` in train.roles), the rest of the episode runs once per context, in
- * parallel, from that state; a context's reward is the mean reward of the branches through it.
+ * parallel, from that state; a context's reward is the mean reward of the branches through it (its
+ * role's, where the task rewards roles apart: Task.roleReward).
  */
 export async function runEpisode<S>(task: Task<S>, gen: Generator, spec: EpisodeSpec): Promise<Sample[]> {
   const { prompt, promptIds, state: s0 } = task.reset(spec.groupIndex, spec.seed);
@@ -183,7 +184,9 @@ export async function runEpisode<S>(task: Task<S>, gen: Generator, spec: Episode
     // success where the task tests it (rewardStats counts the full reward otherwise); a context of
     // several branches has a success rate, not one outcome: null keeps it out of success_rate
     const success = task.success ? { success: one !== null ? task.success(one) : null } : {};
-    return x.b.build(mean(x.leaves.map((l) => task.reward(l))), truncated ? "truncated" : "completed", {
+    // each role's own reward where the task gives one (Task.roleReward), else the episode's
+    const rewardOf = (l: S) => (task.roleReward && x.role !== null ? task.roleReward(l, x.role) : task.reward(l));
+    return x.b.build(mean(x.leaves.map(rewardOf)), truncated ? "truncated" : "completed", {
       turns: x.turns,
       ...success,
       ...(x.turnRewards.ends.length > 0 ? { turnRewards: x.turnRewards } : {}),

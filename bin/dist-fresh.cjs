@@ -5,8 +5,8 @@
 // the sources (every file's path, size and modification time under the compiled folders, and of the
 // compiler's settings); dist/ is used only while the sources still have exactly that fingerprint, so
 // an edited, added or deleted source file sends every process back to the sources until the next
-// build. CommonJS, so that the
-// bin script, the build script and the TypeScript sources can all load it synchronously.
+// build. CommonJS, so that the bin script, the build script and the TypeScript sources can all load
+// it synchronously.
 "use strict";
 const { createHash } = require("node:crypto");
 const { existsSync, readdirSync, readFileSync, statSync } = require("node:fs");

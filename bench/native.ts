@@ -13,6 +13,7 @@
 // mean: docs/experiments/native-families-bench.md.
 // Progress on stderr; one JSON line last on stdout.
 import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { loadNative } from "../native/load.ts";
 import { PRESETS } from "../native/presets.ts";
@@ -245,13 +246,38 @@ const perModel = Object.fromEntries(
   }),
 );
 const dec = aggregate(decode);
+const peak = peakGflops(native.gemmKernel(), threads);
 const gemmResult = {
   gemm_kernel: native.gemmKernel(),
   gemm_gflops: round(all.ooze, 1),
   openblas_gflops: round(all.openblas, 1),
   gemm_vs_openblas: all.openblas === null ? null : round(all.ooze / all.openblas),
+  // shares of the cores' nominal peak (peak_note says how it is reckoned)
+  peak_gflops: peak && round(peak.gflops, 1),
+  gemm_of_peak: peak && round(all.ooze / peak.gflops),
+  openblas_of_peak: peak && all.openblas !== null ? round(all.openblas / peak.gflops) : null,
+  peak_note: peak?.note ?? "no clock in /proc/cpuinfo",
   openblas: openblasNote,
 };
+
+/**
+ * The nominal peak fp32 GFLOP/s of `threads` cores for the kernel's vector width: lanes (8 for
+ * AVX2, 16 for AVX-512) × 2 flops per FMA × 2 FMA pipes per core (Haswell and later, Zen 2 and
+ * later; some AVX-512 parts have one 512-bit pipe, where this halves the share) × the clock
+ * /proc/cpuinfo reports (a VM's nominal clock; turbo makes the real peak higher).
+ */
+function peakGflops(kernel: string, threads: number): { gflops: number; note: string } | null {
+  let mhz = NaN;
+  try {
+    mhz = Number(/^cpu MHz\s*:\s*([\d.]+)/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1]);
+  } catch {
+    return null;
+  }
+  if (!(mhz > 0)) return null;
+  const lanes = kernel.startsWith("avx512") ? 16 : 8;
+  const gflops = (lanes * 2 * 2 * mhz * threads) / 1000;
+  return { gflops, note: `${lanes} fp32 lanes x 2 (FMA) x 2 FMA pipes x ${mhz.toFixed(0)} MHz (/proc/cpuinfo) x ${threads} thread(s)` };
+}
 if (gemmOnly) {
   process.stdout.write(`${JSON.stringify(gemmResult)}\n`);
   process.exit(0);

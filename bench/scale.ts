@@ -1,7 +1,7 @@
 // Scale benchmark (`npm run bench -- scale [--sizes 8,32,128] [--warmup W] [--window S] [--per-engine S]
 // [--controllers K|K1,K2,..] [--sim-processes P|P1,P2,..] [--slowdown S|S1,S2,..]
 // [--turn-tokens T] [--train-tps-per-engine R] [--update-ms U] [--catch-up-ms C] [--modes sync,async,fully_async]
-// [--max-staleness K] [--late-groups wait|requeue]`):
+// [--max-staleness K] [--late-groups wait|requeue] [--keep-cache]`):
 // the loop as it runs under `ooze train` — the real fleet and cache-aware router, the rollout, buffer,
 // trainer and weight-sync actors, their JetStream streams on a real nats-server — against N simulated
 // GPU engines (`ooze sim-engine --count N` in a child process: SGLang's API, timing from the H100
@@ -39,7 +39,11 @@
 // over that window. Defaults: fully_async max-staleness + 1 and 3 × max-staleness (at least 3); sync
 // and async, whose staleness is at most 0 and 1, 1 and 2 steps of warm-up, a window of 3. Samples
 // trained in it over its wall time, and samples generated in it (the samples stream's groups published
-// meanwhile × 8), which must agree with the trained ones within 10 % for the window to be steady.
+// meanwhile × 8), which must agree with the trained ones within 10 % for the window to be steady. The
+// job is set to train bound + 1 steps more than warm-up and window and is stopped when the window ends:
+// a job launches no prompt its remaining steps cannot train, so in its last bound + 1 steps generation
+// tapers off and the trainer eats what is left (until Nov 30 the window ended at the job's last step,
+// and fully_async's generated samples fell ~30 % short of the trained ones for that reason alone).
 //
 // The bound: min(generation, training), each alone, i.e. perfect overlap. Generation: the same
 // engines and task with the real fleet (no NATS, no trainer), 2 steps' prompts kept in flight as
@@ -48,6 +52,10 @@
 // every mode: a step's samples take batch / rate + update-ms); `bound_without_updates` leaves the
 // updates out. Training: the simulated trainer's rate on those samples (stepOverheadMs + tokens /
 // tokensPerSecond a step; exact, as it is a timer).
+// The training rate is per sample of that run's mix of episode lengths; a window that drew longer or
+// shorter episodes trains fewer or more samples a second at the same trainer time, so fully_async_vs_bound
+// may read above 1 or low at small sizes (256 samples a step at 8 engines). `trainer_busy` (the trainer's
+// own time over the window's wall time) does not depend on the mix: 1 when the trainer never waits.
 //
 // The simulated trainer trains `train-tps-per-engine` × N tokens/s (default 3,000 a engine: the
 // trainer is scaled with the fleet, an assumption — roughly one training H100 for every two to
@@ -99,12 +107,14 @@ const modes = arg("modes", "sync,async,fully_async").split(",") as ("sync" | "as
  */
 const maxStaleness = Number(arg("max-staleness", "8"));
 const lateGroups = arg("late-groups", "wait") as "wait" | "requeue";
-/** A mode's warm-up and window steps, and so the steps its job trains. */
-function planOf(mode: string): { warmup: number; window: number; steps: number } {
+/** `--keep-cache`: train.keepCacheOnUpdate, the engines' prefix caches kept across weight updates (no re-prefill of episodes in flight). */
+const keepCache = process.argv.includes("--keep-cache");
+/** A mode's warm-up and window steps, the step the window ends at, and the steps its job is set to train (stopped at `end`). */
+function planOf(mode: string): { warmup: number; window: number; end: number; steps: number } {
   const bound = mode === "fully_async" ? maxStaleness : mode === "async" ? 1 : 0;
   const warmup = warmupArg ? Number(warmupArg) : bound + 1;
   const window = windowArg ? Number(windowArg) : Math.max(3, 3 * bound);
-  return { warmup, window, steps: warmup + window };
+  return { warmup, window, end: warmup + window, steps: warmup + window + bound + 1 };
 }
 /** Steps' worth of prompts the generation-only rate is measured over (start-up and tail excluded). */
 const boundSteps = 6;
@@ -266,6 +276,10 @@ interface ModeFigures {
   mean_decode_batch: number;
   mean_step_s: number;
   staleness_max: number;
+  /** The trainer's own time (train_seconds) over the window's wall time: 1 when it never waits, whatever the window's token mix. */
+  trainer_busy: number;
+  /** Tokens per trained sample in the window (the bound's training rate is per sample of its own mix). */
+  window_tokens_per_sample: number;
 }
 
 const natsMonitorPort = await freePort();
@@ -303,7 +317,7 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
       hosts: [{ name: "main" }, ...(k === 1 ? [] : Array.from({ length: k }, (_, i) => ({ name: `r${i}`, start: "external" })))],
       actors: [{ name: "fleet", kind: "fleet", config: { engines: urls, healthIntervalMs: config.healthIntervalMs } }, ...rollouts],
       train: {
-        mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000, maxStaleness, lateGroups,
+        mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000, maxStaleness, lateGroups, keepCacheOnUpdate: keepCache,
         simulate: { tokensPerSecond: (tpsPerEngine * n) / slow, stepOverheadMs: stepOverheadMs * slow },
       },
     }),
@@ -313,7 +327,7 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
 
 async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFigures> {
   const k = controllersOf(n);
-  const { warmup, steps } = planOf(mode);
+  const { warmup, end } = planOf(mode);
   const sim = await simEngines(n, simProcessesOf(n), slowdownOf(n));
   const nodes: Child[] = [];
   try {
@@ -344,12 +358,17 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
     try {
       await runTrainJob({
         topology: topo, train, engines, out, nats: { url: nats.url, token: nats.token }, job, signal: stopJob.signal,
-        log: (l) => say(`  ${l}`),
+        // warnings and errors, and the buffer's batches (how many groups are generating and finished)
+        verbose: true,
+        log: (l) => (!/\] (info|debug) /.test(l) || /buffer: batch/.test(l)) && say(`  ${l}`),
         onBus: async (j) => ((bus = j.bus), null),
         onStep: (m) => {
-          say(`  N=${n} ${mode}: step ${m.step}/${steps} (${m.step <= warmup ? "warm-up" : "window"}) at ${m.seconds.toFixed(1)} s, ${m.samples} samples, staleness ≤ ${m.staleness_max}`);
+          say(`  N=${n} ${mode}: step ${m.step}/${end} (${m.step <= warmup ? "warm-up" : "window"}) at ${m.seconds.toFixed(1)} s, ${m.samples} samples, staleness ≤ ${m.staleness_max}`);
           if (m.step === warmup) first = snapshot(bus, job, nodes.map((x) => x.pid), sim.pids, sim.urls);
-          if (m.step === steps) last = snapshot(bus, job, nodes.map((x) => x.pid), sim.pids, sim.urls);
+          if (m.step === end) {
+            last = snapshot(bus, job, nodes.map((x) => x.pid), sim.pids, sim.urls);
+            void last.finally(() => stopJob.abort()); // the window is over: the rest of the job's steps only kept launches going through it
+          }
         },
       });
     } finally {
@@ -360,12 +379,13 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
     const a = await first!, b = await last!;
     const ea = await a.engines, eb = await b.engines;
     const wall = (b.at - a.at) / 1000;
-    const inWindow = ms.filter((m) => m.step > warmup && m.step <= steps);
+    const inWindow = ms.filter((m) => m.step > warmup && m.step <= end);
     const trained = inWindow.reduce((x, m) => x + m.samples, 0);
     const generated = (b.groups - a.groups) * samples;
     const busy = eb.busy - ea.busy;
+    const windowSeconds = ms.find((m) => m.step === end)!.seconds - ms.find((m) => m.step === warmup)!.seconds;
     const f: ModeFigures = {
-      sps: trained / (ms.find((m) => m.step === steps)!.seconds - ms.find((m) => m.step === warmup)!.seconds),
+      sps: trained / windowSeconds,
       slowdown: slowdownOf(n),
       controllers: k,
       sim_processes: sim.pids.length,
@@ -382,6 +402,8 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
       engine_lag_fraction: (eb.lag - ea.lag) / Math.max(1e-9, busy),
       mean_decode_batch: (eb.seqs - ea.seqs) / Math.max(1, eb.steps - ea.steps),
       mean_step_s: inWindow.reduce((x, m) => x + m.step_seconds, 0) / inWindow.length,
+      trainer_busy: inWindow.reduce((x, m) => x + m.train_seconds, 0) / windowSeconds,
+      window_tokens_per_sample: inWindow.reduce((x, m) => x + m.tokens, 0) / trained,
       staleness_max: Math.max(...inWindow.map((m) => m.staleness_max)),
     };
     say(
@@ -424,7 +446,7 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
 
 const load0 = loadavg()[0]!;
 say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; slowdown ${sizes.map(slowdownOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); warm-up + window steps ${modes.map((m) => `${m} ${planOf(m).warmup} + ${planOf(m).window}`).join(", ")}, each step ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
-const result: Record<string, unknown> = { bench: "scale", steps: Object.fromEntries(modes.map((m) => [m, planOf(m)])), per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, late_groups: lateGroups, cores: availableParallelism(), load_before: load0 };
+const result: Record<string, unknown> = { bench: "scale", steps: Object.fromEntries(modes.map((m) => [m, planOf(m)])), per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, late_groups: lateGroups, keep_cache: keepCache, cores: availableParallelism(), load_before: load0 };
 const bySize: Record<string, unknown> = {};
 try {
   for (const n of sizes) {
@@ -451,8 +473,10 @@ try {
       nats_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.nats_cores])),
       engine_lag_fraction: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_lag_fraction])),
       mean_decode_batch: Object.fromEntries(modes.map((m) => [m, figures[m]!.mean_decode_batch])),
+      trainer_busy: Object.fromEntries(modes.map((m) => [m, figures[m]!.trainer_busy])),
+      window_tokens_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.window_tokens_per_sample])),
     };
-    say(`N=${n}: fully_async_vs_sync ${row.fully_async_vs_sync.toFixed(2)}, fully_async_vs_bound ${row.fully_async_vs_bound.toFixed(2)}`);
+    say(`N=${n}: fully_async_vs_sync ${row.fully_async_vs_sync.toFixed(2)}, fully_async_vs_bound ${row.fully_async_vs_bound.toFixed(2)}, trainer busy ${(100 * (figures.fully_async?.trainer_busy ?? NaN)).toFixed(0)} % of the fully_async window (tokens a sample: window ${(figures.fully_async?.window_tokens_per_sample ?? NaN).toFixed(0)}, bound ${b.tokens_per_sample.toFixed(0)})`);
     bySize[String(n)] = row;
   }
 } finally {

@@ -133,10 +133,10 @@ class NativeBackend implements InferenceBackend {
     return this.native().cacheStats();
   }
 
-  loadWeights(dir: string): Promise<void> {
+  loadWeights(dir: string, opts: { keepCache?: boolean } = {}): Promise<void> {
     return this.serial(async () => {
       try {
-        await this.native().loadWeights(dir);
+        await this.native().loadWeights(dir, opts.keepCache ?? false);
       } catch (e) {
         if (e instanceof OozeError) throw e;
         throw new OozeError("CHECKPOINT_INVALID", `cannot load weights from ${dir}: ${(e as Error).message}`, {

@@ -230,8 +230,8 @@ export interface NativeEngine {
   flushCache(): boolean;
   /** Prefix-cache figures; freeSlots: KV slots held by nobody (idle: freeSlots + cachedTokens = pool size). */
   cacheStats(): { cachedTokens: number; budgetTokens: number; promptTokens: number; hitTokens: number; freeSlots: number };
-  /** Loads new weights from a model directory (same shapes) off the event loop; flushes the prefix cache. */
-  loadWeights(dir: string): Promise<void>;
+  /** Loads new weights from a model directory (same shapes) off the event loop; flushes the prefix cache unless keepCache. */
+  loadWeights(dir: string, keepCache?: boolean): Promise<void>;
   /** Logits [n × vocab] at every position of tokens under an adapter (null: the base), from a fresh cache (tests, debugging). Sync. */
   forwardLogits(tokens: Int32Array, adapter?: string | null): Float32Array;
   /**

@@ -4,14 +4,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
-# the PyTorch trainer worker's tests need its Python environment (python/.venv, pip from the machine's
-# configured index; about 40 s the first time, a stamp check afterwards)
-node bin/ooze.mjs setup torch || exit 1
-# dist/, the compiled JavaScript, when missing or built from other sources than the checkout's: the
-# processes the tests start (about 235 commands, engines and nodes, and the trainer workers) run it
-# with plain node, a second sooner each than the sources under tsx (bin/dist-fresh.cjs). About 30 s;
-# skipped when up to date. (`npm run ooze` does not build: a job starts a few processes, not hundreds.)
-node scripts/build.mjs --if-stale >&2 || exit 1
+# Two steps side by side (each keeps about one core busy the first time):
+# - the PyTorch trainer worker's tests need its Python environment (python/.venv, pip from the
+#   machine's configured index; about 40 s the first time, a stamp check afterwards);
+# - dist/, the compiled JavaScript, when missing or built from other sources than the checkout's: the
+#   processes the tests start (about 235 commands, engines and nodes, and the trainer workers) run it
+#   with plain node, a second sooner each than the sources under tsx (bin/dist-fresh.cjs). About 30
+#   s; skipped when up to date. (`npm run ooze` does not build: a job starts a few processes, not
+#   hundreds.)
+node bin/ooze.mjs setup torch &
+torch=$!
+node scripts/build.mjs --if-stale >&2
+built=$?
+wait "$torch"
+[ $? -eq 0 ] && [ "$built" -eq 0 ] || exit 1
 report=$(mktemp -t ooze-vitest-XXXXXX.json)
 npx --no-install vitest run --reporter=default --reporter=json --outputFile="$report" "$@"
 rc=$?

@@ -110,7 +110,7 @@ class Feeder implements FeederLike {
     private readonly maxEmptyRounds = 10,
   ) {
     const t = env.train;
-    this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, maxStaleness: null });
+    this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, failedGroupAdvantage: t.failedGroupAdvantage, maxStaleness: null });
   }
 
   /** Continues where the last batch (or the trainer's announced position) left off. */

@@ -126,7 +126,7 @@ export class ContinuousFeeder {
     const limits = fullyAsyncLimits(t);
     this.bound = limits.maxStaleness;
     this.maxInflight = limits.maxInflightGroups;
-    this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, maxStaleness: this.bound });
+    this.groups = new GroupBuffer({ batchGroups: t.promptsPerStep, estimator: t.estimator, dropZeroVariance: t.dropZeroVariance, failedGroupAdvantage: t.failedGroupAdvantage, maxStaleness: this.bound });
   }
 
   /** Takes up where the last batch (or the trainer's position) left off; groups in the streams come back as they arrive. */
@@ -256,8 +256,7 @@ export class ContinuousFeeder {
       if (!l.complete) generating++;
       if (!l.superseded) trainable++;
     }
-    const lag = Math.max(0, this.batches - this.synced.step);
-    const room = t.lateGroups === "wait" ? (this.bound + 1 - lag) * P : this.maxInflight + P;
+    const room = this.room();
     const needed = (t.steps - this.batches) * P;
     const sent: Promise<void>[] = [];
     while (generating < this.maxInflight && this.live.size < room) {
@@ -273,6 +272,20 @@ export class ContinuousFeeder {
       sent.push(this.io.publishPrompt(g, this.batches + 1));
     }
     await Promise.all(sent);
+  }
+
+  /** The undecided groups after a batch and what bounds the launches (why the engines may run short of work). */
+  private occupancy(): string {
+    let generating = 0;
+    for (const l of this.live.values()) if (!l.complete) generating++;
+    return `${this.live.size} groups undecided (${generating} generating, ${this.live.size - generating} complete), room ${this.room()}, at most ${this.maxInflight} generating`;
+  }
+
+  /** Undecided groups the launches may fill up to (see the header). */
+  private room(): number {
+    const t = this.env.train, P = t.promptsPerStep;
+    const lag = this.synced ? Math.max(0, this.batches - this.synced.step) : 0;
+    return t.lateGroups === "wait" ? (this.bound + 1 - lag) * P : this.maxInflight + P;
   }
 
   /** A stale attempt: its prompt goes back to the queue under new sample indices, or is dropped after MAX_REQUEUES. */
@@ -388,8 +401,8 @@ export class ContinuousFeeder {
     this.filteredSinceBatch = 0;
     this.roundStart = performance.now();
     this.promptTokens = this.cachedTokens = 0;
-    this.io.log(`buffer: batch ${step} (${batch?.samples.length ?? 0} samples, ${batch?.groups.length ?? 0} groups) published`);
     await this.fill();
+    this.io.log(`buffer: batch ${step} (${batch?.samples.length ?? 0} samples, ${batch?.groups.length ?? 0} groups) published; ${this.occupancy()}`);
   }
 }
 

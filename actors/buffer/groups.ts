@@ -15,6 +15,8 @@ export interface BufferConfig {
   dropZeroVariance: boolean;
   /** Max weight versions between a sample's oldest tokens and the trainer's version; null = off. */
   maxStaleness: number | null;
+  /** Advantage −x for each episode of a group that failed throughout (src/algorithms/advantages.ts); default 0. */
+  failedGroupAdvantage?: number;
 }
 
 export interface Batch {
@@ -135,7 +137,7 @@ export class GroupBuffer {
    */
   private batchOf(taken: readonly { index: number; samples: Sample[] }[], trainerVersion: number): Batch {
     const flat = taken.flatMap((g) => g.samples);
-    const adv = advantagesByPolicy(flat, this.config.estimator);
+    const adv = advantagesByPolicy(flat, this.config.estimator, this.config.failedGroupAdvantage ?? 0);
     let stalenessMax = 0;
     const samples = flat.map((s, i) => {
       stalenessMax = Math.max(stalenessMax, trainerVersion - (oldestVersion(s) ?? trainerVersion));
@@ -157,20 +159,26 @@ function groupOldest(samples: readonly Sample[], fallback: number): number {
  * Group advantages computed separately over each policy's samples (one computation without
  * policies). A role task's contexts (metadata.context) are grouped by their prompt too: the guesses of
  * one message are GRPO's group of one prompt, whose baseline is what the guesser made of that message.
+ * Batch-level estimators (reinforce_pp) whiten over all of a policy's samples of the batch, across
+ * those groups.
  */
-function advantagesByPolicy(samples: readonly Sample[], estimator: AdvantageEstimator): Float64Array {
-  const parts = new Map<string, number[]>();
-  samples.forEach((s, i) => {
+function advantagesByPolicy(samples: readonly Sample[], estimator: AdvantageEstimator, failedGroupAdvantage: number): Float64Array {
+  const policies = new Map<string, number[]>();
+  const groupIds = new Map<string, number>();
+  const scored = samples.map((s, i) => {
+    const policy = s.policy ?? "";
     const prompt = s.metadata.context !== undefined ? Array.from(s.tokens.subarray(0, s.tokens.length - s.responseLength)).join(",") : "";
-    const key = `${s.policy ?? ""}\u0000${prompt}`;
-    const at = parts.get(key);
+    const key = `${policy}\u0000${prompt}\u0000${s.groupIndex}`;
+    let g = groupIds.get(key);
+    if (g === undefined) groupIds.set(key, (g = groupIds.size));
+    const at = policies.get(policy);
     if (at) at.push(i);
-    else parts.set(key, [i]);
+    else policies.set(policy, [i]);
+    return { ...score(s), groupIndex: g };
   });
-  if (parts.size <= 1) return computeAdvantages(samples.map(score), estimator);
   const out = new Float64Array(samples.length);
-  for (const positions of parts.values()) {
-    const adv = computeAdvantages(positions.map((i) => score(samples[i]!)), estimator);
+  for (const positions of policies.values()) {
+    const adv = computeAdvantages(positions.map((i) => scored[i]!), estimator, { failedGroupAdvantage });
     positions.forEach((i, k) => (out[i] = adv[k]!));
   }
   return out;

@@ -107,17 +107,17 @@ async function restoreServed(registry: FleetRegistry, bus: Bus, weights: LocalWe
 /** Handles an updateWeights ask; returns the engines that refused a delta and loaded the full checkpoint. */
 async function updateWeights(state: FleetState, msg: UpdateMsg, path: string, log: (l: string) => void): Promise<Fallbacks | undefined> {
   const { fleet, weights, bus } = state;
-  const mode = msg.mode ? { mode: msg.mode } : {};
+  const how = { ...(msg.mode ? { mode: msg.mode } : {}), ...(msg.flushCache === false ? { flushCache: false } : {}) };
   if ((msg.modelDir === undefined) === (msg.full === undefined))
     throw new OozeError("BAD_REQUEST", `fleet actor '${path}': updateWeights to '${msg.version}' needs exactly one of 'modelDir' (a directory the engines read) and 'full' (an object of the job's object store)`);
   if (!bus && (msg.full || msg.delta))
     throw new OozeError("CONFIG_INVALID", `fleet actor '${path}': weights in the object store need the job's NATS connection (run the fleet under ooze up / ooze node)`);
   const delta = msg.delta;
   if (msg.modelDir !== undefined) {
-    if (!delta) return void (await fleet.updateWeights(msg.modelDir, msg.version, mode));
+    if (!delta) return void (await fleet.updateWeights(msg.modelDir, msg.version, how));
     // Fetched to a local temp file for this update; engines that refuse it load modelDir (reported).
     const fullModelDir = msg.modelDir;
-    return (await withDeltaObject(bus!, delta, (file) => fleet.updateWeights(file, msg.version, { ...mode, loadFormat: DELTA_LOAD_FORMAT, fullModelDir }))).fullFallbacks;
+    return (await withDeltaObject(bus!, delta, (file) => fleet.updateWeights(file, msg.version, { ...how, loadFormat: DELTA_LOAD_FORMAT, fullModelDir }))).fullFallbacks;
   }
   const full = msg.full!;
   /** Runs the update from the local copy `dir` of the version, then keeps the copy the fleet serves. */
@@ -130,7 +130,7 @@ async function updateWeights(state: FleetState, msg: UpdateMsg, path: string, lo
   };
   if (!delta) {
     const dir = await weights.fetch(bus!, full, msg.version);
-    return void (await settled(dir, () => fleet.updateWeights(dir, msg.version, mode)));
+    return void (await settled(dir, () => fleet.updateWeights(dir, msg.version, how)));
   }
   return withDeltaObject(bus!, delta, async (file) => {
     let dir: string;
@@ -141,7 +141,7 @@ async function updateWeights(state: FleetState, msg: UpdateMsg, path: string, lo
       dir = await weights.fetch(bus!, full, msg.version);
     }
     const fullModelDir = dir;
-    return (await settled(dir, () => fleet.updateWeights(file, msg.version, { ...mode, loadFormat: DELTA_LOAD_FORMAT, fullModelDir }))).fullFallbacks;
+    return (await settled(dir, () => fleet.updateWeights(file, msg.version, { ...how, loadFormat: DELTA_LOAD_FORMAT, fullModelDir }))).fullFallbacks;
   });
 }
 

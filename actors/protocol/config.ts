@@ -116,6 +116,13 @@ export const trainSchema = z
       .prefault({}),
     /** Drop groups whose rewards are all equal. */
     dropZeroVariance: z.boolean().default(false),
+    /**
+     * Negative-sample reinforcement (grpo, gspo, dr_grpo, rloo): each episode of a group whose rewards
+     * are all equal and not above 0 gets advantage −failedGroupAdvantage instead of 0, so a policy
+     * collapsed onto a failing answer for a prompt is pushed off it. 0 = off. Such groups are dropped
+     * first when dropZeroVariance is on.
+     */
+    failedGroupAdvantage: z.number().min(0).default(0),
     /** Optimizer steps per batch (mini-batches of whole groups; PPO clipping keeps them near the rollout policy). */
     updatesPerStep: z.number().int().min(1).default(1),
     epsClip: z.number().positive().default(0.2),
@@ -145,6 +152,14 @@ export const trainSchema = z
     weightSync: z.enum(["full", "delta"]).default("full"),
     /** Delta wire: fp32 (the trainer's weights bit for bit) or bf16 (rounded to bf16, as RL systems ship to SGLang). */
     weightSyncWire: z.enum(["fp32", "bf16"]).default("fp32"),
+    /**
+     * Keep the engines' prefix caches across a weight update (SGLang's `flush_cache: false`), as
+     * PipelineRL keeps its KV: the turns an update aborts resume, and the next turns of episodes in
+     * flight start, over keys and values computed by the previous weights instead of prefilling their
+     * conversations again. Their new tokens are sampled (and their logprobs recorded) by the new
+     * weights over that older context. Default false: an update flushes the caches, as SGLang does.
+     */
+    keepCacheOnUpdate: z.boolean().default(false),
     /** Checkpoint every K steps (and at exit). */
     checkpointEvery: z.number().int().min(1).default(20),
     /** Checkpoint directories kept (the newest ones). */
@@ -232,11 +247,8 @@ export const trainSchema = z
       if (t.roles && t.agent) ctx.addIssue({ code: "custom", path: ["roles"], message: "an agent picks its policies by the requests' model field; leave roles out" });
       if (t.algorithm === "ppo") ctx.addIssue({ code: "custom", path: ["algorithm"], message: "several policies train with group advantages only so far (algorithm: group)" });
       if (t.weightSync === "delta") ctx.addIssue({ code: "custom", path: ["weightSync"], message: "several policies are synced whole, one directory per policy; use weightSync: full" });
-      if (t.trainer.backend !== "native") ctx.addIssue({ code: "custom", path: ["trainer", "backend"], message: "several policies train on the native worker only so far (trainer.backend: native)" });
     }
     const lora = Object.entries(t.policies).find(([, p]) => "lora" in p);
-    if (lora && t.trainer.backend === "torch" && t.trainer.gpus > 1)
-      ctx.addIssue({ code: "custom", path: ["trainer", "gpus"], message: `policy ${lora[0]} is a LoRA adapter, which the torch worker trains in one process (not across FSDP2 ranks); use gpus: 1` });
     if (lora && t.weightSync === "delta")
       ctx.addIssue({ code: "custom", path: ["weightSync"], message: `policy ${lora[0]} is a LoRA adapter, which is synced whole (it is small); use weightSync: full` });
     if (lora && t.algorithm === "ppo" && t.ppo.critic === "separate")

@@ -31,6 +31,8 @@ export const fleetMsg = z.discriminatedUnion("op", [
     full: objectRef.optional(),
     version: z.string().min(1),
     mode: z.enum(["abort", "in_place"]).optional(),
+    /** false: the engines keep their prefix caches across the update (`train.keepCacheOnUpdate`). */
+    flushCache: z.boolean().optional(),
     /** A weight delta (actors/weight-sync/delta.ts) in the job's object store: fetched by the fleet and loaded as "ooze-delta". */
     delta: objectRef.optional(),
   }),

@@ -11,7 +11,7 @@ import type { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { normalizeEngineUrl } from "../../src/engine/fleet/types.ts";
 import { FleetRegistry } from "../../src/engine/fleet/registry.ts";
 import { OozeError } from "../../src/errors.ts";
-import { settleWithin } from "../../src/transport/bus.ts";
+import { settleWithin, whileElecting } from "../../src/transport/bus.ts";
 import type { Topology } from "../../src/topology/schema.ts";
 import { defineLoopActor } from "../protocol/context.ts";
 import { groupMsg, groupMsgId, promptRegistry } from "../protocol/messages.ts";
@@ -172,11 +172,14 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       const task = agent ? null : await loadTask(train.task, train.taskConfig, env.baseDir, { model: train.model });
       const registry = await FleetRegistry.open(bus, env.job);
       // Several rollout instances each route over a share of the engines (shard.ts).
+      // Before its first beat an instance has nothing to lose by waiting: a cluster re-electing (a
+      // server restarted or a partition healed) answers "jetstream is not enabled" for a few seconds,
+      // and crashing on it six times in as many restarts ended the job (cluster-schedules, Nov 30).
       const members = await RolloutMembers.open(bus, env.job, ctx.path);
-      await members.beat();
+      await whileElecting(() => members.beat());
       // Registered engines may be gone (their host restarting): they join when healthy, or leave with the registry.
-      const urls = engineShare(await engineUrls(registry, cfg.engineWaitMs), await members.members(), ctx.path);
-      const served = await registry.version();
+      const urls = engineShare(await engineUrls(registry, cfg.engineWaitMs), await whileElecting(() => members.members()), ctx.path);
+      const served = await whileElecting(() => registry.version());
       const { progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries, healthIntervalMs } = cfg;
       const faultOpts = Object.fromEntries(Object.entries({ progressTimeoutMs, progressTimeoutPerTokenMs, minProgressTimeoutMs, maxRetries, healthIntervalMs }).filter(([, v]) => v !== undefined));
       const gen = await FleetGenerator.create([], (l) => ctx.log.info(l), faultOpts);

@@ -39,7 +39,8 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
     current = { config: m.config, params: m.params, layout: tensorLayout(m.tensors) };
     return current;
   };
-  return async ({ modelPath, loadFormat, currentVersion }) => {
+  return async ({ modelPath, loadFormat, currentVersion, keepCache }) => {
+    const keep = { keepCache: keepCache ?? false };
     const set = loadFormat === null || loadFormat === "auto" ? (isAdapterDir(modelPath) ? [modelPath] : policySetOf(modelPath)) : null;
     if (set) {
       // each policy's directory, checked first: a version is served whole or not at all
@@ -65,7 +66,7 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
       return;
     }
     if (loadFormat === null || loadFormat === "auto" || loadFormat === "safetensors") {
-      await backend.loadWeights(modelPath);
+      await backend.loadWeights(modelPath, keep);
       fullDir = modelPath;
       current = null;
       return;
@@ -85,7 +86,7 @@ export function engineWeightLoader(backend: InferenceBackend, initialDir: string
     const dir = mkdtempSync(join(tmpdir(), "ooze-delta-"));
     try {
       loadNative().saveModelDir(dir, cur.config, next, delta.version);
-      await backend.loadWeights(dir);
+      await backend.loadWeights(dir, keep);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -73,7 +73,8 @@ interface WeightSyncState {
  * recording it in KV while NATS restarted: the fleet then refuses the same version again) counts as
  * done when the fleet and its healthy engines report the version.
  */
-export function fleetTarget(ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>): WeightTarget {
+export function fleetTarget(ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>, opts: { keepCache?: boolean } = {}): WeightTarget {
+  const keep = opts.keepCache ? { flushCache: false } : {};
   /** A full checkpoint's location as the ask's field: an object store object, or a directory. */
   const fullOf = (location: string) => {
     const full = parseObjectLocation(location);
@@ -81,12 +82,12 @@ export function fleetTarget(ask: (msg: FleetMsg) => Promise<Extract<FleetReply, 
   };
   return {
     async updateWeights(path, version, opts = {}) {
-      let msg: FleetMsg = { op: "updateWeights", version, ...fullOf(path) };
+      let msg: FleetMsg = { op: "updateWeights", version, ...fullOf(path), ...keep };
       if (opts.loadFormat !== undefined) {
         const delta = opts.loadFormat === DELTA_LOAD_FORMAT ? parseObjectLocation(path) : null;
         if (!delta || opts.fullModelDir === undefined)
           throw new OozeError("INTERNAL", `weight-sync: the fleet actor takes '${DELTA_LOAD_FORMAT}' updates from the object store with a full checkpoint; got '${opts.loadFormat}' at ${path}`);
-        msg = { op: "updateWeights", version, delta, ...fullOf(opts.fullModelDir) };
+        msg = { op: "updateWeights", version, delta, ...fullOf(opts.fullModelDir), ...keep };
       }
       try {
         return { fullFallbacks: (await ask(msg)).fullFallbacks ?? [] };
@@ -125,7 +126,7 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
       const fleet = remoteRef<FleetMsg>(system, cfg.fleet);
       const record = await versions.get();
       const start = record?.version ?? -1;
-      const target = fleetTarget((m) => askFleet(fleet, m, cfg.updateTimeoutMs));
+      const target = fleetTarget((m) => askFleet(fleet, m, cfg.updateTimeoutMs), { keepCache: env.train.keepCacheOnUpdate });
       const log = (l: string) => ctx.log.warn(l);
       const fullStore = cfg.transport === "object" ? await ObjectFullStore.open(env.bus, env.names.objWeights, cfg.keepFull) : directFullStore;
       let sync: FullWeightSync | DeltaWeightSync;

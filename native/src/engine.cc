@@ -457,11 +457,12 @@ void Engine::deliver(std::vector<EngineEvent>& events) {
   if (undelivered_ > 0 && --undelivered_ == 0) aborted_serials_.clear();
 }
 
-void Engine::load_weights(Model&& model) {
+void Engine::load_weights(Model&& model, bool keep_cache) {
   if (!same_architecture(model_.cfg, model.cfg)) throw std::invalid_argument("the new weights' config differs from the running model's");
   std::lock_guard<std::mutex> compute(compute_mu_);
   std::lock_guard<std::mutex> lk(mu_);
   model_.params.swap(model.params);
+  if (keep_cache) return;
   // Cached keys/values are stale under new weights. Running requests keep theirs (and go on with
   // the new weights, as SGLang's in-place pause does) but nothing computed before this point is
   // cached or reused again: unpinned prefixes go now, pinned ones when their last request ends.

@@ -113,8 +113,12 @@ class Engine {
   /** Empties the prefix cache; false (nothing flushed) while a request holds a cached prefix. */
   bool flush_cache();
   EngineCacheStats cache_stats();
-  /** Replaces the weights (same config required; throws std::invalid_argument otherwise) and flushes the cache. */
-  void load_weights(Model&& model);
+  /**
+   * Replaces the weights (same config required; throws std::invalid_argument otherwise) and flushes the
+   * cache. With keep_cache the cached prefixes stay and are reused under the new weights (SGLang's
+   * flush_cache false: the caller accepts keys and values computed by the old ones).
+   */
+  void load_weights(Model&& model, bool keep_cache = false);
   /** Logits [n, vocab] of every position of `tokens` under `adapter` ("" = base) without touching the cache (tests). */
   std::vector<float> forward_logits(const std::vector<int32_t>& tokens, const std::string& adapter = "");
 

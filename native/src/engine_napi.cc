@@ -262,10 +262,11 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
 
   Napi::Value LoadWeights(const Napi::CallbackInfo& info) {
     eng(info.Env());
-    if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "loadWeights(dir: string)");
+    if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "loadWeights(dir: string, keepCache?: boolean)");
     std::string dir = info[0].As<Napi::String>();
+    const bool keep = info.Length() > 1 && info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
     return queue(
-        info.Env(), "ooze.Engine.loadWeights", [eng = eng_, dir] { eng->load_weights(load_model_dir(dir)); },
+        info.Env(), "ooze.Engine.loadWeights", [eng = eng_, dir, keep] { eng->load_weights(load_model_dir(dir), keep); },
         [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
   }
 

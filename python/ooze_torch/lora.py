@@ -112,6 +112,12 @@ def attach(model: torch.nn.Module, spec: Spec, seed: int) -> list[tuple[Slot, to
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         inject_adapter_in_model(cfg, model)
+    return collect(model, slots)
+
+
+def collect(model: torch.nn.Module, slots: list[Slot]) -> list[tuple[Slot, torch.nn.Parameter]]:
+    """The adapter's tensors of a model PEFT's layers are in, in layout order (after FSDP2 shards a
+    model its parameters are new objects: collected again then)."""
     out = []
     for s in slots:
         p = getattr(model.get_submodule(s.module), s.part)["default"].weight

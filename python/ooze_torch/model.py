@@ -84,12 +84,16 @@ def load_model(model_dir: str, attn: str) -> torch.nn.Module:
 
 def model_from_config(cfg: dict, attn: str, seed: int | None) -> torch.nn.Module:
     """A randomly initialised causal LM of a config.json dict (fp32, eval mode)."""
-    from transformers import AutoModelForCausalLM
-
     if seed is not None:
         torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(hf_config(cfg), dtype=torch.float32, attn_implementation=attn)
-    return model.eval()
+    return model_like(hf_config(cfg), attn)
+
+
+def model_like(config, attn: str) -> torch.nn.Module:
+    """A new causal LM of a transformers config object (fp32, eval mode; its weights to be set)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attn).eval()
 
 
 @dataclass

@@ -70,11 +70,14 @@ class TorchTrainer:
                 self.set_params(source["params"])
         return self.info()
 
-    def _adopt(self, model: torch.nn.Module, config: dict) -> None:
+    def _adopt(self, model: torch.nn.Module, config: dict, lora: tuple[L.Spec, int] | None = None) -> None:
+        """Takes `model` as the one trained (sharded across ranks), with a LoRA adapter `lora` (spec,
+        seed) put in first: FSDP2 takes no module added to a model it has sharded."""
         if self.ckpt:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.train()  # HF checkpoints only in training mode; these configs have no dropout
         self.names = [n for n, _ in M.ordered_params(model)]
+        slots = [s for s, _ in L.attach(model, *lora)] if lora is not None else []
         net = M.PolicyNet(model)
         if self.g.distributed:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -89,8 +92,22 @@ class TorchTrainer:
         config = {"model_type": model.config.model_type, "architectures": [type(model).__name__], **config}
         self.model, self.net, self.config = model, net, config
         self.head, self.step, self.head_step = None, 0, 0
-        self.spec, self.adapter = None, []
+        self.spec, self.adapter = (lora[0], L.collect(model, slots)) if lora is not None else (None, [])
         self.reset_optimizer()
+
+    def _reshard(self, lora: tuple[L.Spec, int] | None) -> None:
+        """Across ranks, an adapter put in or taken out: the model is built again unsharded from its
+        whole parameters, with the adapter (or without one), and sharded again. The value head and
+        the base's directory stay; the optimizer state of what trains starts empty."""
+        whole = [self._full(p, p) for _, p in self._params()]  # gathered on every rank
+        keep = (self.head, self.head_opt, self.head_step, self.base_dir)
+        model = M.model_like(self.model.config, self.attn)
+        named = dict(M.ordered_params(model))
+        with torch.no_grad():
+            for n, t in zip(self.names, whole):
+                named[n].copy_(t)
+        self._adopt(model, self.config, lora)
+        self.head, self.head_opt, self.head_step, self.base_dir = keep
 
     def _params(self) -> list[tuple[str, torch.nn.Parameter]]:
         """The model's parameters in layout order (an adapted Linear's weight is PEFT's base_layer's)."""
@@ -350,6 +367,10 @@ class TorchTrainer:
         state of what trains starts empty."""
         self._need()
         if opts is None:
+            if self.g.distributed:
+                self.zero_grads()
+                self._reshard(None)
+                return
             L.detach(self.model)
             self.spec, self.adapter = None, []
             self._new_optimizer()
@@ -365,13 +386,13 @@ class TorchTrainer:
         if params is not None:
             with torch.no_grad():
                 for (_, p), t in zip(self.adapter, _unflat(params, [p for _, p in self.adapter])):
-                    p.copy_(t)
+                    _assign(p, t)
 
     def _attach(self, spec: L.Spec, seed: int) -> None:
-        if self.g.distributed:
-            raise WorkerError("CONFIG_INVALID", f"LoRA on the torch worker runs in one process: an adapter over an FSDP2 group of {self.g.world} ranks "
-                                                "is not supported (use trainer.gpus: 1, or backend: native)")
         self.zero_grads()
+        if self.g.distributed:  # sharded with the model, each rank holding its share of every adapter tensor
+            self._reshard((spec, seed))
+            return
         self.adapter, self.spec = L.attach(self.model, spec, seed), spec  # PEFT puts them on the base's device
         self._new_optimizer()
 
@@ -383,14 +404,16 @@ class TorchTrainer:
         for s, p in self.adapter:
             tensors.append({"name": s.name, "offset": off, "shape": s.shape})
             off += p.numel()
-        return {"config": self.spec.as_dict(), "params": _flat([p.detach().cpu() for _, p in self.adapter]),
+        return {"config": self.spec.as_dict(), "params": _flat([self._full(p, p) for _, p in self.adapter]),
                 "grads": _flat([self._full(p.grad, p) for _, p in self.adapter]), "step": self.step, "tensors": tensors}
 
     def save_lora(self, d: str, weight_version: str = "", base_model: str = "") -> None:
         """The adapter in PEFT's format (adapter_config.json + adapter_model.safetensors, F32)."""
         if self.spec is None:
             raise WorkerError("CONFIG_INVALID", "saveLora: no adapter (setLora or loadLora first)")
-        L.write_dir(d, self.spec, [(s.name, p) for s, p in self.adapter], base_model or "", weight_version or "")
+        tensors = [(s.name, self._full(p, p)) for s, p in self.adapter]  # gathered on every rank
+        if self.g.rank == 0:
+            L.write_dir(d, self.spec, tensors, base_model or "", weight_version or "")
 
     def load_lora(self, d: str) -> dict:
         """Trains the PEFT adapter in `d` over the frozen base from now on (fresh optimizer state)."""
@@ -403,7 +426,7 @@ class TorchTrainer:
         self._attach(spec, 0)
         with torch.no_grad():
             for s, p in self.adapter:
-                p.copy_(tensors[s.name])
+                _assign(p, tensors[s.name])
         return {"weightVersion": version}
 
     # ---- checkpoints -------------------------------------------------------------------------

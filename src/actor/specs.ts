@@ -51,26 +51,32 @@ export async function startActors(
   opts: StartActorsOptions = {},
 ): Promise<StartedActor[]> {
   const started: StartedActor[] = [];
-  for (const spec of specs) {
-    const where = spec.placement ?? opts.defaultHost ?? opts.host;
-    if (opts.host !== undefined && where !== opts.host) continue;
-    const count = spec.count ?? 1;
-    if (!Number.isInteger(count) || count < 1) {
-      throw new OozeError("TOPOLOGY_INVALID", `actor '${spec.name}': count must be an integer >= 1 (got ${count})`);
+  try {
+    for (const spec of specs) {
+      const where = spec.placement ?? opts.defaultHost ?? opts.host;
+      if (opts.host !== undefined && where !== opts.host) continue;
+      const count = spec.count ?? 1;
+      if (!Number.isInteger(count) || count < 1) {
+        throw new OozeError("TOPOLOGY_INVALID", `actor '${spec.name}': count must be an integer >= 1 (got ${count})`);
+      }
+      const def = await resolve(spec.kind, spec);
+      const config = spec.config ?? {};
+      const refs: ActorRef<unknown>[] = [];
+      if (count === 1 && spec.supervision === undefined) {
+        refs.push(system.spawn(def, { name: spec.name, config }));
+      } else {
+        const sup = system.supervisor({ name: spec.name, ...(spec.supervision ? { supervision: spec.supervision } : {}) });
+        for (let i = 0; i < count; i++) refs.push(sup.spawn(def, { name: String(i), config }));
+      }
+      for (const ref of refs) {
+        const durable = spec.durable ? await serveDurable(system, ref.path, opts.durable) : null;
+        started.push({ spec: spec.name, path: ref.path, ref, durable });
+      }
     }
-    const def = await resolve(spec.kind, spec);
-    const config = spec.config ?? {};
-    const refs: ActorRef<unknown>[] = [];
-    if (count === 1 && spec.supervision === undefined) {
-      refs.push(system.spawn(def, { name: spec.name, config }));
-    } else {
-      const sup = system.supervisor({ name: spec.name, ...(spec.supervision ? { supervision: spec.supervision } : {}) });
-      for (let i = 0; i < count; i++) refs.push(sup.spawn(def, { name: String(i), config }));
-    }
-    for (const ref of refs) {
-      const durable = spec.durable ? await serveDurable(system, ref.path, opts.durable) : null;
-      started.push({ spec: spec.name, path: ref.path, ref, durable });
-    }
+  } catch (e) {
+    // what was served so far stops with the failure; the caller stops the system's actors
+    for (const a of started) await a.durable?.stop().catch(() => undefined);
+    throw e;
   }
   return started;
 }

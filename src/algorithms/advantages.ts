@@ -29,6 +29,15 @@ export interface ScoredSample {
 export interface AdvantageOptions {
   /** Added to the standard deviation before dividing (GRPO, GSPO, global whitening). Default 1e-6. */
   eps?: number;
+  /**
+   * Negative-sample reinforcement for groups that failed throughout (group-baseline estimators:
+   * grpo, gspo, dr_grpo, rloo). A group of two or more episodes whose rewards are all equal and not
+   * above 0 has no contrast, so its advantages are 0 and a policy that put all its probability on a
+   * failing answer to that prompt gets no gradient to leave it. With this > 0 each of its episodes gets
+   * −failedGroupAdvantage: the sampled answers are pushed down and the probability goes to the others.
+   * Default 0 (plain estimators).
+   */
+  failedGroupAdvantage?: number;
 }
 
 /**
@@ -49,6 +58,8 @@ export function computeAdvantages(
   options: AdvantageOptions = {},
 ): Float64Array {
   const eps = options.eps ?? 1e-6;
+  const penalty = options.failedGroupAdvantage ?? 0;
+  if (!(penalty >= 0)) throw new RangeError(`failedGroupAdvantage must be ≥ 0, got ${penalty}`);
   const out = new Float64Array(samples.length);
   // group → episode → sample positions
   const groups = new Map<number, Map<string, number[]>>();
@@ -69,8 +80,13 @@ export function computeAdvantages(
     const n = rewards.length;
     const m = mean(rewards);
     const sd = n > 1 ? std(rewards, m) : 0;
+    const failedThroughout = penalty > 0 && n > 1 && sd === 0 && m <= 0 && estimator !== "reinforce_pp" && estimator !== "reinforce_pp_baseline";
     eps_.forEach((positions, k) => {
       const r = rewards[k]!;
+      if (failedThroughout) {
+        episodeAdv.push({ positions, adv: -penalty });
+        return;
+      }
       let adv: number;
       switch (estimator) {
         case "grpo":

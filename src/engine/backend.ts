@@ -111,8 +111,11 @@ export interface InferenceBackend {
   /** Empty the prefix cache; false (nothing flushed) while requests hold cache locks. */
   flushCache(): boolean;
   cacheStats(): BackendCacheStats;
-  /** Replace the weights from a model directory (config must match). Flushes the prefix cache. */
-  loadWeights(dir: string): Promise<void>;
+  /**
+   * Replace the weights from a model directory (config must match). Flushes the prefix cache unless
+   * opts.keepCache (SGLang's flush_cache false: cached prefixes are reused under the new weights).
+   */
+  loadWeights(dir: string, opts?: { keepCache?: boolean }): Promise<void>;
   /** Release native memory. */
   close(): void;
 }

@@ -23,6 +23,8 @@ export type LoadWeightsHook = (req: {
   weightVersion: string | null;
   /** The version the engine serves now. */
   currentVersion: string;
+  /** The request's flush_cache was false: keep the prefix cache (the backend's loadWeights opts.keepCache). */
+  keepCache?: boolean;
 }) => Promise<void>;
 
 /** Options of startEngineServer. */
@@ -150,11 +152,11 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
   const vocab = typeof backend.info.config.vocab_size === "number" ? backend.info.config.vocab_size : undefined;
   const loadWeights: LoadWeightsHook =
     opts.loadWeights ??
-    (async ({ modelPath, loadFormat }) => {
+    (async ({ modelPath, loadFormat, keepCache }) => {
       if (loadFormat !== null && loadFormat !== "auto" && loadFormat !== "safetensors") {
         throw new OozeError("BAD_REQUEST", `load_format '${loadFormat}' is not supported; use a model directory (auto or safetensors)`);
       }
-      await backend.loadWeights(modelPath);
+      await backend.loadWeights(modelPath, { keepCache: keepCache ?? false });
     });
   const sched = new Scheduler(backend);
   const lora = loraApi(backend);
@@ -356,10 +358,11 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
         if (u.abort_all_requests) sched.abortAll("Aborted by /update_weights_from_disk (abort_all_requests)");
         const kept = await sched.holdAndDrain();
         paused = sched.pauseMode === null ? 0 : kept;
-        await loadWeights({ modelPath: u.model_path, loadFormat: u.load_format ?? null, weightVersion: u.weight_version ?? null, currentVersion: weightVersion });
+        const flush = u.flush_cache ?? true;
+        await loadWeights({ modelPath: u.model_path, loadFormat: u.load_format ?? null, weightVersion: u.weight_version ?? null, currentVersion: weightVersion, keepCache: !flush });
         modelPath = u.model_path;
         if (u.weight_version !== undefined && u.weight_version !== null) weightVersion = u.weight_version;
-        if (u.flush_cache ?? true) backend.flushCache();
+        if (flush) backend.flushCache();
         return [200, { success: true, message: "Succeeded to update model weights.", num_paused_requests: paused }];
       } catch (e) {
         const message = `Failed to update weights: ${e instanceof Error ? e.message : String(e)}`;

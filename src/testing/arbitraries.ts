@@ -129,6 +129,12 @@ export interface CheckOptions {
   seed?: number;
   /** The counterexample path printed by a failing run. */
   path?: string;
+  /**
+   * Stops trying or shrinking schedules after this long (ms), between runs: a failure found is then
+   * reported with the schedule shrunk so far. Set it under the test's timeout, so that a schedule that
+   * fails slowly (a job that runs to its deadline) is reported rather than timed out.
+   */
+  timeLimitMs?: number;
 }
 
 /** The outcome of checkSchedules. */
@@ -144,6 +150,12 @@ export interface CheckResult<E = undefined> {
   drawn: E | null;
   /** Why it failed (the property's error message). */
   error: string | null;
+}
+
+/** An error's message on one line, its head and its tail (an assertion's own message comes first, what failed last). */
+function gist(e: unknown): string {
+  const text = String(e instanceof Error ? e.message : e).replace(/\s*\n\s*/g, " | ");
+  return text.length <= 800 ? text : `${text.slice(0, 300)} … ${text.slice(-500)}`;
 }
 
 /**
@@ -162,10 +174,31 @@ export async function checkSchedules<E = undefined>(
   const envSeed = process.env.OOZE_PROPERTY_SEED !== undefined ? Number(process.env.OOZE_PROPERTY_SEED) : undefined;
   const seed = opts.seed ?? (Number.isInteger(envSeed) ? envSeed : undefined);
   const path = opts.path ?? (seed !== undefined && opts.seed === undefined ? process.env.OOZE_PROPERTY_PATH : undefined);
-  const params: fc.Parameters<[FaultSpec[], E]> = { numRuns: runs, ...(seed !== undefined ? { seed } : {}), ...(path !== undefined ? { path } : {}) };
+  // The seed is drawn here, not by fast-check, so that it is printed before the first schedule runs: a
+  // test that times out still names the seed that replays it.
+  const drawnSeed = seed ?? (Date.now() ^ Math.floor(Math.random() * 0x100000000)) | 0;
+  const params: fc.Parameters<[FaultSpec[], E]> = {
+    numRuns: runs,
+    seed: drawnSeed,
+    ...(path !== undefined ? { path } : {}),
+    ...(opts.timeLimitMs !== undefined ? { interruptAfterTimeLimit: opts.timeLimitMs } : {}),
+  };
+  const name = opts.label ?? "schedules";
+  process.stdout.write(`ooze/testing: ${name}: ${runs} schedule(s) from seed ${drawnSeed}${path !== undefined ? ` path ${path}` : ""}\n`);
   const extra = opts.with ?? (fc.constant(undefined) as unknown as fc.Arbitrary<E>);
-  const d = await fc.check(fc.asyncProperty(scheduleArb(space), extra, property), params);
+  // The first failure is printed as it happens, before shrinking (which may take longer than the test has).
+  let failures = 0;
+  const checked = async (schedule: FaultSpec[], drawn: E): Promise<void> => {
+    try {
+      await property(schedule, drawn);
+    } catch (e) {
+      if (failures++ === 0) process.stdout.write(`ooze/testing: ${name}: schedule ${JSON.stringify(schedule)} failed (shrinking): ${gist(e)}\n`);
+      throw e;
+    }
+  };
+  const d = await fc.check(fc.asyncProperty(scheduleArb(space), extra, checked), params);
   const err = d.errorInstance;
+  if (d.interrupted) process.stdout.write(`ooze/testing: ${name}: stopped at the time limit (${opts.timeLimitMs} ms) after ${d.numRuns} schedule(s)\n`);
   if (opts.label !== undefined) recordSchedules(opts.label, d.numRuns, !d.failed, d.seed);
   return {
     ok: !d.failed,

@@ -55,13 +55,22 @@ export async function startNode(opts: {
   const metrics: MetricsServer | null = m === false ? null : await startMetricsServer(processMetrics(), m === true ? {} : m);
   const system = createSystem({ name: job, supervision: topology.supervision, log });
   const unwatch = metrics ? watchActors(system) : () => undefined;
-  await attachBus(system, bus, { job });
   const specs = topology.actors.map((a) => ({ ...a, config: { ...a.config, host, job } }));
   const byName = new Map(topology.actors.map((a) => [a.name, a]));
-  const actors = await startActors(system, specs, (_kind, spec) => opts.resolveKind(byName.get(spec.name)!, topology, system), {
-    host,
-    defaultHost: topology.hosts[0]!.name,
-  });
+  let actors: StartedActor[];
+  try {
+    await attachBus(system, bus, { job });
+    actors = await startActors(system, specs, (_kind, spec) => opts.resolveKind(byName.get(spec.name)!, topology, system), {
+      host,
+      defaultHost: topology.hosts[0]!.name,
+    });
+  } catch (e) {
+    // a node that fails to start leaves nothing behind: no actor, no metrics server in this process
+    await system.stop().catch(() => undefined);
+    unwatch();
+    await metrics?.close().catch(() => undefined);
+    throw e;
+  }
 
   let resolveStopped!: (v: { reason: StopReason; error: OozeError | null }) => void;
   const stopped = new Promise<{ reason: StopReason; error: OozeError | null }>((r) => (resolveStopped = r));

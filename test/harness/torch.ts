@@ -1,13 +1,16 @@
-// The PyTorch trainer worker in tests: its Python environment made ready once per test file (pip from
-// the machine's configured index on a fresh machine, about 40 s; a stamp check afterwards), and the
-// command that starts it on CPU.
+// The PyTorch trainer worker in tests: its Python environment made ready once per process (the test
+// files of a vitest worker share it: pip from the machine's configured index on a fresh machine, about
+// 40 s; a stamp check afterwards), and the command that starts it on CPU.
 import { ensureTorchEnv, torchWorkerCommand, type TorchWorkerSettings } from "../../native/worker/torch-env.ts";
 
 let python: Promise<string> | null = null;
 
-/** The worker's interpreter, set up on first use. */
+/** The worker's interpreter, set up on first use (a failed setup is not kept: the next file tries again). */
 export function torchPython(): Promise<string> {
-  python ??= ensureTorchEnv((line) => process.stderr.write(`[torch setup] ${line}\n`));
+  python ??= ensureTorchEnv((line) => process.stderr.write(`[torch setup] ${line}\n`)).catch((e: unknown) => {
+    python = null;
+    throw e;
+  });
   return python;
 }
 

@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { agentSchema } from "../../actors/protocol/agent-config.ts";
 import { runAgentEpisode, type SessionHost } from "../../actors/environment/agent/episode.ts";
 import { runAgentGroup } from "../../actors/environment/agent/group.ts";
@@ -57,8 +57,14 @@ function standInGateway(segments = 1): SessionHost & { opened: string[]; closed:
 
 const task = await loadAgentTask(join(fixtures, "write-task.ts"), {}, fixtures);
 const spec = (groupIndex: number, firstIndex: number) => ({ groupIndex, episode: 0, firstIndex, seed: 0, temperature: 1, samplingSeed: 1 });
-/** This process's episode directories (other test files run agents at the same time). */
-const agentDirs = () => episodeDirsOf();
+/**
+ * The episode directories this file's episodes left: this process's (other processes run agents at
+ * the same time), less those there before the file began (other test files share this vitest process,
+ * isolate: false, and a job of theirs that outlived its test may still have some).
+ */
+let dirsBefore = new Set<string>();
+beforeAll(() => void (dirsBefore = new Set(episodeDirsOf())));
+const agentDirs = () => episodeDirsOf().filter((d) => !dirsBefore.has(d));
 
 describe("runAgentEpisode", () => {
   it("records a crashing agent as a failed episode with its exit code and stderr, and closes its session", async () => {

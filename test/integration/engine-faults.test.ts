@@ -88,7 +88,9 @@ describe("ooze rollout behind a fault-injecting proxy (30 % of /generate)", () =
         const proxies: EngineFaultProxy[] = [];
         try {
           for (let i = 0; i < count; i++) proxies.push(await startEngineFaultProxy(engines[i]!.url, { kind, rate: 0.3, seed: 11 + i }));
-          const r = await rollout(proxies.map((p) => p.url), `${kind}-${count}`);
+          // A hang is found by the fleet's progress deadline; 3 s instead of the default 10 s before the
+          // deadline adapts to observed durations (a slow healthy dispatch re-dispatched is allowed below).
+          const r = await rollout(proxies.map((p) => p.url), `${kind}-${count}`, kind === "hang" ? ["--progress-timeout", "3000"] : []);
           const injected = proxies.reduce((n, p) => n + (p.stats().faulted[kind] ?? 0), 0);
           expect(r.code, r.out).toBe(0);
           expectEveryIndexOnce(r.lines);

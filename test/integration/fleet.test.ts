@@ -434,6 +434,20 @@ describe("fleet: weight updates and the KV registry", () => {
     expect(c.weightVersions).toEqual([{ start: 0, end: 400, version: "10" }]);
   });
 
+  it("an update with flushCache false keeps the engines' prefix caches for the next turns; by default an update flushes them", async () => {
+    const f = fleet();
+    await f.attach(servers[1]!.url);
+    const turn = () => f.generate({ inputIds: prompts[3]!, sampling: { ...sampling, max_new_tokens: 4 } });
+    await turn();
+    expect((await turn()).cachedTokens).toBeGreaterThan(0); // the prompt is cached
+    await f.updateWeights(dirA2, "20", { flushCache: false });
+    const kept = await turn();
+    expect(kept.cachedTokens).toBeGreaterThan(0);
+    expect(kept.weightVersions.map((w) => w.version)).toEqual(["20"]);
+    await f.updateWeights(dirA, "21");
+    expect((await turn()).cachedTokens).toBe(0);
+  });
+
   it("a fleet that follows another's version keeps an engine behind it out of routing until it is brought up to date", async () => {
     // The engine came back from a restart on its initial weights (version 1, or an SGLang server's
     // "default") while the job is at version 3: the fleet that updates engines is another one.

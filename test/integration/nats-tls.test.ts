@@ -40,6 +40,7 @@ describe("NATS over TLS", () => {
       await viaEnv.close();
     } finally {
       for (const k of Object.keys(env)) if (saved[k] === undefined) delete process.env[k];
+      else process.env[k] = saved[k];
     }
 
     await expect(connectBus({ url: server.url, token: server.token, tls: { caFile: tls.caFile }, reconnect: false, connectTimeoutMs: 3000 })).rejects.toThrow(

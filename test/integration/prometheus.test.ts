@@ -37,7 +37,8 @@ describe.skipIf("skip" in bin)("Prometheus scrapes ooze", () => {
     const stop = new AbortController();
     const topology = parseTopology("name: prom-train\nactors: [{ name: trainer, kind: train.trainer }]\n");
     const train = trainSchema.parse({ task: "addition", taskConfig: { digits: 1, answer: "last-digit" }, preset: "tiny", steps: 10_000, maxSeconds: 120, promptsPerStep: 2, samplesPerPrompt: 2 });
-    const job = runTrainJob({ topology, train, engines: enginesSchema.parse({ count: 1 }), out: join(dir, "run"), verbose: true, log: (l) => lines.push(l), signal: stop.signal });
+    const jobId = `prom-train-${process.pid}`;
+    const job = runTrainJob({ topology, train, engines: enginesSchema.parse({ count: 1 }), out: join(dir, "run"), job: jobId, verbose: true, log: (l) => lines.push(l), signal: stop.signal });
     cleanups.push(() => (stop.abort(), job.catch(() => undefined)));
     const nodeMetrics = await waitUntil(() => lines.map((l) => /info metrics: (http:\/\/\S+)/.exec(l)?.[1]).find(Boolean), { what: "the node's metrics address", timeoutMs: 60_000 });
 
@@ -89,12 +90,17 @@ describe.skipIf("skip" in bin)("Prometheus scrapes ooze", () => {
         return [];
       }
     };
+    // The node serves its process's registry, which the other test files of this vitest worker record
+    // into as well (isolate: false; a job of theirs still running, e.g. after a timeout, has a fleet
+    // too): only this job's series count, by its `job` label (`exported_job` once Prometheus sets
+    // its own `job`, the scrape job's name).
+    const ours = `exported_job="${jobId}"`;
     const wants: [string, (v: number) => boolean][] = [
       ["up == 1", () => true],
-      ["ooze_trainer_steps_total", (v) => v >= 1],
-      ["ooze_buffer_batches_total", (v) => v >= 1],
-      ["ooze_fleet_engines{state=\"healthy\"}", (v) => v === 1],
-      ["ooze_actor_processed{actor=~\".*trainer\"}", (v) => v >= 0],
+      [`ooze_trainer_steps_total{${ours}}`, (v) => v >= 1],
+      [`ooze_buffer_batches_total{${ours}}`, (v) => v >= 1],
+      [`ooze_fleet_engines{state="healthy",${ours}}`, (v) => v === 1],
+      [`ooze_actor_processed{actor=~".*trainer",${ours}}`, (v) => v >= 0],
       ["sglang:num_requests_total", (v) => v >= 1],
       ["sglang:time_to_first_token_seconds_count", (v) => v >= 1],
       ["ooze_gateway_requests_total{api=\"chat/completions\",code=\"200\"}", (v) => v === 1],

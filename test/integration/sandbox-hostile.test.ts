@@ -44,6 +44,9 @@ let dashboard: Server;
 let victim: ChildProcess;
 const victimSecret = `victim-${Math.random().toString(36).slice(2)}`;
 
+/** OOZE_NATS_URL as it was before this file set it (restored in afterAll: other test files share this process). */
+const savedNatsUrl = process.env.OOZE_NATS_URL;
+
 beforeAll(async () => {
   nats = await startTestNats();
   // ooze's own environment holds the NATS credentials (as `ooze node --nats` would): no agent may see them.
@@ -59,7 +62,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  delete process.env.OOZE_NATS_URL;
+  if (savedNatsUrl === undefined) delete process.env.OOZE_NATS_URL;
+  else process.env.OOZE_NATS_URL = savedNatsUrl;
   victim?.kill("SIGKILL");
   await gateway?.close();
   await fleet?.close();
@@ -206,10 +210,21 @@ const task: AgentTask = {
 /**
  * Processes of sandbox uids (ooze as root gives each sandbox an id ≥ 1.5e9) that are this process's
  * descendants or orphans (escaped to init; other ooze jobs on the machine have sandboxes of their
- * own), and daemons by their marker.
+ * own), and daemons by their marker; less those in `before` (pid and start time), there before the
+ * case began: other test files share this vitest process (isolate: false), and a job of theirs that
+ * outlived its test (a timeout) may still have sandboxes running.
  */
-function leftovers(): string[] {
-  const out: string[] = [];
+function leftovers(before: ReadonlySet<string> = new Set()): string[] {
+  return leftoverProcs().filter((l) => !before.has(l.key)).map((l) => l.line);
+}
+
+/** What leftovers() would name now, as keys (pid and start time) for its `before`. */
+function leftoverKeys(): Set<string> {
+  return new Set(leftoverProcs().map((l) => l.key));
+}
+
+function leftoverProcs(): { key: string; line: string }[] {
+  const out: { key: string; line: string }[] = [];
   const parent = (p: string) => Number(/^PPid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, "utf8"))?.[1] ?? 0);
   const ours = (p: string) => {
     for (let q = parent(p), hops = 0; q > 1 && hops < 64; q = parent(String(q)), hops++) if (q === process.pid) return true;
@@ -221,7 +236,9 @@ function leftovers(): string[] {
       const status = readFileSync(`/proc/${p}/status`, "utf8");
       const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
       const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8").replace(/\0/g, " ");
-      if ((root && uid >= 1_500_000_000 && ours(p)) || /^sleep 31[34]\d/.test(cmd)) out.push(`${p} uid ${uid}: ${cmd.slice(0, 100)}`);
+      const stat = readFileSync(`/proc/${p}/stat`, "utf8");
+      const started = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]; // field 22, starttime
+      if ((root && uid >= 1_500_000_000 && ours(p)) || /^sleep 31[34]\d/.test(cmd)) out.push({ key: `${p}@${started}`, line: `${p} uid ${uid}: ${cmd.slice(0, 100)}` });
     } catch {
       // gone while reading
     }
@@ -231,6 +248,11 @@ function leftovers(): string[] {
 
 describe("hostile agents in the default sandbox", () => {
   it("contains every attempt, records each episode failed with its reason, leaves no process, and a good episode completes beside them", async () => {
+    // Other test files share this process (and so its metrics, its episode directories and sandbox
+    // processes a job of theirs may have left running): count from here on.
+    const metricsBefore = await processMetrics().metrics();
+    const procsBefore = leftoverKeys();
+    const dirsBefore = new Set(episodeDirsOf(process.pid));
     const runs = cases.map(async (c, i): Promise<[Case, Sample[]]> => {
       const agent = agentSchema.parse({ ...c.agent, env: c.env?.() ?? {}, timeoutS: c.timeoutS ?? 30, killGraceS: 0.5, ...(c.sandbox ? { sandbox: c.sandbox } : {}) });
       const samples = await runAgentEpisode({ sessions: gateway, task, agent, baseDir: scratch }, { groupIndex: i, episode: 0, firstIndex: i * 4, seed: 0, temperature: 1, samplingSeed: i });
@@ -261,14 +283,15 @@ describe("hostile agents in the default sandbox", () => {
     expect(ok[0]!.reward).toBe(1);
     expect(ok[0]!.metadata.requests).toBe(1);
     // Nothing left: no process of a sandbox, no daemon; the victim lives; no file written outside.
-    await waitUntil(() => leftovers().length === 0, { what: "every sandboxed process to be gone", timeoutMs: 10_000, diagnostics: () => leftovers().join("\n") });
+    await waitUntil(() => leftovers(procsBefore).length === 0, { what: "every sandboxed process to be gone", timeoutMs: 10_000, diagnostics: () => leftovers(procsBefore).join("\n") });
     expect(victim.exitCode).toBeNull();
     expect(victim.signalCode).toBeNull();
     expect(existsSync(join(scratch, "pwned"))).toBe(false);
-    expect(episodeDirsOf(process.pid)).toEqual([]);
+    expect(episodeDirsOf(process.pid).filter((d) => !dirsBefore.has(d))).toEqual([]);
     // each episode counted in this process's metrics by outcome and why it failed
-    const counted = (labels: string) => Number(new RegExp(`^ooze_agent_episodes_total\\{${labels}\\} (\\d+)$`, "m").exec(metricsText)?.[1] ?? 0);
+    const count = (text: string, labels: string) => Number(new RegExp(`^ooze_agent_episodes_total\\{${labels}\\} (\\d+)$`, "m").exec(text)?.[1] ?? 0);
     const metricsText = await processMetrics().metrics();
+    const counted = (labels: string) => count(metricsText, labels) - count(metricsBefore, labels);
     expect(counted('outcome="completed",reason="none"')).toBe(1);
     const failedBy = (kind: string) => results.filter(([, x]) => failureKind(String(x[0]!.metadata.error)) === kind).length;
     for (const kind of ["timeout", "memory", "agent", "no_request", ...(cpuAccounting() ? ["cpu"] : [])]) {
@@ -281,13 +304,14 @@ describe("hostile agents in the default sandbox", () => {
   it("ends the sandboxes of a stopping job: its running episodes are killed and their groups left for the next rollout", async () => {
     const fixtures = resolve(import.meta.dirname, "../fixtures/agents");
     const train = trainSchema.parse({ preset: "tiny", task: "./write-task.ts", samplesPerPrompt: 2, agent: { command: "sh", args: ["-c", "trap '' TERM; sleep 3142 & wait"], killGraceS: 0.5 } });
+    const procsBefore = leftoverKeys();
     const agents = await startAgentRollout({ ...train, agent: train.agent! }, fixtures, fleet);
     try {
       const group = agents.group({ groupIndex: 0, firstSample: 0, samples: 2 * train.agent!.maxSegments });
       const settled = group.then(() => "resolved", (e: Error) => e.message);
       await waitUntil(() => leftovers().filter((l) => /: sleep 3142/.test(l)).length === 2, { what: "both episodes' agents to run", timeoutMs: 20_000, diagnostics: () => leftovers().join("\n") });
       await agents.stop();
-      await waitUntil(() => leftovers().length === 0, { what: "the stopped episodes' processes to be gone", timeoutMs: 10_000, diagnostics: () => leftovers().join("\n") });
+      await waitUntil(() => leftovers(procsBefore).length === 0, { what: "the stopped episodes' processes to be gone", timeoutMs: 10_000, diagnostics: () => leftovers(procsBefore).join("\n") });
       expect(await settled).toMatch(/rollout stopping: the episodes of group 0 were ended/);
     } finally {
       await agents.close();
@@ -295,13 +319,14 @@ describe("hostile agents in the default sandbox", () => {
   }, 60_000);
 
   it("ends what a SIGKILLed ooze left: the sandbox dies with its parent", async () => {
+    const procsBefore = leftoverKeys();
     const owner = spawn(process.execPath, ["--import", "tsx", resolve(import.meta.dirname, "../fixtures/agents/episode-owner.ts"), "3143", scratch], { stdio: ["ignore", "pipe", "pipe"] });
     let err = "";
     owner.stderr!.on("data", (b: Buffer) => (err += b.toString()));
     try {
       await waitUntil(() => leftovers().filter((l) => /: sleep 3143/.test(l)).length === 2, { what: "the owner's agent to run", timeoutMs: 20_000, diagnostics: () => `${leftovers().join("\n")}\n${err}` });
       owner.kill("SIGKILL");
-      await waitUntil(() => leftovers().length === 0, { what: "the sandbox to die with its parent", timeoutMs: 10_000, diagnostics: () => leftovers().join("\n") });
+      await waitUntil(() => leftovers(procsBefore).length === 0, { what: "the sandbox to die with its parent", timeoutMs: 10_000, diagnostics: () => leftovers(procsBefore).join("\n") });
       // the next start sweeps after its predecessor is gone (here: reaped by this test process)
       if (owner.exitCode === null && owner.signalCode === null) await new Promise((r) => owner.once("exit", r));
       // Its episode directory stays (nobody was left to remove it) until the next start sweeps it.

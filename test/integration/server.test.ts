@@ -302,7 +302,7 @@ describe("engine server: SGLang fidelity (flush with pending requests, stale pre
     expect(backend.cacheStats().cachedTokens).toBe(0);
   });
 
-  it("after update_weights_from_disk no request reuses keys/values of the old weights: logprobs equal a fresh engine's on the new weights", async () => {
+  it("after update_weights_from_disk no request reuses keys/values of the old weights (unless flush_cache is false, as in SGLang): logprobs equal a fresh engine's on the new weights", async () => {
     const freshBackend = createNativeBackend({ modelDir: dir2, maxRunning: 4 });
     const fresh = await startEngineServer({ backend: freshBackend });
     try {
@@ -313,10 +313,14 @@ describe("engine server: SGLang fidelity (flush with pending requests, stale pre
         expect(Array.from(got.outputIds), what).toEqual(Array.from(want.outputIds));
         for (let i = 0; i < want.logprobs.length; i++) expect(Math.abs(got.logprobs[i]! - want.logprobs[i]!), `${what}: logprob ${i}`).toBeLessThanOrEqual(1e-5);
       };
-      // 1. idle engine, prefix cached under the old weights (flush_cache: false asks to keep the cache)
+      // 1. idle engine, prefix cached under the old weights. flush_cache: false keeps the cache, as
+      // SGLang does (train.keepCacheOnUpdate): the prefix is reused under the new weights. The
+      // default update flushes it.
       await waitUntil("idle", async () => (await client.loads()).total === 0);
       await client.generate({ inputIds: prompt, sampling: greedy });
-      expect((await client.updateWeightsFromDisk({ modelPath: dir2, weightVersion: "fresh-1", flushCache: false })).success).toBe(true);
+      expect((await client.updateWeightsFromDisk({ modelPath: dir2, weightVersion: "fresh-0", flushCache: false })).success).toBe(true);
+      expect((await client.generate({ inputIds: longer, sampling: greedy })).meta.cachedTokens).toBeGreaterThan(0);
+      expect((await client.updateWeightsFromDisk({ modelPath: dir2, weightVersion: "fresh-1" })).success).toBe(true);
       const a = await client.generate({ inputIds: longer, sampling: greedy, returnLogprob: true });
       expect(a.meta.cachedTokens).toBe(0);
       same(a, "idle update");

@@ -3,9 +3,9 @@
 // adapter directory naming its policy and its base, the weight sync loads it into the engine under the
 // policy's name, and the rollout generates with it: the sampled tokens' logprobs equal what the
 // trainer computes under base + the adapter of the version they were generated with (and not the
-// base's), so the engine served the trained adapter, not the base. Both trainer workers: the native
-// one, and the PyTorch one (whose adapters the native trainer and engine read). A bad policies
-// section is refused.
+// base's), so the engine served the trained adapter, not the base. The native worker here; the
+// PyTorch one trains a LoRA policy (beside a full one) end to end in train-policies.test.ts. A bad
+// policies section is refused.
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -27,14 +27,13 @@ afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
 const STEPS = 4;
 
 describe("ooze train with a LoRA policy", () => {
-  it.each(["native", "torch"] as const)("trains the adapter over the frozen base and the engine generates with each version's adapter (%s worker)", async (backend) => {
+  it("trains the adapter over the frozen base and the engine generates with each version's adapter", async () => {
     const out = mkdtempSync(join(tmpdir(), "ooze-train-lora-"));
     dirs.push(out);
-    const job = `train-lora-${backend}-${process.pid}`;
+    const job = `train-lora-${process.pid}`;
     const train = trainSchema.parse({
       task: "addition", taskConfig: { digits: 1 }, preset: "tiny", promptsPerStep: 3, samplesPerPrompt: 4, lr: 0.01, steps: STEPS, checkpointEvery: 2,
       policies: { solver: { lora: { rank: 4, targets: ["q_proj", "v_proj", "o_proj", "down_proj"] } } },
-      trainer: backend === "torch" ? { backend, device: "cpu", threads: 1 } : {},
     });
     const summary = await runTrainJob({
       topology: parseTopology("name: lora-train\nactors: [{ name: trainer, kind: train.trainer }]\n"),
@@ -71,6 +70,5 @@ describe("ooze train with a LoRA policy", () => {
     expect(() => trainSchema.parse({ policies: { a: { lora: {} } }, weightSync: "delta" })).toThrow(/synced whole/);
     expect(() => trainSchema.parse({ policies: { a: { lora: { targets: ["lm_head"] } } } })).toThrow(/targets/);
     expect(() => trainSchema.parse({ policies: { "Bad Name": { full: true } } })).toThrow(/policy name/);
-    expect(() => trainSchema.parse({ policies: { a: { lora: {} } }, trainer: { backend: "torch", gpus: 2 } })).toThrow(/torch worker trains in one process/);
   });
 });

@@ -4,9 +4,10 @@
 // sample per role, the guesser's context holds the describer's sampled ids verbatim and never the
 // secret, each version directory holds both policies, and every sample's tokens were generated with
 // its own role's weights of the version that made them: the rollout logprobs equal the trainer's
-// under those weights, and not under the other role's or the base's. An engine SIGKILLed mid-job
+// under those weights, and not under the other role's or the base's. On both trainer workers (a
+// worker per policy: two PyTorch processes on torch). An engine SIGKILLed mid-job
 // comes back serving each policy's current version (nothing lost; later samples on-policy).
-import { execFileSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -28,23 +29,37 @@ afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
 
 const STEPS = 3;
 
-/** The pid of the embedded engine (`ooze serve … --parent-pid PARENT`) this process runs. */
-function enginePidOf(parent: number): number {
-  const pids = execFileSync("pgrep", ["-f", `serve .*--parent-pid ${parent}( |$)`], { encoding: "utf8" }).trim().split("\n").filter(Boolean).map(Number);
+/** The pids of the embedded engines (`ooze serve … --parent-pid PARENT`) process `parent` runs. */
+function enginePidsOf(parent: number): number[] {
+  const r = spawnSync("pgrep", ["-f", `serve .*--parent-pid ${parent}( |$)`], { encoding: "utf8" });
+  if (r.error) throw r.error;
+  if (r.status !== 0 && r.status !== 1) throw new Error(`pgrep exited with ${r.status}: ${r.stderr}`); // 1: none matches
+  return r.stdout.trim().split("\n").filter(Boolean).map(Number);
+}
+
+/**
+ * The pid of the one embedded engine process `parent` started since `before` was taken (other test
+ * files share this vitest process, isolate: false: a job of theirs that outlived its test may still
+ * have an engine).
+ */
+function enginePidOf(parent: number, before: ReadonlySet<number>): number {
+  const pids = enginePidsOf(parent).filter((p) => !before.has(p));
   if (pids.length !== 1) throw new Error(`expected one engine of process ${parent}, found ${pids.length}`);
   return pids[0]!;
 }
 const lora = { lora: { rank: 4, targets: ["q_proj", "v_proj", "down_proj"] } };
 
 describe("two policies in one job (the referential game)", () => {
-  it("trains each role's policy (a full model, a LoRA adapter) on its own samples, generated with that role's weights", async () => {
+  it.each(["native", "torch"] as const)("trains each role's policy (a full model, a LoRA adapter) on its own samples, generated with that role's weights (%s workers)", async (backend) => {
     const out = mkdtempSync(join(tmpdir(), "ooze-train-policies-"));
     dirs.push(out);
-    const job = `train-policies-${process.pid}`;
+    const job = `train-policies-${backend}-${process.pid}`;
     const train = trainSchema.parse({
       task: "referential", taskConfig: { messageTokens: 2, prompt: "worded" }, preset: "tiny", initStd: 0.1, promptsPerStep: 4, samplesPerPrompt: 3,
       // an entropy bonus moves the adapters even while every guess is wrong (a tiny random model's are)
       lr: 0.02, entropyCoef: 0.05, steps: STEPS, checkpointEvery: 2, policies: { describer: { full: true }, guesser: lora }, roles: { describer: "describer", guesser: { policy: "guesser", contexts: 3 } },
+      // one worker per policy: two PyTorch processes on torch
+      trainer: backend === "torch" ? { backend, device: "cpu", threads: 1 } : {},
     });
     const summary = await runTrainJob({
       topology: parseTopology("name: game\nactors: [{ name: trainer, kind: train.trainer }]\n"),
@@ -69,6 +84,8 @@ describe("two policies in one job (the referential game)", () => {
         expect(JSON.parse(readFileSync(join(out, "weights", v, p, POLICY_FILE), "utf8"))).toEqual({ policy: p });
       }
     expect(existsSync(join(out, "weights", "v0", "model.safetensors"))).toBe(true);
+    // the adapter names the base it trains over (never pruned)
+    expect(JSON.parse(readFileSync(join(out, "weights", "v3", "guesser", "adapter_config.json"), "utf8"))).toMatchObject({ r: 4, base_model_name_or_path: join(out, "weights", "v0") });
     const ckpt = JSON.parse(readFileSync(join(out, "checkpoints", "latest.json"), "utf8")) as { dir: string };
     expect(existsSync(join(ckpt.dir, "guesser", "adapter_config.json"))).toBe(true);
     expect(existsSync(join(ckpt.dir, "describer", "model.safetensors"))).toBe(true);
@@ -101,7 +118,7 @@ describe("two policies in one job (the referential game)", () => {
     expect(await rolloutLogprobGap(join(v2, "guesser"), of("guesser"))).toBeLessThan(1e-4);
     expect(await rolloutLogprobGap(join(v2, "guesser"), of("describer"))).toBeGreaterThan(1e-3);
     expect(await rolloutLogprobGap(join(out, "weights", "v0"), of("describer"))).toBeGreaterThan(1e-3);
-  });
+  }, 120_000);
 
   it("an engine SIGKILLed while it serves the policies comes back serving the current version of each: nothing lost, every later sample on-policy", async () => {
     const out = mkdtempSync(join(tmpdir(), "ooze-train-policies-kill-"));
@@ -113,6 +130,7 @@ describe("two policies in one job (the referential game)", () => {
     });
     const lines: string[] = [];
     let killed: number | null = null;
+    const enginesBefore = new Set(enginePidsOf(process.pid));
     const summary = await runTrainJob({
       topology: parseTopology("name: game\nactors: [{ name: trainer, kind: train.trainer }]\n"),
       train, engines: enginesSchema.parse({ count: 1, maxRunning: 32, cacheTokens: 4096 }), out, job: `train-policies-kill-${process.pid}`, verbose: true,
@@ -120,7 +138,7 @@ describe("two policies in one job (the referential game)", () => {
       onStep: (m) => {
         if (m.step !== 1) return;
         // the job's one engine (a child of this process, serving version 1's adapter and model by now or soon)
-        killed = enginePidOf(process.pid);
+        killed = enginePidOf(process.pid, enginesBefore);
         process.kill(killed, "SIGKILL");
       },
     });
@@ -142,7 +160,6 @@ describe("two policies in one job (the referential game)", () => {
   it("refuses roles and policies that do not fit", () => {
     expect(() => trainSchema.parse({ policies: { a: lora, b: lora } })).toThrow(/map the task's roles/);
     expect(() => trainSchema.parse({ policies: { a: lora, b: { full: true } }, roles: { x: "a", y: "b" }, weightSync: "delta" })).toThrow(/several policies are synced whole/);
-    expect(() => trainSchema.parse({ policies: { a: { full: true }, b: { full: true } }, roles: { x: "a", y: "b" }, trainer: { backend: "torch" } })).toThrow(/several policies train on the native worker only/);
     expect(() => trainSchema.parse({ policies: { a: lora }, roles: { x: "b" } })).toThrow(/policy 'b' is not one of policies \(a\)/);
   });
 });

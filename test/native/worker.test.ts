@@ -130,7 +130,9 @@ describe.each(["native", "torch"] as const)("TrainerWorker faults (%s worker)", 
     } finally {
       if (!closed) await w.close();
     }
-  });
+    // three torch starts (import torch and transformers, ~8 s of CPU each): 26 s on an idle pair of
+    // cores, past 60 s while two other torch-heavy files start theirs (Nov 29, three workers)
+  }, 180_000);
 });
 
 describe("a LoRA adapter in the native worker", () => {

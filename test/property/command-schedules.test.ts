@@ -89,7 +89,7 @@ describe("agent commands that crash or hang (ooze/testing)", () => {
         expect(bad, `schedule ${JSON.stringify(schedule)}\n${report.logs.job?.split("\n").slice(-20).join("\n")}`).toEqual([]);
         expect(readJsonLines<MetricsLine>(join(dir, "metrics.jsonl"))).toHaveLength(4);
       },
-      { runs: RUNS, label: "agent command crash/hang in a training job" },
+      { runs: RUNS, label: "agent command crash/hang in a training job", timeLimitMs: RUNS * 150_000 - DEADLINE_MS },
     );
     expect(result.error, `minimal failing schedule ${JSON.stringify(result.schedule)} (seed ${result.seed}, path ${result.path})`).toBeNull();
   });

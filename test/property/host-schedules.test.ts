@@ -134,7 +134,7 @@ describe.skipIf(why !== null)("a training job across namespaced hosts under host
         );
         expect(readJsonLines<MetricsLine>(join(out, "metrics.jsonl")).map((m) => m.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
       },
-      { runs: RUNS, label: "job across namespaced hosts: host SIGKILLed and replaced, host cut off and healed" },
+      { runs: RUNS, label: "job across namespaced hosts: host SIGKILLed and replaced, host cut off and healed", timeLimitMs: RUNS * (DEADLINE_MS + 30_000) - DEADLINE_MS },
     );
     expect(result.error, `minimal failing schedule ${JSON.stringify(result.schedule)} (seed ${result.seed}, path ${result.path})`).toBeNull();
   });

@@ -20,6 +20,22 @@ describe("group advantages", () => {
     }
   });
 
+  it("failedGroupAdvantage: a group failed throughout is pushed down; groups with contrast, all-succeeded groups and groups of one are not", () => {
+    // group 0: every episode 0 (failed); 1: every episode 1; 2: contrast; 3: one episode, reward 0; 4: all −1
+    const samples = [s(0, "a", 0), s(0, "b", 0), s(0, "b", 0), s(1, "c", 1), s(1, "d", 1), s(2, "e", 1), s(2, "f", 0), s(3, "g", 0), s(4, "h", -1), s(4, "i", -1)];
+    for (const est of ["grpo", "gspo", "dr_grpo", "rloo"] as const) {
+      const plain = computeAdvantages(samples, est);
+      const nsr = computeAdvantages(samples, est, { failedGroupAdvantage: 0.5 });
+      expect(Array.from(nsr.subarray(0, 3)), est).toEqual([-0.5, -0.5, -0.5]); // fan-out: every trajectory of a failed episode
+      expect(Array.from(nsr.subarray(8, 10)), est).toEqual([-0.5, -0.5]);
+      expect(Array.from(nsr.subarray(3, 8)), est).toEqual(Array.from(plain.subarray(3, 8)));
+      expect(Array.from(plain.subarray(0, 3)), est).toEqual([0, 0, 0]);
+    }
+    // batch-level estimators whiten rewards over the batch: no group-level special case
+    expect(computeAdvantages(samples, "reinforce_pp", { failedGroupAdvantage: 0.5 })).toEqual(computeAdvantages(samples, "reinforce_pp"));
+    expect(() => computeAdvantages(samples, "grpo", { failedGroupAdvantage: -1 })).toThrow(/failedGroupAdvantage must be ≥ 0/);
+  });
+
   it("rloo equals reward minus the mean of the others", () => {
     const r = [1, 0, 0.5];
     const adv = computeAdvantages(r.map((x, i) => s(0, String(i), x)), "rloo");

@@ -70,5 +70,17 @@ describe("GroupBuffer", () => {
     // the describers' baseline is their own mean (0.5); each message's guesses have their own (1 and 0)
     expect([adv.get("r0"), adv.get("r3")]).toEqual([0.5, -0.5]);
     expect([adv.get("r0.1"), adv.get("r0.2"), adv.get("r3.1"), adv.get("r3.2")]).toEqual([0, 0, 0, 0]);
+
+    // reinforce_pp has no group baseline: it whitens over each policy's samples of the batch, so a
+    // message whose guesses all failed is pushed down by the other message's successes (it was whitened
+    // within its own group, where equal rewards gave it 0, until Nov 29)
+    const pp = new GroupBuffer({ batchGroups: 1, estimator: "reinforce_pp", dropZeroVariance: false, maxStaleness: null });
+    for (const s of samples) pp.add(s);
+    pp.close(9, samples.length);
+    const a = new Map(pp.takeBatch(0).batch!.samples.map((s) => [s.rolloutId, s.advantage]));
+    const z = 1 / Math.sqrt(1 / 3); // rewards 1, 1, 0, 0: mean 0.5, unbiased sd √(1/3)
+    for (const [id, want] of [["r0.1", 0.5 * z], ["r0.2", 0.5 * z], ["r3.1", -0.5 * z], ["r3.2", -0.5 * z]] as const) expect(a.get(id)).toBeCloseTo(want, 5);
+    expect(a.get("r0")).toBeCloseTo(1 / Math.sqrt(2), 5); // the describers: rewards 1, 0 (sd √(1/2))
+    expect(a.get("r3")).toBeCloseTo(-1 / Math.sqrt(2), 5);
   });
 });

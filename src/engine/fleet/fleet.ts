@@ -487,7 +487,7 @@ export class Fleet {
       this.updating = new Promise<void>((r) => (open = r));
       try {
         const targets = [...this.engines.values()].filter((e) => e.healthy);
-        const results = await Promise.allSettled(targets.map((e) => updateEngine(e, modelDir, version, mode, this.log, load, report.fullFallbacks)));
+        const results = await Promise.allSettled(targets.map((e) => updateEngine(e, modelDir, version, mode, this.log, load, report.fullFallbacks, opts.flushCache ?? true)));
         const failed = targets.map((e, i) => ({ e, r: results[i]! })).filter((x) => x.r.status === "rejected");
         const why = failed.map((x) => `${x.e.id}: ${errText((x.r as PromiseRejectedResult).reason)}`);
         if (targets.length > 0 && failed.length === targets.length) {

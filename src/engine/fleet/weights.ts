@@ -11,6 +11,8 @@ export interface WeightUpdateOptions {
   loadFormat?: string;
   /** The same version as a model directory: loaded by engines that refuse the loadFormat update, and by engines that join later. Required with a loadFormat other than auto/safetensors. */
   fullModelDir?: string;
+  /** Flush each engine's prefix cache with the update (default true, as SGLang does); false keeps the old weights' KV for reuse. */
+  flushCache?: boolean;
 }
 
 /** What Fleet.updateWeights did: engines that refused a loadFormat update and loaded fullModelDir instead, with the engine's reason. */
@@ -27,18 +29,19 @@ export interface WeightUpdateReport {
  */
 export async function updateEngine(
   e: Engine, modelDir: string, version: string, mode: "abort" | "in_place", log: (line: string) => void,
-  load: { format: string; fullModelDir: string } | null = null, fallbacks: WeightUpdateReport["fullFallbacks"] = [],
+  load: { format: string; fullModelDir: string } | null = null, fallbacks: WeightUpdateReport["fullFallbacks"] = [], flushCache = true,
 ): Promise<void> {
   await e.ctl.pauseGeneration(mode);
   let updated = false;
+  const flush = flushCache ? {} : { flushCache: false };
   try {
-    let r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version, ...(load ? { loadFormat: load.format } : {}) });
+    let r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version, ...(load ? { loadFormat: load.format } : {}), ...flush });
     if (!r.success && load && load.fullModelDir !== modelDir) {
       // Recorded and logged: the engine's base differs (restarted) or the file was refused (corrupt).
       log(`fleet: ${e.id} refused the ${load.format} update to '${version}' (${r.message}); loading the full checkpoint ${load.fullModelDir}`);
       fallbacks.push({ engine: e.id, reason: r.message });
       modelDir = load.fullModelDir;
-      r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version });
+      r = await e.ctl.updateWeightsFromDisk({ modelPath: modelDir, weightVersion: version, ...flush });
     }
     if (!r.success) throw new OozeError("ENGINE_REJECTED", `${e.id}: update_weights_from_disk refused ${modelDir}: ${r.message}`);
     updated = true;

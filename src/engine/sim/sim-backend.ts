@@ -194,9 +194,9 @@ export class SimBackend implements InferenceBackend {
     };
   }
 
-  async loadWeights(_dir: string): Promise<void> {
+  async loadWeights(_dir: string, opts: { keepCache?: boolean } = {}): Promise<void> {
     await this.wait(this.table.updateWeightsMs);
-    this.cache.clear();
+    if (!opts.keepCache) this.cache.clear();
   }
 
   close(): void {

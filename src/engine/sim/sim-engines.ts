@@ -73,7 +73,7 @@ export async function startSimEngines(opts: SimEnginesOptions = {}): Promise<Sim
           weightVersion: opts.weightVersion ?? "default",
           maxRunning: opts.maxRunning ?? table.maxRunning,
           // Any format (a checkpoint directory, an ooze delta) loads in the table's update time.
-          loadWeights: () => backend.loadWeights(""),
+          loadWeights: ({ keepCache }) => backend.loadWeights("", { keepCache: keepCache ?? false }),
         }),
       );
     }

@@ -1,6 +1,6 @@
 // Unit: the reason recorded for a failed agent episode is the line of its stderr that says why: an
 // error's line, else the last line with a message, never a bare program prefix left by processes killed
-// mid-write (the fork bomb of sandbox-hostile.test.ts once recorded only "sh: 1:").
+// mid-write (the fork bomb of sandbox-hostile.test.ts once recorded only "sh: 1:", and once "sh: 1: sh: 1: sh: 1:").
 import { describe, expect, it } from "vitest";
 import { errorLine } from "../../actors/environment/agent/episode.ts";
 
@@ -17,6 +17,9 @@ describe("errorLine", () => {
     expect(errorLine("sh: 1: kill: No such process\n")).toBe("sh: 1: kill: No such process");
     expect(errorLine("Killed\n")).toBe("Killed");
     expect(errorLine("sh: 1:\n")).toBe("");
+    // a fresh-clone run's fork bomb (Nov 30): several shells' prefixes run together on the last line
+    expect(errorLine("sh: 1: Cannot fork\nsh: 1: sh: 1: sh: 1:\n")).toBe("sh: 1: Cannot fork");
+    expect(errorLine("sh: 1: sh: 1: sh: 1:")).toBe("");
   });
 
   it("keeps a long line to 300 characters", () => {

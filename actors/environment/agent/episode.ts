@@ -85,14 +85,14 @@ function processFailure(what: string, r: ProcessResult, timeoutS: number, sandbo
   return null;
 }
 
-/** The line of stderr that says what went wrong: the first naming an error, else the last. */
 /**
  * The line of an agent's stderr that says why it failed: the first naming an error or exception, else
- * the last that says anything. Lines that are only a program's prefix ("sh: 1:") are passed over: several
- * processes writing at once (a fork bomb's shells, each killed mid-message) leave such fragments last.
+ * the last that says anything. Lines that are only programs' prefixes ("sh: 1:", or several run
+ * together: "sh: 1: sh: 1:") are passed over: several processes writing at once (a fork bomb's
+ * shells, each killed mid-message) leave such fragments last.
  */
 export function errorLine(s: string): string {
-  const lines = s.split("\n").map((l) => l.trim()).filter((l) => /[A-Za-z]/.test(l.replace(/^[\w./-]+:(\s*\d+:)?\s*/, "")));
+  const lines = s.split("\n").map((l) => l.trim()).filter((l) => /[A-Za-z]/.test(l.replace(/^([\w./-]+:(\s*\d+:)?\s*)+/, "")));
   return (lines.find((l) => /\b\w*(Error|Exception)\b/.test(l)) ?? lines[lines.length - 1] ?? "").slice(0, 300);
 }
 

@@ -6,7 +6,9 @@
 // trainer and weight-sync actors, their JetStream streams on a real nats-server — against N simulated
 // GPU engines (`ooze sim-engine --count N` in a child process: SGLang's API, timing from the H100
 // serving model of src/engine/sim/perf-model.ts) and the simulated trainer (train.simulate), on
-// heavy-tailed multi-turn agent episodes. OOZE_BENCH_KEEP=1 keeps the runs' directories (metrics.jsonl). For each N: trained samples/s in sync, async and
+// heavy-tailed multi-turn agent episodes. OOZE_BENCH_KEEP=1 keeps the runs' directories (metrics.jsonl);
+// OOZE_BENCH_CPU_PROF=DIR has the rollout node processes write V8 CPU profiles there (node --cpu-prof;
+// run the bench itself under `node --cpu-prof` for the job's process). For each N: trained samples/s in sync, async and
 // fully_async mode, fully_async_vs_sync, the ideal overlap bound and fully_async_vs_bound, and, over
 // each mode's measured window, the engines' utilisation (simulated GPU time / wall time), the
 // routing's prefix-cache hit rate (cached / prompt tokens at the engines), NATS messages/s (the
@@ -154,7 +156,8 @@ interface Child {
 
 /** A child process of ours; resolves once its output shows `ready` (the whole output so far is passed on). */
 async function child(args: string[], ready: (out: string) => boolean, what: string): Promise<Child> {
-  const c = spawn(process.execPath, [OOZE, ...args, "--parent-pid", String(process.pid)], { stdio: ["ignore", "pipe", "pipe"] });
+  const prof = process.env.OOZE_BENCH_CPU_PROF && args[0] === "node" ? ["--cpu-prof", `--cpu-prof-dir=${process.env.OOZE_BENCH_CPU_PROF}`] : [];
+  const c = spawn(process.execPath, [...prof, OOZE, ...args, "--parent-pid", String(process.pid)], { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   c.stdout!.on("data", (d) => (out += d));
   c.stderr!.on("data", (d) => (out += d));

@@ -102,8 +102,9 @@ describe("durable mailbox under faults (property, ooze/testing schedules)", () =
           // nats-server 2.9 a work-queue stream can keep messages its consumer has already acked
           // (below the ack floor, never redelivered), which is the server's leftover, not a lost ack.
           const consumerState = async () => {
-            const out: { pending: number; ackPending: number }[] = [];
-            for await (const c of jsm.consumers.list(stream)) out.push({ pending: c.num_pending, ackPending: c.num_ack_pending });
+            const out: { pending: number; ackPending: number; delivered: unknown; ackFloor: unknown; redelivered: number; waiting: number }[] = [];
+            for await (const c of jsm.consumers.list(stream))
+              out.push({ pending: c.num_pending, ackPending: c.num_ack_pending, delivered: c.delivered, ackFloor: c.ack_floor, redelivered: c.num_redelivered, waiting: c.num_waiting });
             return out;
           };
           let last = "";
@@ -130,7 +131,9 @@ describe("durable mailbox under faults (property, ooze/testing schedules)", () =
           await sender.stop();
         }
       },
-      { runs: RUNS, with: trafficArb, label: "durable mailbox: consumer SIGKILL/SIGSTOP and nats-server restarts" },
+      // A failing schedule is shrunk until the time limit, then reported with its seed and path (the
+      // last schedule started may still wait its 30 s for the mailbox to drain, and sends retry 20 s).
+      { runs: RUNS, with: trafficArb, label: "durable mailbox: consumer SIGKILL/SIGSTOP and nats-server restarts", timeLimitMs: RUNS * 10_000 },
     );
     expect(result.error, `minimal failing schedule ${JSON.stringify(result.schedule)} with traffic ${JSON.stringify(result.drawn)} (seed ${result.seed}, path ${result.path})`).toBeNull();
   }, 30_000 + RUNS * 15000);

@@ -33,7 +33,7 @@ export interface DurableStats {
   /** Messages the consumer received (every delivery, redeliveries included). */
   delivered: number;
   /** Ids whose handler is running (a redelivery of one waits for it and is acked with it). */
-  running: number;
+  readonly running: number;
   acked: number;
   naked: number;
   /** Redeliveries of ids already completed here (acked without running the handler again). */
@@ -99,9 +99,18 @@ export async function serveDurable(system: ActorSystem, path: string, opts: Dura
   } as never);
   const nakDelay = opts.nakDelayMs ?? ((n: number) => Math.min(5_000, 100 * 2 ** Math.max(0, n - 1)));
   const remember = opts.rememberIds ?? 100_000;
-  const stats: DurableStats = { delivered: 0, running: 0, acked: 0, naked: 0, skipped: 0, malformed: 0 };
   const done = new Set<string>();
   const inFlight = new Map<string, JsMsg[]>();
+  const stats: DurableStats = {
+    delivered: 0,
+    get running() {
+      return inFlight.size;
+    },
+    acked: 0,
+    naked: 0,
+    skipped: 0,
+    malformed: 0,
+  };
   let stopped = false;
   let iter: { stop(): void; close(): Promise<void | Error> } | null = null;
 
@@ -162,20 +171,17 @@ export async function serveDurable(system: ActorSystem, path: string, opts: Dura
       return;
     }
     inFlight.set(id, [m]);
-    stats.running = inFlight.size;
     cell.ask(body, { messageId: id, deliveryCount: m.info.deliveryCount }, Infinity).then(
       () => {
         markDone(id);
         for (const x of inFlight.get(id) ?? []) ack(x);
         inFlight.delete(id);
-        stats.running = inFlight.size;
-        stats.acked++;
+            stats.acked++;
       },
       (e: unknown) => {
         const msgs = inFlight.get(id) ?? [];
         inFlight.delete(id);
-        stats.running = inFlight.size;
-        const code = e instanceof OozeError ? e.code : "INTERNAL";
+            const code = e instanceof OozeError ? e.code : "INTERNAL";
         if (code === "ACTOR_STOPPED" && stopped) return; // redelivered after ack_wait to whoever serves next
         stats.naked++;
         for (const x of msgs) x.nak(nakDelay(x.info.deliveryCount));

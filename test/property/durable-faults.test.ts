@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
-import { attachBus, createSystem, durableRef } from "../../src/actor/index.ts";
+import { attachBus, createSystem, durableRef, type DurableStats } from "../../src/actor/index.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { checkSchedules, playFaults, propertyRuns, useNats, waitUntil } from "../harness/index.ts";
 import { spawnHost, type HostChild } from "../fixtures/actors/spawn-host.ts";
@@ -119,9 +119,10 @@ describe("durable mailbox under faults (property, ooze/testing schedules)", () =
           const QUIET_MS = 3 * hostCfg().ledger.ackWaitMs;
           let quietSince = { key: "", at: Date.now() };
           const consumerQuiet = (): boolean => {
-            const line = [...(host?.output() ?? "").matchAll(/^durable (\{.*\})$/gm)].pop()?.[1];
+            // the host prints its mailbox's stats every 500 ms: the last whole line of them, from the output's tail
+            const line = (host?.output() ?? "").slice(-4096).split("\n").slice(0, -1).findLast((l) => l.startsWith("durable {"));
             if (!line) return false;
-            const st = JSON.parse(line) as { delivered: number; running: number; acked: number; naked: number; skipped: number; malformed: number };
+            const st = JSON.parse(line.slice("durable ".length)) as DurableStats;
             const key = `${host?.proc.pid}:${st.delivered}`;
             if (key !== quietSince.key) quietSince = { key, at: Date.now() };
             const settled = st.running === 0 && st.delivered === st.acked + st.naked + st.skipped + st.malformed;

@@ -1,5 +1,5 @@
 // Fleet benchmark (`npm run bench -- fleet [--engines N] [--sessions S] [--turns T] [--group G]
-// [--concurrency C] [--cache T] [--preset NAME]`): a multi-turn agent trace — many sessions, each
+// [--concurrency C] [--cache T] [--preset NAME] [--rounds R]`): a multi-turn agent trace — many sessions, each
 // re-sending its whole growing conversation every turn, sessions in groups that share a long system
 // prompt (as GRPO groups do) — over N embedded engine servers (native backend), through the Fleet with
 // each routing policy: round_robin (the baseline), least_load, and cache_aware with and without
@@ -7,7 +7,10 @@
 // Reports per policy the prefill tokens computed, the prefix-cache hit rate and requests/s, cache_aware's
 // ratios against round_robin measured in the same run, the least prefill any routing could compute on
 // the run's requests (one unbounded cache: what routing can at best reach; the trace sets it), and the
-// time from attaching a fresh engine to its first completed request. Progress on stderr; one JSON line last on stdout.
+// time from attaching a fresh engine to its first completed request. Each policy runs R times (default
+// 3), the policies taking turns, and the figures are the median run's: one pass lasts a second or two,
+// and a single pass's ratio moved by ±0.2 between runs on this machine. Progress on stderr; one JSON
+// line last on stdout.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -36,6 +39,7 @@ const maxNew = arg("max-new", 16);
 const concurrency = arg("concurrency", 16);
 const cacheTokens = arg("cache", 4096);
 const preset = sarg("preset", "quickstart");
+const rounds = Math.max(1, arg("rounds", 3));
 const log = (msg: string): void => void process.stderr.write(`[bench fleet] ${msg}\n`);
 
 /** Deterministic token streams: a system prompt per group, user turns per session. */
@@ -66,6 +70,8 @@ interface PolicyFigures {
   hitRate: number;
   seconds: number;
   requestsPerSecond: number;
+  /** Share of the pass an engine had no request at all (sampled every 2 ms; mean over engines). */
+  engineIdleShare: number;
 }
 
 async function runPolicy(policy: RoutingPolicy, affinity: boolean, servers: EngineServer[], backends: InferenceBackend[]): Promise<PolicyFigures> {
@@ -80,6 +86,12 @@ async function runPolicy(policy: RoutingPolicy, affinity: boolean, servers: Engi
   const seen = new ApproxPrefixTree();
   const computedBefore = (ids: number[]) => Math.max(0, ...seen.match(ids).values());
   let next = 0;
+  let samples = 0;
+  let idle = 0;
+  const sampler = setInterval(() => {
+    samples++;
+    for (const b of backends) if (b.running() === 0) idle++;
+  }, 2);
   const t0 = performance.now();
   // Each worker runs whole sessions turn by turn: a turn's prompt is the conversation so far.
   await Promise.all(
@@ -107,8 +119,9 @@ async function runPolicy(policy: RoutingPolicy, affinity: boolean, servers: Engi
     }),
   );
   const seconds = (performance.now() - t0) / 1000;
+  clearInterval(sampler);
   await fleet.close();
-  return { idealPrefillTokens: ideal, requests, promptTokens: prompt, prefillTokensComputed: prompt - cached, hitRate: cached / prompt, seconds, requestsPerSecond: requests / seconds };
+  return { idealPrefillTokens: ideal, requests, promptTokens: prompt, prefillTokensComputed: prompt - cached, hitRate: cached / prompt, seconds, requestsPerSecond: requests / seconds, engineIdleShare: samples > 0 ? idle / (samples * backends.length) : 0 };
 }
 
 /** Attaches one more engine to a fleet and times until its first request completes. */
@@ -141,12 +154,19 @@ try {
     ["cache_aware", "cache_aware", true],
     ["cache_aware_no_affinity", "cache_aware", false],
   ];
-  const figures: Record<string, PolicyFigures> = {};
-  for (const [name, policy, affinity] of runs) {
-    figures[name] = await runPolicy(policy, affinity, servers, backends);
-    const f = figures[name]!;
-    log(`${name}: ${f.prefillTokensComputed} prefill tokens computed (the least any routing could: ${f.idealPrefillTokens}), hit rate ${(f.hitRate * 100).toFixed(1)}%, ${f.requestsPerSecond.toFixed(2)} req/s`);
+  const passes: Record<string, PolicyFigures[]> = Object.fromEntries(runs.map(([name]) => [name, []]));
+  const ratios: number[] = [];
+  for (let round = 1; round <= rounds; round++) {
+    for (const [name, policy, affinity] of runs) {
+      const f = await runPolicy(policy, affinity, servers, backends);
+      passes[name]!.push(f);
+      log(`round ${round}/${rounds} ${name}: ${f.prefillTokensComputed} prefill tokens computed (the least any routing could: ${f.idealPrefillTokens}), hit rate ${(f.hitRate * 100).toFixed(1)}%, ${f.requestsPerSecond.toFixed(2)} req/s, engines idle ${(f.engineIdleShare * 100).toFixed(1)}%`);
+    }
+    ratios.push(passes.cache_aware!.at(-1)!.requestsPerSecond / passes.round_robin!.at(-1)!.requestsPerSecond);
   }
+  // each policy's median pass by requests/s (its prefill counts come from that same pass)
+  const median = (xs: PolicyFigures[]) => [...xs].sort((a, b) => a.requestsPerSecond - b.requestsPerSecond)[Math.floor(xs.length / 2)]!;
+  const figures: Record<string, PolicyFigures> = Object.fromEntries(Object.entries(passes).map(([k, v]) => [k, median(v)]));
   const attachMs = await attachToFirstRequest(servers[0]!.url);
   log(`attach → first request: ${attachMs.toFixed(1)} ms`);
   const rr = figures.round_robin!;
@@ -159,12 +179,16 @@ try {
       preset,
       sessions,
       turns,
+      concurrency,
+      rounds,
       round_robin: rr,
       least_load: figures.least_load,
       cache_aware: ca,
       cache_aware_no_affinity: figures.cache_aware_no_affinity,
       cache_aware_prefill_vs_round_robin: r3(ca.prefillTokensComputed / rr.prefillTokensComputed),
       cache_aware_throughput_vs_round_robin: r3(ca.requestsPerSecond / rr.requestsPerSecond),
+      // each round's ratio (cache_aware's pass against the round_robin pass just before it)
+      cache_aware_throughput_vs_round_robin_rounds: ratios.map(r3),
       cache_aware_hit_rate_vs_round_robin: rr.hitRate > 0 ? r3(ca.hitRate / rr.hitRate) : null,
       // against the least any routing could compute on this trace (1.0 = nothing left to gain by routing)
       cache_aware_prefill_vs_ideal: r3(ca.prefillTokensComputed / ca.idealPrefillTokens),

@@ -48,9 +48,9 @@
 // and fully_async's generated samples fell ~30 % short of the trained ones for that reason alone).
 //
 // The bound: min(generation, training), each alone, i.e. perfect overlap. Generation: the same
-// engines and task with the real fleet (no NATS, no trainer), 2 steps' prompts kept in flight as
-// fully_async keeps them (bench/lib/generation-only.ts), rate between the completion of the first
-// step's worth of groups and of the N-th, plus one weight update a step (the engines stop for it in
+// engines and task with the real fleet (no NATS, no trainer), as many prompt groups kept in flight as
+// fully_async may generate at once (bench/lib/generation-only.ts), rate between the completion of the
+// first step's worth of groups and of the 7th, plus one weight update a step (the engines stop for it in
 // every mode: a step's samples take batch / rate + update-ms); `bound_without_updates` leaves the
 // updates out. Training: the simulated trainer's rate on those samples (stepOverheadMs + tokens /
 // tokensPerSecond a step; exact, as it is a timer).
@@ -101,7 +101,9 @@ const tpsPerEngine = Number(arg("train-tps-per-engine", "3000"));
 const stepOverheadMs = 200;
 const updateMs = Number(arg("update-ms", "500"));
 const catchUpMs = Number(arg("catch-up-ms", "1000"));
-const modes = arg("modes", "sync,async,fully_async").split(",") as ("sync" | "async" | "fully_async")[];
+/** `--modes none` measures the bound alone (to recompute it for a mode run made before). */
+const modesArg = arg("modes", "sync,async,fully_async");
+const modes = (modesArg === "none" ? [] : modesArg.split(",")) as ("sync" | "async" | "fully_async")[];
 /**
  * fully_async's staleness bound. The batches take groups in launch order (lateGroups wait), so the
  * trainer waits whenever an episode outlasts bound + 1 steps: the longest here (16 turns, ~45 s on
@@ -127,6 +129,14 @@ function planOf(mode: string): { warmup: number; window: number; end: number; st
 }
 /** Steps' worth of prompts the generation-only rate is measured over (start-up and tail excluded). */
 const boundSteps = 6;
+/**
+ * Prompt groups the generation-only run keeps in flight: as many as fully_async may generate at once
+ * (its maxInflightGroups: `--inflight-steps` steps' worth, or ooze's default, max-staleness steps'
+ * worth). Until Nov 30 it kept 2 steps' worth whatever fully_async kept. With more sequences at once
+ * the engines decode larger batches and make more samples a second, so the bound was low whenever
+ * fully_async kept more in flight (it read 1.43 at 32 engines with 8 samples an engine).
+ */
+const boundInflightSteps = inflightSteps ?? Math.max(1, maxStaleness);
 /** A per-size setting: one value for every size, or one per size (in --sizes order); else the default. */
 function perSize(value: string, n: number, fallback: (n: number) => number): number {
   if (!value) return fallback(n);
@@ -444,7 +454,9 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
     const prompts = Math.max(1, Math.round((perEngine * n) / samples));
     const g = await generationOnly({
       urls: sim.urls, task, taskConfig, baseDir: process.cwd(), samplesPerPrompt: samples, fleet: slowFleet(slow),
-      window: 2 * prompts, total: (boundSteps + 1) * prompts, skip: prompts, upto: boundSteps * prompts,
+      // steady in flight between the skip-th and the upto-th completion: launches go on until upto + window
+      window: Math.max(1, Math.round(boundInflightSteps * prompts)), total: (boundSteps + 1) * prompts + Math.max(1, Math.round(boundInflightSteps * prompts)),
+      skip: prompts, upto: (boundSteps + 1) * prompts,
     });
     const all = g.groups.flat();
     const tokensPerSample = all.reduce((k, s) => k + s.tokens.length, 0) / all.length;

@@ -37,6 +37,11 @@ const { values: a } = parseArgs({
     temp: { type: "string", default: "1" }, // describer sampling (and loss) temperature
     guessTemp: { type: "string", default: "" }, // guesser temperature (default: temp)
     entropy: { type: "string", default: "0" }, // entropy bonus coefficient (both roles)
+    // entropy bonus per group: this coefficient on the samples of each group (a secret's messages, a
+    // message's guesses) whose estimated entropy (mean −logprob of the first sampled token) is below
+    // --groupEntropyTarget while the group is not yet all right (0: off)
+    groupEntropy: { type: "string", default: "0" },
+    groupEntropyTarget: { type: "string", default: "0.5" },
     estimator: { type: "string", default: "grpo" }, // grpo | dr_grpo | rloo
     guesserGroup: { type: "string", default: "secret" }, // secret | message | batch
     prompt: { type: "string", default: "long" }, // long | last | short (see describerPrompt)
@@ -68,6 +73,7 @@ const lrD = num(a.lrD, lr), lrG = num(a.lrG, lr), warmup = num(a.warmup, 0);
 const G = num(a.G, 8), K = num(a.K, 1), M = num(a.M, 2);
 const tempD = num(a.temp, 1), tempG = num(a.guessTemp, tempD);
 const entropyCoef = num(a.entropy, 0);
+const groupEntropy = num(a.groupEntropy, 0), groupEntropyTarget = num(a.groupEntropyTarget, 0.5);
 const estimator = a.estimator as AdvantageEstimator;
 const guesserGroup = a.guesserGroup as "secret" | "message" | "batch";
 const names = a.names!;
@@ -181,13 +187,41 @@ async function generate(engine: NativeEngine, prompts: Int32Array[], maxNew: num
 
 const mean = (xs: number[]) => (xs.length ? xs.reduce((x, y) => x + y, 0) / xs.length : 0);
 
+/**
+ * One step on `samples`; with --groupEntropy, groups whose samples' estimated entropy is below the
+ * target and that are not all right get an entropy bonus of their own (their samples accumulated a
+ * second time with zero advantage, so only the bonus acts), under the whole batch's normalizer.
+ * Returns the metrics and how many groups got the bonus.
+ */
+async function trainGrouped(
+  t: Trainer, samples: SampleToPack[], groupOf: number[], rewardOf: number[], loss: { temperature: number; entropyCoef: number }, lr: number,
+) {
+  if (groupEntropy <= 0) return { m: await t.trainStep(packSamples(samples), loss, { lr }), boosted: 0 };
+  const byGroup = new Map<number, number[]>();
+  samples.forEach((_, i) => byGroup.set(groupOf[i]!, [...(byGroup.get(groupOf[i]!) ?? []), i]));
+  const low: SampleToPack[] = [];
+  let boosted = 0;
+  for (const idx of byGroup.values()) {
+    const h = mean(idx.map((i) => -samples[i]!.rolloutLogprobs[0]!));
+    if (h < groupEntropyTarget && mean(idx.map((i) => rewardOf[i]!)) < 1) {
+      boosted++;
+      for (const i of idx) low.push({ ...samples[i]!, advantage: 0 });
+    }
+  }
+  const normalizer = samples.reduce((n, x) => n + x.responseLength, 0);
+  await t.zeroGrads();
+  const m = await t.accumulate(packSamples(samples), { ...loss, normalizer });
+  if (low.length > 0) await t.accumulate(packSamples(low), { ...loss, entropyCoef: groupEntropy, normalizer });
+  return { m: { ...m, ...(await t.applyGrads({ lr })) }, boosted };
+}
+
 async function main() {
   const t0 = Date.now();
   const desc = await makeTrainer(seed * 2 + 101), guess = await makeTrainer(seed * 2 + 202);
   let engD = makeEngine(await mergedParams(desc)), engG = makeEngine(await mergedParams(guess));
   const settings = {
     arm, preset: a.preset, seed, initStd, rank: arm === "lora" ? rank : null, alpha: arm === "lora" ? alpha : null,
-    targets: arm === "lora" ? targets : null, lrD, lrG, warmup, G, K, M, tempD, tempG, entropyCoef, estimator, guesserGroup,
+    targets: arm === "lora" ? targets : null, lrD, lrG, warmup, G, K, M, tempD, tempG, entropyCoef, groupEntropy, groupEntropyTarget, estimator, guesserGroup,
     prompt: a.prompt, names, answers, threads: process.env.OMP_NUM_THREADS ?? null,
     trainable: arm === "lora" ? desc.info().lora!.numParams : desc.info().numParams,
   };
@@ -235,10 +269,13 @@ async function main() {
       rolloutLogprobs: o.logprobs, advantage: adv,
     });
     const lrScale = warmup > 0 ? Math.min(1, (step + 1) / warmup) : 1;
-    const dS = dOut.map((o, i) => sample(dPrompts[i]!, o, dAdv[i]!)).filter((s) => s.responseLength > 0);
-    const gS = gOut.map((o, j) => sample(gPrompts[j]!, o, gAdv[j]!)).filter((s) => s.responseLength > 0);
-    const mD = await desc.trainStep(packSamples(dS), lossCfgD, { lr: lrD * lrScale });
-    const mG = await guess.trainStep(packSamples(gS), lossCfgG, { lr: lrG * lrScale });
+    const dKeep = dOut.map((_, i) => i).filter((i) => dOut[i]!.tokens.length > 0);
+    const gKeep = gOut.map((_, j) => j).filter((j) => gOut[j]!.tokens.length > 0);
+    const dS = dKeep.map((i) => sample(dPrompts[i]!, dOut[i]!, dAdv[i]!));
+    const gS = gKeep.map((j) => sample(gPrompts[j]!, gOut[j]!, gAdv[j]!));
+    const tD = await trainGrouped(desc, dS, dKeep.map((i) => secrets[i]!), dKeep.map((i) => dReward[i]!), lossCfgD, lrD * lrScale);
+    const tG = await trainGrouped(guess, gS, gKeep.map((j) => gEp[j]!), gKeep.map((j) => gReward[j]!), lossCfgG, lrG * lrScale);
+    const mD = tD.m, mG = tG.m;
     const tc = Date.now();
     tTrain += tc - tb;
     // 6. weight sync
@@ -276,6 +313,7 @@ async function main() {
       guessLetter: +mean(gOut.map((o) => (o.tokens.length && answers.includes(String.fromCharCode(o.tokens[0]!)) ? 1 : 0))).toFixed(3),
       distinctMsgs, msgTop: +mean(top).toFixed(2), entD: +mD.entropy.toFixed(3), entG: +mG.entropy.toFixed(3),
       gnD: +mD.gradNorm.toFixed(3), gnG: +mG.gradNorm.toFixed(3),
+      ...(groupEntropy > 0 ? { boostD: tD.boosted, boostG: tG.boosted } : {}),
     };
     if (evalEvery > 0 && step % evalEvery === 0) {
       const eD = await generate(engD, Array.from({ length: 8 }, (_, s) => describerPrompt(s)), M, 0, 0);

@@ -452,10 +452,11 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
   const sim = await simEngines(n, simProcessesOf(n), slow);
   try {
     const prompts = Math.max(1, Math.round((perEngine * n) / samples));
+    const inflight = Math.max(1, Math.round(boundInflightSteps * prompts));
     const g = await generationOnly({
       urls: sim.urls, task, taskConfig, baseDir: process.cwd(), samplesPerPrompt: samples, fleet: slowFleet(slow),
       // steady in flight between the skip-th and the upto-th completion: launches go on until upto + window
-      window: Math.max(1, Math.round(boundInflightSteps * prompts)), total: (boundSteps + 1) * prompts + Math.max(1, Math.round(boundInflightSteps * prompts)),
+      window: inflight, total: (boundSteps + 1) * prompts + inflight,
       skip: prompts, upto: (boundSteps + 1) * prompts,
     });
     const all = g.groups.flat();

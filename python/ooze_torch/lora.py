@@ -112,6 +112,16 @@ def attach(model: torch.nn.Module, spec: Spec, seed: int) -> list[tuple[Slot, to
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         inject_adapter_in_model(cfg, model)
+    # PEFT casts each LoRA layer's input to the adapter's dtype (fp32 here). The worker never needs it:
+    # in fp32 the input is fp32 already, under bf16 autocast the adapter's matmuls run in bf16 anyway,
+    # and FSDP2's mixed precision makes the adapter bf16 too. Under autocast that cast was a full copy
+    # of every targeted layer's input, forward and backward (an H200 profile: LoRA on all seven targets
+    # stepped slower than training the whole model; docs/experiments/torch-worker.md).
+    from peft.tuners.lora import LoraLayer
+
+    for m in model.modules():
+        if isinstance(m, LoraLayer):
+            m.cast_input_dtype_enabled = False
     return collect(model, slots)
 
 

@@ -127,8 +127,16 @@ class TorchTrainer:
         """Fresh AdamW state for what trains (the value head's is its own)."""
         ps = [p for _, p in self._trainable()]
         self.opt = torch.optim.AdamW([{"params": [p for p in ps if p.ndim >= 2]}, {"params": [p for p in ps if p.ndim < 2], "weight_decay": 0.0}],
-                                     lr=0.0, foreach=not self.g.distributed)
+                                     lr=0.0, **self._adamw_impl())
         self.step = 0
+
+    def _adamw_impl(self) -> dict:
+        """AdamW's implementation: fused (one kernel for every tensor) on one GPU, where the foreach one
+        launched a kernel group per tensor list (12 ms a step for Qwen3-0.6B on an H200); foreach on
+        one CPU process (the golden tests' exact path); the per-tensor loop across FSDP2 ranks."""
+        if self.g.distributed:
+            return {"foreach": False}
+        return {"fused": True} if self.g.device.type == "cuda" else {"foreach": True}
 
     def _head_optimizer(self):
         return torch.optim.AdamW([{"params": [self.head.weight]}, {"params": [self.head.bias], "weight_decay": 0.0}], lr=0.0)

@@ -141,6 +141,12 @@ describe("ooze train", () => {
     // a bad override is refused before anything starts, naming the flag
     await expect(run(process.execPath, ["bin/ooze.mjs", "train", topo, "--out", join(dir, "bad"), "--seed", "1.5"], { timeout: 30_000 })).rejects.toThrow(/--seed must be an integer/);
     expect(existsSync(join(dir, "bad"))).toBe(false);
+    // --trainer is checked together with --set: a torch-only field passes with --trainer torch (the
+    // job then stops at the torch set-up, here an interpreter that is not there) and not with native
+    const torchOnly = ["--set", "train.trainer.device=cpu"];
+    const env = { ...process.env, OOZE_TORCH_PYTHON: join(dir, "no-python") };
+    await expect(run(process.execPath, ["bin/ooze.mjs", "train", topo, "--out", join(dir, "bad"), "--trainer", "torch", ...torchOnly], { timeout: 30_000, env })).rejects.toThrow(/OOZE_TORCH_PYTHON=.*no-python: no such file/);
+    await expect(run(process.execPath, ["bin/ooze.mjs", "train", topo, "--out", join(dir, "bad"), "--trainer", "native", ...torchOnly], { timeout: 30_000, env })).rejects.toThrow(/apply to backend: torch/);
   }, 60_000);
 
   it("a model with its own tokenizer (qwen3-shaped, the real Qwen3 tokenizer): the checkpoints carry its tokenizer and chat template, so they serve as they are", async () => {

@@ -55,7 +55,12 @@ export function register(program: Command) {
     .option("--nats <urls>", "run on this NATS server or cluster (nats://token@host:port[,nats://host2:port…]) instead of an embedded one")
     .option("--replicas <n>", "replicas of the job's streams, KV buckets and object stores (default 1; 3 with three or more --nats servers)")
     .action(async (file: string, opts: TrainOptions) => {
-      const topo = withSettings(loadTopology(file), opts.set ?? []);
+      // --trainer is one more setting, applied first, so that --set train.trainer.device=… (valid
+      // with backend torch only) is checked against it
+      if (opts.trainer !== undefined && opts.trainer !== "native" && opts.trainer !== "torch")
+        throw new OozeError("CONFIG_INVALID", `--trainer must be native or torch (got '${opts.trainer}')`);
+      const sets = [...(opts.trainer !== undefined ? [`train.trainer.backend=${opts.trainer}`] : []), ...(opts.set ?? [])];
+      const topo = withSettings(loadTopology(file), sets);
       const { train, engines } = trainConfigOf(topo);
       if (opts.steps !== undefined) train.steps = num("steps", opts.steps, 1);
       if (opts.maxSeconds !== undefined) train.maxSeconds = num("max-seconds", opts.maxSeconds, 0);
@@ -67,10 +72,6 @@ export function register(program: Command) {
         if (opts.mode !== "sync" && opts.mode !== "async" && opts.mode !== "fully_async")
           throw new OozeError("CONFIG_INVALID", `--mode must be sync, async or fully_async (got '${opts.mode}')`);
         train.mode = opts.mode;
-      }
-      if (opts.trainer !== undefined) {
-        if (opts.trainer !== "native" && opts.trainer !== "torch") throw new OozeError("CONFIG_INVALID", `--trainer must be native or torch (got '${opts.trainer}')`);
-        train.trainer = { ...train.trainer, backend: opts.trainer };
       }
       if (opts.resume && opts.out && opts.resume !== opts.out) throw new OozeError("CONFIG_INVALID", "give either --out or --resume (the run directory), not both");
       const out = opts.resume ?? opts.out ?? `runs/${topo.name}`;

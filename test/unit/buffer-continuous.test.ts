@@ -66,6 +66,12 @@ async function simulate(s: Script, log: string[] = []): Promise<{ batches: Batch
     },
     log: (line) => log.push(line),
   }, s.maxEmptyRounds);
+  // the feeder keeps its counts of generating and trainable attempts as they change: they must equal a recount
+  const checkCounts = () => {
+    const f = feeder as unknown as { live: Map<number, { complete: boolean; superseded: boolean }>; generating: number; trainable: number };
+    const live = [...f.live.values()];
+    expect([f.generating, f.trainable]).toEqual([live.filter((l) => !l.complete).length, live.filter((l) => !l.superseded).length]);
+  };
   await feeder.start({ batches: 0, nextPrompt: 0, nextSample: 0, pending: [], floor: 0, inStreams: [] });
   await feeder.onVersion(record(0, 0));
   let training: number | null = null; // tick when the batch being trained is synced
@@ -75,10 +81,12 @@ async function simulate(s: Script, log: string[] = []): Promise<{ batches: Batch
     if (training !== null && tick >= training) {
       training = null;
       await feeder.onVersion(record(++version, ++synced));
+      checkCounts();
     }
     for (const e of generating.filter((x) => x.done <= tick)) {
       generating.splice(generating.indexOf(e), 1);
       await feeder.onGroup((s.corrupt ?? ((g) => g))(groupOf(e.l)), () => () => {});
+      checkCounts();
     }
     if (training === null && batches.length > synced) training = tick + s.trainTicks;
   }

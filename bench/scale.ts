@@ -204,10 +204,18 @@ async function child(args: string[], ready: (out: string) => boolean, what: stri
     out: () => out,
     gone: () => gone,
     stop: async () => {
+      if (gone) return;
       c.kill("SIGTERM");
-      const killer = setTimeout(() => c.kill("SIGKILL"), 10_000);
+      // A node's consumers wait up to 10 s for their handlers in flight (streams.ts), and a profiled
+      // child writes its profile only when it exits by itself: SIGKILL only past that.
+      const killer = setTimeout(() => {
+        say(`${what} (pid ${c.pid}) still running 30 s after SIGTERM: SIGKILL; its last output:\n${out.slice(-1500)}`);
+        c.kill("SIGKILL");
+      }, 30_000);
       await exited;
       clearTimeout(killer);
+      if (c.exitCode !== null && c.exitCode !== 0) say(`${what} (pid ${c.pid}) exited with code ${c.exitCode} on SIGTERM`);
+      else if (c.signalCode) say(`${what} (pid ${c.pid}) ended by ${c.signalCode}`);
     },
   };
 }

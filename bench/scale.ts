@@ -259,6 +259,8 @@ interface EngineTotals {
   hit: number;
   steps: number;
   seqs: number;
+  requests: number;
+  aborted: number;
 }
 
 async function engineTotals(urls: readonly string[]): Promise<EngineTotals> {
@@ -266,8 +268,11 @@ async function engineTotals(urls: readonly string[]): Promise<EngineTotals> {
     urls.map(async (u) => ((await (await fetch(`${u}/server_info`)).json()) as { internal_states: { cache: SimStats }[] }).internal_states[0]!.cache),
   );
   return all.reduce(
-    (a, s) => ({ busy: a.busy + s.busySeconds, lag: a.lag + s.lagSeconds, prompt: a.prompt + s.promptTokens, hit: a.hit + s.hitTokens, steps: a.steps + s.decodeSteps, seqs: a.seqs + s.decodeSequences }),
-    { busy: 0, lag: 0, prompt: 0, hit: 0, steps: 0, seqs: 0 },
+    (a, s) => ({
+      busy: a.busy + s.busySeconds, lag: a.lag + s.lagSeconds, prompt: a.prompt + s.promptTokens, hit: a.hit + s.hitTokens, steps: a.steps + s.decodeSteps, seqs: a.seqs + s.decodeSequences,
+      requests: a.requests + s.requests, aborted: a.aborted + s.aborted,
+    }),
+    { busy: 0, lag: 0, prompt: 0, hit: 0, steps: 0, seqs: 0, requests: 0, aborted: 0 },
   );
 }
 
@@ -317,6 +322,10 @@ interface ModeFigures {
   trainer_busy: number;
   /** Tokens per trained sample in the window (the bound's training rate is per sample of its own mix). */
   window_tokens_per_sample: number;
+  /** Requests the engines admitted per sample generated in the window (turns, and dispatches again after aborts). */
+  engine_requests_per_sample: number;
+  /** Requests aborted before they finished per sample generated in the window (weight updates' pauses). */
+  engine_aborts_per_sample: number;
 }
 
 const natsMonitorPort = await freePort();
@@ -443,10 +452,13 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
       trainer_busy: inWindow.reduce((x, m) => x + m.train_seconds, 0) / windowSeconds,
       window_tokens_per_sample: inWindow.reduce((x, m) => x + m.tokens, 0) / trained,
       staleness_max: Math.max(...inWindow.map((m) => m.staleness_max)),
+      engine_requests_per_sample: (eb.requests - ea.requests) / Math.max(1, generated),
+      engine_aborts_per_sample: (eb.aborted - ea.aborted) / Math.max(1, generated),
     };
     say(
       `N=${n} ${mode} (${k} rollout process(es), ${f.sim_processes} sim, slowed ${f.slowdown}x): ${f.sps.toFixed(1)} samples/s (step ${f.mean_step_s.toFixed(2)} s; window: ${trained} trained, ${generated} generated), engines ${(100 * f.engine_utilisation).toFixed(0)} % busy, prefix hits ${(100 * f.prefix_hit_rate).toFixed(0)} %, ` +
-        `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}`,
+        `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}, ` +
+        `${f.engine_requests_per_sample.toFixed(2)} engine requests and ${f.engine_aborts_per_sample.toFixed(2)} aborts a generated sample`,
     );
     return f;
   } finally {
@@ -516,6 +528,8 @@ try {
       mean_decode_batch: Object.fromEntries(modes.map((m) => [m, figures[m]!.mean_decode_batch])),
       trainer_busy: Object.fromEntries(modes.map((m) => [m, figures[m]!.trainer_busy])),
       window_tokens_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.window_tokens_per_sample])),
+      engine_requests_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_requests_per_sample])),
+      engine_aborts_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_aborts_per_sample])),
     };
     say(`N=${n}: fully_async_vs_sync ${row.fully_async_vs_sync.toFixed(2)}, fully_async_vs_bound ${row.fully_async_vs_bound.toFixed(2)}, trainer busy ${(100 * (figures.fully_async?.trainer_busy ?? NaN)).toFixed(0)} % of the fully_async window (tokens a sample: window ${(figures.fully_async?.window_tokens_per_sample ?? NaN).toFixed(0)}, bound ${b.tokens_per_sample.toFixed(0)})`);
     bySize[String(n)] = row;

@@ -69,7 +69,7 @@ describe("ooze sim-engine", () => {
     expect((await a!.serverInfo()).max_total_num_tokens).toBe(T.kvTokens);
   });
 
-  it("continuous batching: a batch of 4 shares its decode steps; a multi-turn prompt's cached prefix skips prefill", async () => {
+  it("continuous batching: a batch of 4 shares its decode steps; a multi-turn prompt's cached prefix skips prefill; requests and aborts are counted", async () => {
     const c = new EngineClient(urls[2]!);
     const s0 = await stats(c);
     const res = await fetch(`${urls[2]}/generate`, { method: "POST", body: JSON.stringify({ input_ids: [[256, 1], [256, 2], [256, 3], [256, 4]], sampling_params: { max_new_tokens: 20 } }) });
@@ -77,6 +77,7 @@ describe("ooze sim-engine", () => {
     expect(batch.map((x) => x.output_ids.length)).toEqual([20, 20, 20, 20]);
     const s1 = await stats(c);
     expect(s1.decodeSteps - s0.decodeSteps).toBe(19);
+    expect([s1.requests - s0.requests, s1.aborted - s0.aborted]).toEqual([4, 0]);
     expect((s1.busySeconds - s0.busySeconds) * 1000).toBeCloseTo(prefillMs(T, 8) + decodeMs(4, 2, 20), 6);
 
     // Turn 2 of an episode: turn 1's prompt and output, then 16 new tokens. Whole 16-token blocks of
@@ -90,6 +91,16 @@ describe("ooze sim-engine", () => {
     expect(r2.meta.cachedTokens).toBe(80); // 48 + 33 = 81 tokens held: 5 whole blocks
     expect(s3.prefilledTokens - s2.prefilledTokens).toBe(turn2.length - 80);
     expect(s3.hitTokens - s2.hitTokens).toBe(80);
+
+    // A pause in abort mode ends a running request as aborted: counted as admitted and as aborted.
+    const s4 = await stats(c);
+    const long = c.generate({ inputIds: [256, 9, 9], sampling: { max_new_tokens: 100_000 } });
+    while ((await stats(c)).decodeSteps === s4.decodeSteps) await new Promise((r) => setTimeout(r, 5));
+    await c.pauseGeneration("abort");
+    expect((await long).finishReason?.type).toBe("abort");
+    await c.continueGeneration();
+    const s5 = await stats(c);
+    expect([s5.requests - s4.requests, s5.aborted - s4.aborted]).toEqual([1, 1]);
   });
 
   it("--max-running 1 serialises a batch; --kv-tokens is the reported capacity; update_weights_from_disk takes the table's time; SIGTERM stops it", async () => {

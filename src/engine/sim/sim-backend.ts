@@ -40,6 +40,10 @@ export interface SimStats extends BackendCacheStats {
   prefilledTokens: number;
   /** Sequences summed over decode steps (÷ decodeSteps: the mean decode batch). */
   decodeSequences: number;
+  /** Requests admitted (a request dispatched again after an abort counts again). */
+  requests: number;
+  /** Requests aborted before they finished (a pause in abort mode, or the client's abort). */
+  aborted: number;
 }
 
 const BLOCK = 16;
@@ -95,7 +99,7 @@ export class SimBackend implements InferenceBackend {
   private nextSeed = 1;
   /** When the engine's next step may end at the earliest (its own clock), ms. */
   private clock = 0;
-  private readonly stats = { promptTokens: 0, hitTokens: 0, busyMs: 0, lagMs: 0, prefillSteps: 0, decodeSteps: 0, decodedTokens: 0, prefilledTokens: 0, decodeSequences: 0 };
+  private readonly stats = { promptTokens: 0, hitTokens: 0, busyMs: 0, lagMs: 0, prefillSteps: 0, decodeSteps: 0, decodedTokens: 0, prefilledTokens: 0, decodeSequences: 0, requests: 0, aborted: 0 };
   private closed = false;
 
   constructor(opts: SimBackendOptions = {}) {
@@ -145,6 +149,7 @@ export class SimBackend implements InferenceBackend {
     }
     this.stats.promptTokens += inputIds.length;
     this.stats.hitTokens += cached;
+    this.stats.requests++;
     const s = sampling.seed ?? this.seed * 1_000_003 + this.nextSeed++;
     this.waiting.push({ rid, ids: Array.from(inputIds), promptLen: inputIds.length, toPrefill: inputIds.length - cached, generated: 0, sampling, rng: mix(s ^ 0x5bd1e995) });
     return { cachedTokens: cached };
@@ -163,10 +168,11 @@ export class SimBackend implements InferenceBackend {
     if (r) {
       this.batch.delete(rid);
       this.remember(r);
+      this.stats.aborted++;
       return;
     }
     const i = this.waiting.findIndex((w) => w.rid === rid);
-    if (i >= 0) this.waiting.splice(i, 1);
+    if (i >= 0) this.waiting.splice(i, 1), this.stats.aborted++;
   }
 
   running(): number {
@@ -191,6 +197,8 @@ export class SimBackend implements InferenceBackend {
       decodedTokens: this.stats.decodedTokens,
       prefilledTokens: this.stats.prefilledTokens,
       decodeSequences: this.stats.decodeSequences,
+      requests: this.stats.requests,
+      aborted: this.stats.aborted,
     };
   }
 

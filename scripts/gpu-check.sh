@@ -30,10 +30,10 @@ nvidia-smi -L || true
 echo "== python tests and throughput"
 (
   cd python
-  "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 5; \
-  "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 5 --skip-tests --lora 8; \
-  "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 5 --skip-tests --lora 8 --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj; \
-  "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 5 --skip-tests --dtype fp32; \
+  "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 5
+  "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 5 --skip-tests --lora 8
+  "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 5 --skip-tests --lora 8 --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
+  "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 5 --skip-tests --dtype fp32
   "$PY" gpu_check.py --device "$DEVICE" --shape $SHAPE --steps 3 --skip-tests --gc --seqs 16 --len 4096
 ) | tee "$OUT_DIR/gpu.jsonl"
 

@@ -16,6 +16,7 @@ import { PRESETS, type PresetName } from "../../native/presets.ts";
 import { Trainer, packSamples, type SampleToPack } from "../../native/trainer.ts";
 import type { LlamaHfConfig, LoraTargetModule, NativeEngine, NativeTokenEvent } from "../../native/index.d.ts";
 import { computeAdvantages, type AdvantageEstimator } from "../../src/algorithms/advantages.ts";
+import { mulberry32 } from "../../src/random.ts";
 import { BOS_ID, EOS_ID, decodeBytes, encodeBytes } from "../../src/engine/tokenizer.ts";
 
 const { values: a } = parseArgs({
@@ -84,15 +85,8 @@ const tempD = num(a.temp, 1), tempG = num(a.guessTemp, tempD);
 const entropyCoef = num(a.entropy, 0);
 const groupEntropy = num(a.groupEntropy, 0), groupEntropyTarget = num(a.groupEntropyTarget, 0.5);
 const uniformCoef = num(a.uniform, 0), uniformK = num(a.uniformK, 4), uniformRoles = a.uniformRoles!;
-/** A seeded generator for the uniform term's draws (mulberry32). */
-let rngState = (num(a.seed, 0) * 2654435761 + 12345) >>> 0;
-const rand = () => {
-  rngState = (rngState + 0x6d2b79f5) >>> 0;
-  let x = rngState;
-  x = Math.imul(x ^ (x >>> 15), x | 1);
-  x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-  return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-};
+/** The uniform term's draws, seeded. */
+const rand = mulberry32(num(a.seed, 0) * 2654435761 + 12345);
 const estimator = a.estimator as AdvantageEstimator;
 const guesserGroup = a.guesserGroup as "secret" | "message" | "batch";
 const names = a.names!;

@@ -341,6 +341,8 @@ export interface NativePolicyLossInputs {
   oldLogprobs: Float32Array;
   rolloutLogprobs: Float32Array | null;
   refLogprobs: Float32Array | null;
+  /** The uniform distribution's cross-entropy against the policy per token; needed when uniformCoef > 0. */
+  uniformCe?: Float32Array | null;
 }
 
 /** What policyLoss returns. */
@@ -348,6 +350,7 @@ export interface NativePolicyLossResult {
   metrics: NativeLossMetrics;
   dLogprobs: Float32Array;
   dEntropy: Float32Array;
+  dUniform: Float32Array;
 }
 
 /** A forward without gradient: per-token logprobs, entropies and (with a value head) values, aligned with the tokens. */

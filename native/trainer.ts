@@ -21,9 +21,9 @@ import type {
 
 export type { NativeForward, NativeLossConfig, NativeLossMetrics, NativeOptimConfig, NativeOptimResult, NativePackedBatch, NativeTrainBatch };
 
-/** Loss defaults: PPO clip 0.2 both sides, no dual clip, no KL, no entropy bonus, no TIS, per-token mean, temperature 1, no critic loss (value clip 0.2 when on). */
+/** Loss defaults: PPO clip 0.2 both sides, no dual clip, no KL, no entropy bonus, no uniform cross-entropy, no TIS, per-token mean, temperature 1, no critic loss (value clip 0.2 when on). */
 export const defaultLossConfig: NativeLossConfig = {
-  epsClip: 0.2, epsClipHigh: 0.2, epsClipC: null, klCoef: 0, klType: "k3", entropyCoef: 0,
+  epsClip: 0.2, epsClipHigh: 0.2, epsClipC: null, klCoef: 0, klType: "k3", entropyCoef: 0, uniformCoef: 0,
   tisCap: null, reduction: "token", normalizer: null, temperature: 1, valueCoef: 0, valueClip: 0.2,
 };
 

@@ -129,6 +129,12 @@ export const trainSchema = z
     epsClipHigh: z.number().positive().optional(),
     entropyCoef: z.number().default(0),
     /**
+     * Weight of a cross-entropy against the uniform distribution over the vocabulary, added to the
+     * loss at every trained token. Its gradient on the logits, π − 1/V, does not vanish where a
+     * collapsed policy puts probability near 1 on one token (the entropy bonus's does); 0 = off.
+     */
+    uniformCoef: z.number().min(0).default(0),
+    /**
      * Adaptive entropy control (as in Skywork-OR1): after each step the entropy coefficient rises by
      * entropyCoefStep while the mean token entropy is below this target and falls (not below 0)
      * above it; null = the coefficient stays entropyCoef.

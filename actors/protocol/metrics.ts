@@ -49,6 +49,8 @@ export interface StepMetrics {
   entropy_coef?: number;
   /** The adaptive entropy control's target after the step (`entropyTarget`, moving toward `entropyTargetFinal`). */
   entropy_target?: number;
+  /** train.uniformCoef > 0 only: mean cross-entropy of the uniform distribution against the policy (nats; log V at uniform). */
+  uniform_ce?: number;
   /**
    * train.explorer on: seconds the explorer files' writes finished since the previous step took
    * (usually the previous step's file, written while this step trained), and of them the encoding

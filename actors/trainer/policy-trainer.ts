@@ -70,6 +70,8 @@ export interface PolicyTrainerConfig {
   epsClip: number;
   epsClipHigh: number;
   entropyCoef: number;
+  /** Weight of the uniform distribution's cross-entropy against the policy (0/absent: off). */
+  uniformCoef?: number;
   /** Adaptive entropy control: target mean token entropy (nats), or null/absent for a fixed coefficient. */
   entropyTarget?: number | null;
   /** How much the coefficient moves per step under adaptive control (default 0.005). */
@@ -129,7 +131,7 @@ export function policyTrainerConfig(t: TrainConfig): PolicyTrainerConfig {
   return {
     lr: t.lr, lrWarmupSteps: t.lrWarmupSteps, lrDecay: t.lrDecay, lrDecaySteps: t.lrDecaySteps ?? t.steps, lrMinRatio: t.lrMinRatio, adamEps: t.adamEps,
     weightDecay: t.weightDecay, maxGradNorm: t.maxGradNorm, beta2: t.beta2, epsClip: t.epsClip, epsClipHigh: t.epsClipHigh ?? t.epsClip,
-    entropyCoef: t.entropyCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, entropyCoefMax: t.entropyCoefMax,
+    entropyCoef: t.entropyCoef, uniformCoef: t.uniformCoef, entropyTarget: t.entropyTarget, entropyCoefStep: t.entropyCoefStep, entropyCoefMax: t.entropyCoefMax,
     entropyTargetFinal: t.entropyTargetFinal, entropyTargetSteps: t.entropyTargetSteps, temperature: t.temperature,
     microBatchTokens: t.microBatchTokens, updatesPerStep: t.updatesPerStep, ppo: t.algorithm === "ppo" ? t.ppo : null,
     worker: t.trainer, lora: policy.lora, policy: policy.name, seed: t.seed,
@@ -292,7 +294,7 @@ export class PolicyTrainer {
         for (const packed of parts) {
           const m = await this.worker.trainStep(
             packed,
-            { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: this.entropyCoef, temperature: c.temperature, ...(critic ? {} : value) },
+            { epsClip: c.epsClip, epsClipHigh: c.epsClipHigh, entropyCoef: this.entropyCoef, uniformCoef: c.uniformCoef ?? 0, temperature: c.temperature, ...(critic ? {} : value) },
             optim, { microBatchTokens: c.microBatchTokens },
           );
           if (critic) {

@@ -262,7 +262,7 @@ class Run {
       partial_samples: b.samples.filter((x) => new Set(x.weightVersions.map((w) => w.version)).size > 1).length, cache_hit_rate: s.promptTokens > 0 ? s.cachedTokens / s.promptTokens : 0,
       loss: tm?.loss ?? 0, kl: tm?.ppoKl ?? 0, entropy: tm?.entropy ?? 0, clipfrac: tm?.clipfrac ?? 0, grad_norm: tm?.gradNorm ?? 0,
       response_length_mean: b.samples.length ? b.samples.reduce((n, x) => n + x.responseLength, 0) / b.samples.length : 0, failed: s.failed, dropped_groups: s.droppedGroups, trainer_restarts: restarts,
-      lr: trained ? this.trainer.lrAt(this.trainer.version) : 0, entropy_coef: trained?.entropyCoef ?? 0, ...(trained?.entropyTarget != null ? { entropy_target: trained.entropyTarget } : {}), staleness_hist: stalenessHist(b.samples, versionBefore),
+      lr: trained ? this.trainer.lrAt(this.trainer.version) : 0, entropy_coef: trained?.entropyCoef ?? 0, ...(trained?.entropyTarget != null ? { entropy_target: trained.entropyTarget } : {}), ...(t.uniformCoef > 0 && tm ? { uniform_ce: tm.uniformCe } : {}), staleness_hist: stalenessHist(b.samples, versionBefore),
       ...(explorerTime ? { explorer_seconds: explorerTime.total, explorer_encode_seconds: explorerTime.encode } : {}),
       ...(trained?.critic ? criticFields(trained.critic) : {}),
       ...policyFields(b.samples, trained?.policies ?? null),

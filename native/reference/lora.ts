@@ -80,7 +80,7 @@ export function referenceLoraForwardBackward(
   adapter: ArrayLike<number>,
   batch: PackedTokens,
   temperature: number,
-  upstream: { dLogprobs: ArrayLike<number>; dEntropy: ArrayLike<number> } | null,
+  upstream: { dLogprobs: ArrayLike<number>; dEntropy: ArrayLike<number>; dUniform?: ArrayLike<number> } | null,
 ): ReferenceResult {
   const merged = mergeLora(cfg, params, lora, adapter);
   const ref = referenceForwardBackward(cfg, merged, batch, temperature, upstream);

@@ -190,7 +190,9 @@ export function validatePacked(batch: PackedTokens, vocab: number): void {
 export interface ReferenceResult {
   logprobs: Float64Array;
   entropy: Float64Array;
-  /** Gradient of Σ dLogprobs·logprobs + dEntropy·entropy (+ dValues·values) wrt every parameter; null without upstream grads. */
+  /** The uniform distribution's cross-entropy against the model's at each token: −(1/V)·Σ_v log π(v). */
+  uniformCe: Float64Array;
+  /** Gradient of Σ dLogprobs·logprobs + dEntropy·entropy (+ dUniform·uniformCe, dValues·values) wrt every parameter; null without upstream grads. */
   grads: Float64Array | null;
   /** With a value head: values[i] = w·xnf[i−1] + b (0 at each sequence's first token); else null. */
   values: Float64Array | null;
@@ -201,7 +203,8 @@ export interface ReferenceResult {
 /**
  * Forward (and, given upstream gradients, backward) of a Llama model over a packed batch.
  * logprobs[i] = log softmax(logits(tokens[..i-1]) / temperature)[tokens[i]] for every token that is
- * not the first of its sequence; entropy[i] is that distribution's entropy. With `valueHead`
+ * not the first of its sequence; entropy[i] is that distribution's entropy and uniformCe[i] the uniform
+ * distribution's cross-entropy against it. With `valueHead`
  * (hidden_size + 1 floats, weight then bias) also the critic's values on the final norm's output,
  * aligned like the logprobs, and with upstream dValues their gradient through the head and the trunk.
  */
@@ -210,7 +213,7 @@ export function referenceForwardBackward(
   params: Buf,
   batch: PackedTokens,
   temperature: number,
-  upstream: { dLogprobs: ArrayLike<number>; dEntropy: ArrayLike<number>; dValues?: ArrayLike<number> } | null,
+  upstream: { dLogprobs: ArrayLike<number>; dEntropy: ArrayLike<number>; dUniform?: ArrayLike<number>; dValues?: ArrayLike<number> } | null,
   valueHead: ArrayLike<number> | null = null,
 ): ReferenceResult {
   validatePacked(batch, cfg.vocab_size);
@@ -274,7 +277,7 @@ export function referenceForwardBackward(
   }
   const nf = rmsnorm(x, params, off.norm, T, H, eps);
   const logits = linear(nf.y, params, off.lmHead, T, V, H);
-  const logprobs = new Float64Array(T), entropy = new Float64Array(T);
+  const logprobs = new Float64Array(T), entropy = new Float64Array(T), uniformCe = new Float64Array(T);
   const logpOut = new Float64Array(T * V);
   for (let t = 0; t < T; t++) {
     if (t + 1 >= T || seqStart[t + 1] !== seqStart[t]) continue; // last token of its sequence
@@ -283,14 +286,16 @@ export function referenceForwardBackward(
     let sum = 0;
     for (let c = 0; c < V; c++) sum += Math.exp(logits[t * V + c]! / temperature - mx);
     const lse = mx + Math.log(sum);
-    let ent = 0;
+    let ent = 0, uce = 0;
     for (let c = 0; c < V; c++) {
       const lp = logits[t * V + c]! / temperature - lse;
       logpOut[t * V + c] = lp;
       ent -= Math.exp(lp) * lp;
+      uce -= lp / V;
     }
     logprobs[t + 1] = logits[t * V + tokens[t + 1]!]! / temperature - lse;
     entropy[t + 1] = ent;
+    uniformCe[t + 1] = uce;
   }
   let values: Float64Array | null = null;
   if (valueHead) {
@@ -302,7 +307,7 @@ export function referenceForwardBackward(
       values[t + 1] = v;
     }
   }
-  if (!upstream) return { logprobs, entropy, grads: null, values, headGrads: null };
+  if (!upstream) return { logprobs, entropy, uniformCe, grads: null, values, headGrads: null };
 
   // Backward.
   const grads = new Float64Array(tensorLayout(cfg).numel);
@@ -310,9 +315,10 @@ export function referenceForwardBackward(
   for (let t = 0; t + 1 < T; t++) {
     if (seqStart[t + 1] !== seqStart[t]) continue;
     const gl = upstream.dLogprobs[t + 1]!, ge = upstream.dEntropy[t + 1]!, ent = entropy[t + 1]!;
+    const gu = upstream.dUniform?.[t + 1] ?? 0;
     for (let c = 0; c < V; c++) {
       const lp = logpOut[t * V + c]!, p = Math.exp(lp);
-      const dz = gl * ((c === tokens[t + 1] ? 1 : 0) - p) - ge * p * (lp + ent);
+      const dz = gl * ((c === tokens[t + 1] ? 1 : 0) - p) - ge * p * (lp + ent) + gu * (p - 1 / V);
       dLogits[t * V + c] = dz / temperature;
     }
   }
@@ -380,5 +386,5 @@ export function referenceForwardBackward(
     for (let i = 0; i < T * H; i++) dx[i] = dh[i]! + dxNorm[i]!;
   }
   for (let t = 0; t < T; t++) for (let i = 0; i < H; i++) grads[off.embed + tokens[t]! * H + i]! += dx[t * H + i]!;
-  return { logprobs, entropy, grads, values, headGrads };
+  return { logprobs, entropy, uniformCe, grads, values, headGrads };
 }

@@ -18,6 +18,8 @@ std::string validate_loss(const LossConfig& c, const LossInputs& in) {
   if (in.T > 0 && (!in.logprobs || !in.entropy || !in.loss_mask || !in.advantages || !in.old_logprobs))
     return "logprobs, entropy, loss_mask, advantages and old_logprobs are required";
   if (!in.cu_seqlens) return "cu_seqlens is required";
+  if (!(c.uniform_coef >= 0)) return "uniform_coef must be >= 0 (0 = off)";
+  if (c.uniform_coef > 0 && in.T > 0 && !in.uniform_ce) return "uniform_coef is set but the forward's uniform cross-entropy was not given";
   if (!(c.value_coef >= 0)) return "value_coef must be >= 0 (0 = no critic loss)";
   if (c.value_coef > 0 && in.T > 0 && (!in.values || !in.old_values || !in.returns))
     return "value_coef is set but values, old values or returns are missing (the trainer needs a value head and the batch oldValues and returns)";
@@ -41,10 +43,12 @@ std::vector<double> reduction_weights(const LossConfig& c, const LossInputs& in,
   return w;
 }
 
-LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogprobs, float* dentropy) {
+LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogprobs, float* dentropy, float* duniform) {
   LossMetrics M;
   std::fill(dlogprobs, dlogprobs + in.T, 0.0f);
   std::fill(dentropy, dentropy + in.T, 0.0f);
+  if (duniform) std::fill(duniform, duniform + in.T, 0.0f);
+  const bool uniform = c.uniform_coef > 0;
   const std::vector<double> w = reduction_weights(c, in, M);
 
   const bool tis = c.tis_cap > 0, kl = in.ref_logprobs != nullptr, dual = c.eps_clip_c > 0;
@@ -77,12 +81,14 @@ LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogpr
       }
     }
     const double ent = in.entropy[t];
-    const double l = pg + c.kl_coef * k - c.entropy_coef * ent;
+    const double uce = uniform ? in.uniform_ce[t] : 0.0;
+    const double l = pg + c.kl_coef * k - c.entropy_coef * ent + c.uniform_coef * uce;
     const double wt = w[t];
     M.loss += wt * l;
     M.pg_loss += wt * pg;
     M.kl += wt * k;
     M.entropy += wt * ent;
+    M.uniform_ce += wt * uce;
     M.clipfrac += wt * (clipped ? 1.0 : 0.0);
     M.dual_clipfrac += wt * (dual_clipped ? 1.0 : 0.0);
     M.ratio_mean += wt * ratio;
@@ -92,6 +98,7 @@ LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogpr
     M.ratio_max = std::max(M.ratio_max, ratio);
     dlogprobs[t] = static_cast<float>(wt * (dpg + c.kl_coef * dk));
     dentropy[t] = static_cast<float>(-wt * c.entropy_coef);
+    if (duniform) duniform[t] = static_cast<float>(wt * c.uniform_coef);
   }
   if (M.num_tokens == 0) M.ratio_min = M.ratio_max = 0;
   return M;

@@ -1,6 +1,7 @@
 // Policy-gradient losses of RL training computed per token over a packed batch: PPO clip (asymmetric),
 // dual clip, KL penalty against a reference policy (k1/k2/k3), entropy bonus, truncated importance
-// sampling, per-token or per-sample reduction; returns metrics and dL/dlogprobs, dL/dentropy.
+// sampling, a cross-entropy against the uniform distribution, per-token or per-sample reduction;
+// returns metrics and dL/dlogprobs, dL/dentropy, dL/duniform_ce.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,6 +24,7 @@ struct LossConfig {
   float kl_coef = 0.0f;        // weight of the KL penalty (needs reference logprobs)
   KlType kl_type = KlType::K3;
   float entropy_coef = 0.0f;   // entropy bonus: loss −= entropy_coef · entropy
+  float uniform_coef = 0.0f;   // loss += uniform_coef · CE(uniform, π) (needs the forward's uniform_ce); 0 = off
   float tis_cap = 0.0f;        // truncated importance sampling cap; 0 disables (needs rollout logprobs)
   Reduction reduction = Reduction::Token;
   double normalizer = 0.0;     // >0: divide by this instead of the batch's own count (micro-batching)
@@ -37,6 +39,7 @@ struct LossInputs {
   int num_seqs = 0;
   const float* logprobs = nullptr;  // current policy, from train_forward
   const float* entropy = nullptr;   // current policy, from train_forward
+  const float* uniform_ce = nullptr;  // current policy's −mean_v log π(v), from train_forward; nullable unless uniform_coef
   const uint8_t* loss_mask = nullptr;  // 1 = model token that is trained on
   const float* advantages = nullptr;
   const float* old_logprobs = nullptr;      // policy that the ratio is taken against
@@ -53,6 +56,7 @@ struct LossInputs {
  */
 struct LossMetrics {
   double loss = 0, pg_loss = 0, kl = 0, entropy = 0, clipfrac = 0, dual_clipfrac = 0;
+  double uniform_ce = 0;  // mean cross-entropy of the uniform distribution against π (uniform_coef > 0 only)
   double ratio_mean = 0, ratio_min = 0, ratio_max = 0, tis_mean = 0;
   double ppo_kl = 0;  // mean of old − new logprob: how far this step's policy moved from the old one
   double num_tokens = 0, num_samples = 0;  // masked tokens, samples with ≥1 masked token
@@ -66,10 +70,12 @@ std::string validate_loss(const LossConfig& c, const LossInputs& in);
  * Per token t with mask 1: r = exp(logp − old), A = advantages[t],
  *   pg = max(−A·r, −A·clip(r, 1−eps_clip, 1+eps_clip_high)); for A < 0 with dual clip: pg = min(pg, −A·c);
  *   pg *= min(exp(old − rollout), tis_cap) when TIS is on;
- *   ℓ = pg + kl_coef·k(logp − ref) − entropy_coef·entropy.
- * Writes dL/dlogprobs and dL/dentropy (T entries, 0 where mask is 0) and returns the metrics.
+ *   ℓ = pg + kl_coef·k(logp − ref) − entropy_coef·entropy + uniform_coef·uniform_ce.
+ * Writes dL/dlogprobs, dL/dentropy and (when not null) dL/duniform_ce (T entries, 0 where mask is 0)
+ * and returns the metrics.
  */
-LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogprobs, float* dentropy);
+LossMetrics policy_loss(const LossConfig& c, const LossInputs& in, float* dlogprobs, float* dentropy,
+                        float* duniform = nullptr);
 
 /**
  * The critic's clipped value loss, added to `M` (loss += value_coef·value_loss) with the same

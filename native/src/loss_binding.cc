@@ -15,9 +15,9 @@ using namespace ooze;
 using namespace ooze::train_js;
 
 /**
- * policyLoss(inputs, lossConfig) -> {metrics, dLogprobs, dEntropy}: the native loss alone, synchronous
- * (inputs: {cuSeqlens, logprobs, entropy, lossMask, advantages, oldLogprobs, rolloutLogprobs|null,
- * refLogprobs|null}, per-token arrays of one length).
+ * policyLoss(inputs, lossConfig) -> {metrics, dLogprobs, dEntropy, dUniform}: the native loss alone,
+ * synchronous (inputs: {cuSeqlens, logprobs, entropy, lossMask, advantages, oldLogprobs,
+ * rolloutLogprobs|null, refLogprobs|null, uniformCe|null}, per-token arrays of one length).
  */
 Napi::Value PolicyLossJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -31,9 +31,10 @@ Napi::Value PolicyLossJs(const Napi::CallbackInfo& info) {
   std::vector<float> old = typed<float>(o, "oldLogprobs", napi_float32_array, "Float32Array", true);
   std::vector<float> roll = typed<float>(o, "rolloutLogprobs", napi_float32_array, "Float32Array", false);
   std::vector<float> ref = typed<float>(o, "refLogprobs", napi_float32_array, "Float32Array", false);
+  std::vector<float> uce = typed<float>(o, "uniformCe", napi_float32_array, "Float32Array", false);
   const size_t T = lp.size();
   if (ent.size() != T || mask.size() != T || adv.size() != T || old.size() != T || (!roll.empty() && roll.size() != T) ||
-      (!ref.empty() && ref.size() != T))
+      (!ref.empty() && ref.size() != T) || (!uce.empty() && uce.size() != T))
     type_error(env, "policyLoss: every per-token array needs the same length as logprobs (" + std::to_string(T) + ")");
   if (cu.size() < 2 || cu.front() != 0 || static_cast<size_t>(cu.back()) != T)
     type_error(env, "policyLoss: cuSeqlens must start at 0 and end at " + std::to_string(T));
@@ -45,13 +46,15 @@ Napi::Value PolicyLossJs(const Napi::CallbackInfo& info) {
   li.logprobs = lp.data(), li.entropy = ent.data(), li.loss_mask = mask.data(), li.advantages = adv.data();
   li.old_logprobs = old.data(), li.rollout_logprobs = roll.empty() ? nullptr : roll.data();
   li.ref_logprobs = ref.empty() ? nullptr : ref.data();
+  li.uniform_ce = uce.empty() ? nullptr : uce.data();
   std::string err = validate_loss(la.c, li);
   if (!err.empty()) type_error(env, "policyLoss: lossConfig: " + err);
-  std::vector<float> dlp(T), dent(T);
-  LossMetrics m = policy_loss(la.c, li, dlp.data(), dent.data());
+  std::vector<float> dlp(T), dent(T), dunif(T);
+  LossMetrics m = policy_loss(la.c, li, dlp.data(), dent.data(), dunif.data());
   Napi::Object r = Napi::Object::New(env), mo = Napi::Object::New(env);
   set_loss_metrics(mo, m);
   r.Set("metrics", mo), r.Set("dLogprobs", to_f32(env, dlp)), r.Set("dEntropy", to_f32(env, dent));
+  r.Set("dUniform", to_f32(env, dunif));
   return r;
 }
 

@@ -300,22 +300,24 @@ void lm_logits(const Dims& d, const float* xnf, const float* W, const int* rows,
 }
 
 /**
- * The log-softmax of each row of `logits` ([n, V], already / τ): the target's logprob, the entropy
- * and the log-sum-exp, to lp/ent/lse_out (indexed by row in chunk). Sums in fp64, four partial sums.
+ * The log-softmax of each row of `logits` ([n, V], already / τ): the target's logprob, the entropy,
+ * the log-sum-exp and the uniform distribution's cross-entropy against it (lse − mean z), to
+ * lp/ent/lse_out/uce (indexed by row in chunk). Sums in fp64, four partial sums.
  */
 void row_stats(const Dims& d, const std::vector<float>& logits, const int* rows, int n, const int32_t* tokens, float* lp,
-               float* ent, float* lse_out) {
+               float* ent, float* lse_out, float* uce) {
 #pragma omp parallel for schedule(static) if (static_cast<long>(n) * d.V > 16384)
   for (int r = 0; r < n; ++r) {
     const float* z = logits.data() + static_cast<size_t>(r) * d.V;
     const float mx = max_of(z, d.V);
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0, sz = 0;
     int c = 0;
     for (; c + 4 <= d.V; c += 4) {
       s0 += std::exp(z[c] - mx), s1 += std::exp(z[c + 1] - mx);
       s2 += std::exp(z[c + 2] - mx), s3 += std::exp(z[c + 3] - mx);
+      sz += (static_cast<double>(z[c]) + z[c + 1]) + (static_cast<double>(z[c + 2]) + z[c + 3]);
     }
-    for (; c < d.V; ++c) s0 += std::exp(z[c] - mx);
+    for (; c < d.V; ++c) s0 += std::exp(z[c] - mx), sz += z[c];
     const double lse = mx + std::log((s0 + s1) + (s2 + s3));
     const float lsef = static_cast<float>(lse);
     s0 = s1 = s2 = s3 = 0;
@@ -328,6 +330,7 @@ void row_stats(const Dims& d, const std::vector<float>& logits, const int* rows,
     lp[r] = static_cast<float>(z[tokens[rows[r] + 1]] - lse);
     ent[r] = static_cast<float>(lse - pz);
     lse_out[r] = static_cast<float>(lse);
+    uce[r] = static_cast<float>(lse - sz / d.V);
   }
 }
 
@@ -369,7 +372,8 @@ std::string validate_batch(const PackedBatch& b, int vocab) {
 }
 
 void train_forward(const Model& m, const float* params, const PackedBatch& b, float temperature, float* logprobs,
-                   float* entropy, Activations* acts, const uint8_t* want, const ValueHead* head, const LoraView* lora) {
+                   float* entropy, Activations* acts, const uint8_t* want, const ValueHead* head, const LoraView* lora,
+                   float* uniform_ce) {
   const Dims d(m.cfg, b);
   const auto P = m.ptrs(const_cast<float*>(params));
   const int T = d.T, H = d.H;
@@ -428,20 +432,22 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
 
   std::fill(logprobs, logprobs + T, 0.0f);
   std::fill(entropy, entropy + T, 0.0f);
+  if (uniform_ce) std::fill(uniform_ce, uniform_ce + T, 0.0f);
   std::vector<int> rows;
   for (int p : d.pred_rows)
     if (!want || want[p + 1]) rows.push_back(p);
   const int n_rows = static_cast<int>(rows.size());
   const int R = chunk_rows(n_rows, d.V);
-  std::vector<float> xbuf(static_cast<size_t>(R) * H), logits(static_cast<size_t>(R) * d.V), lp(R), ent(R), lse(R);
+  std::vector<float> xbuf(static_cast<size_t>(R) * H), logits(static_cast<size_t>(R) * d.V), lp(R), ent(R), lse(R), uce(R);
   if (acts) acts->row_lse.assign(T, NAN), acts->row_ent.assign(T, NAN);
   for (int c0 = 0; c0 < n_rows; c0 += R) {
     const int n = std::min(R, n_rows - c0);
     lm_logits(d, xnf.data(), P.lm_head, rows.data() + c0, n, temperature, xbuf, logits);
-    row_stats(d, logits, rows.data() + c0, n, b.tokens.data(), lp.data(), ent.data(), lse.data());
+    row_stats(d, logits, rows.data() + c0, n, b.tokens.data(), lp.data(), ent.data(), lse.data(), uce.data());
     for (int r = 0; r < n; ++r) {
       logprobs[rows[c0 + r] + 1] = lp[r];
       entropy[rows[c0 + r] + 1] = ent[r];
+      if (uniform_ce) uniform_ce[rows[c0 + r] + 1] = uce[r];
       if (acts) acts->row_lse[rows[c0 + r]] = lse[r], acts->row_ent[rows[c0 + r]] = ent[r];
     }
   }
@@ -464,7 +470,7 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
 
 void train_backward(const Model& m, const float* params, const PackedBatch& b, float temperature, const Activations& A,
                     const float* dlogprobs, const float* dentropy, float* grads, const ValueHead* head,
-                    const LoraView* lora, const LoraView* lora_grads) {
+                    const LoraView* lora, const LoraView* lora_grads, const float* duniform) {
   const Dims d(m.cfg, b);
   const auto P = m.ptrs(const_cast<float*>(params));
   // No grads: the base is frozen (an adapter trains); every base weight's gradient product is skipped.
@@ -478,10 +484,10 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
   // lm_head: only rows whose next token carries a gradient.
   std::vector<int> rows;
   for (int p : d.pred_rows)
-    if (dlogprobs[p + 1] != 0.0f || dentropy[p + 1] != 0.0f) rows.push_back(p);
+    if (dlogprobs[p + 1] != 0.0f || dentropy[p + 1] != 0.0f || (duniform && duniform[p + 1] != 0.0f)) rows.push_back(p);
   std::vector<float> dxnf(TH, 0.0f);
   const int R = chunk_rows(static_cast<int>(rows.size()), d.V);
-  std::vector<float> xbuf(static_cast<size_t>(R) * H), logits(static_cast<size_t>(R) * d.V), lp(R), ent(R), lse(R);
+  std::vector<float> xbuf(static_cast<size_t>(R) * H), logits(static_cast<size_t>(R) * d.V), lp(R), ent(R), lse(R), uce(R);
   std::vector<float> dxbuf(static_cast<size_t>(R) * H);
   const float invt = 1.0f / temperature;
   for (int c0 = 0; c0 < static_cast<int>(rows.size()); c0 += R) {
@@ -494,16 +500,17 @@ void train_backward(const Model& m, const float* params, const PackedBatch& b, f
     if (saved)
       for (int r = 0; r < n; ++r) lse[r] = A.row_lse[rr[r]], ent[r] = A.row_ent[rr[r]];
     else
-      row_stats(d, logits, rr, n, b.tokens.data(), lp.data(), ent.data(), lse.data());
+      row_stats(d, logits, rr, n, b.tokens.data(), lp.data(), ent.data(), lse.data(), uce.data());
+    const float inv_v = 1.0f / static_cast<float>(d.V);
 #pragma omp parallel for schedule(static) if (static_cast<long>(n) * d.V > 16384)
     for (int r = 0; r < n; ++r) {
-      // dz_c = g_lp (1[c=y] - p_c) - g_ent p_c (log p_c + H); dlogits = dz / τ.
-      const float gl = dlogprobs[rr[r] + 1], ge = dentropy[rr[r] + 1];
+      // dz_c = g_lp (1[c=y] - p_c) - g_ent p_c (log p_c + H) + g_u (p_c - 1/V); dlogits = dz / τ.
+      const float gl = dlogprobs[rr[r] + 1], ge = dentropy[rr[r] + 1], gu = duniform ? duniform[rr[r] + 1] : 0.0f;
       float* z = logits.data() + static_cast<size_t>(r) * d.V;
       for (int c = 0; c < d.V; ++c) {
         const float logp = z[c] - lse[r];
         const float p = std::exp(logp);
-        z[c] = (-gl * p - ge * p * (logp + ent[r])) * invt;
+        z[c] = (-gl * p - ge * p * (logp + ent[r]) + gu * (p - inv_v)) * invt;
       }
       z[b.tokens[rr[r] + 1]] += gl * invt;
     }

@@ -76,10 +76,12 @@ struct ValueHead {
  * are never held for more than a chunk of rows. With `want` (num_tokens() flags), only tokens whose
  * flag is set get a logprob and entropy (the others are 0), which skips their lm_head rows.
  * With `lora`, the adapter's term is added to each Linear it targets (the model is base + adapter).
+ * With `uniform_ce`, it gets each predicted token's cross-entropy of the uniform distribution against
+ * the model's, −(1/V)·Σ_v log π(v) = lse − mean(logits / temperature) (aligned as logprobs).
  */
 void train_forward(const Model& m, const float* params, const PackedBatch& b, float temperature,
                    float* logprobs, float* entropy, Activations* acts, const uint8_t* want = nullptr,
-                   const ValueHead* head = nullptr, const LoraView* lora = nullptr);
+                   const ValueHead* head = nullptr, const LoraView* lora = nullptr, float* uniform_ce = nullptr);
 
 /**
  * Backward of train_forward: given dL/dlogprobs and dL/dentropy (num_tokens() entries each, aligned as
@@ -87,9 +89,11 @@ void train_forward(const Model& m, const float* params, const PackedBatch& b, fl
  * With `head` (dvalues, grads set), the value loss's gradient flows into the head and the trunk too.
  * With `lora` (the forward's adapter), its A and B gradients are ADDED into `lora_grads` (a view of a
  * buffer in the adapter's layout). `grads` null freezes the base: no base weight's gradient is computed.
+ * With `duniform`, dL/duniform_ce (the forward's uniform cross-entropy) flows back too.
  */
 void train_backward(const Model& m, const float* params, const PackedBatch& b, float temperature,
                     const Activations& acts, const float* dlogprobs, const float* dentropy, float* grads,
-                    const ValueHead* head = nullptr, const LoraView* lora = nullptr, const LoraView* lora_grads = nullptr);
+                    const ValueHead* head = nullptr, const LoraView* lora = nullptr, const LoraView* lora_grads = nullptr,
+                    const float* duniform = nullptr);
 
 }  // namespace ooze

@@ -97,6 +97,7 @@ inline LossArgs parse_loss(const Napi::Value& v) {
   a.c.eps_clip_c = static_cast<float>(num(o, "epsClipC", 0));
   a.c.kl_coef = static_cast<float>(num(o, "klCoef", 0));
   a.c.entropy_coef = static_cast<float>(num(o, "entropyCoef", 0));
+  a.c.uniform_coef = static_cast<float>(num(o, "uniformCoef", 0));
   a.c.tis_cap = static_cast<float>(num(o, "tisCap", 0));
   a.c.normalizer = num(o, "normalizer", 0);
   a.c.value_coef = static_cast<float>(num(o, "valueCoef", 0));
@@ -185,7 +186,7 @@ inline void set_loss_metrics(Napi::Object o, const LossMetrics& m) {
   o.Set("loss", m.loss), o.Set("pgLoss", m.pg_loss), o.Set("kl", m.kl), o.Set("entropy", m.entropy);
   o.Set("clipfrac", m.clipfrac), o.Set("dualClipfrac", m.dual_clipfrac), o.Set("ratioMean", m.ratio_mean);
   o.Set("ratioMin", m.ratio_min), o.Set("ratioMax", m.ratio_max), o.Set("tisMean", m.tis_mean), o.Set("ppoKl", m.ppo_kl);
-  o.Set("numTokens", m.num_tokens), o.Set("numSamples", m.num_samples);
+  o.Set("numTokens", m.num_tokens), o.Set("numSamples", m.num_samples), o.Set("uniformCe", m.uniform_ce);
   o.Set("valueLoss", m.value_loss), o.Set("valueClipfrac", m.value_clipfrac), o.Set("valueMean", m.value_mean);
 }
 

@@ -167,6 +167,8 @@ void accumulate(TrainerState& st, StepWork& w) {
   if (!err.empty()) throw std::invalid_argument("batch: " + err);
   const int T = w.in.b.num_tokens();
   std::vector<float> lp(T), ent(T), dlp(T), dent(T);
+  const bool uniform = w.loss.c.uniform_coef > 0;
+  std::vector<float> uce(uniform ? T : 0), dunif(uniform ? T : 0);
   Activations& acts = st.acts;
   const bool critic = w.loss.c.value_coef > 0;
   if (critic && !st.head.present())
@@ -182,20 +184,22 @@ void accumulate(TrainerState& st, StepWork& w) {
   LoraView lv, lg;
   const LoraView* lora = adapter_view(st, lv);
   if (lora) lg = st.adapter.grad_view();
-  train_forward(m, m.params.data(), w.in.b, w.loss.temperature, lp.data(), ent.data(), &acts, w.in.loss_mask.data(), hv.get(), lora);
+  train_forward(m, m.params.data(), w.in.b, w.loss.temperature, lp.data(), ent.data(), &acts, w.in.loss_mask.data(), hv.get(), lora,
+                uniform ? uce.data() : nullptr);
   LossInputs li;
   li.T = T, li.cu_seqlens = w.in.b.cu_seqlens.data(), li.num_seqs = w.in.b.num_seqs();
   li.logprobs = lp.data(), li.entropy = ent.data(), li.loss_mask = w.in.loss_mask.data();
+  li.uniform_ce = uniform ? uce.data() : nullptr;
   li.advantages = w.in.advantages.data(), li.old_logprobs = w.in.old_logprobs.data();
   li.rollout_logprobs = w.in.rollout_logprobs.empty() ? nullptr : w.in.rollout_logprobs.data();
   li.ref_logprobs = w.in.ref_logprobs.empty() ? nullptr : w.in.ref_logprobs.data();
   if (critic) li.values = hv.values.data(), li.old_values = w.in.old_values.data(), li.returns = w.in.returns.data();
   err = validate_loss(w.loss.c, li);
   if (!err.empty()) throw std::invalid_argument("lossConfig: " + err);
-  w.metrics = policy_loss(w.loss.c, li, dlp.data(), dent.data());
+  w.metrics = policy_loss(w.loss.c, li, dlp.data(), dent.data(), uniform ? dunif.data() : nullptr);
   if (critic) value_loss(w.loss.c, li, hv.dvalues.data(), w.metrics);
   train_backward(m, m.params.data(), w.in.b, w.loss.temperature, acts, dlp.data(), dent.data(), lora ? nullptr : st.grads.data(),
-                 hv.get(), lora, lora ? &lg : nullptr);
+                 hv.get(), lora, lora ? &lg : nullptr, uniform ? dunif.data() : nullptr);
 }
 
 // ---- the class ----

@@ -3,7 +3,8 @@ as differentiable torch expressions over packed per-token tensors.
 
 Per token t with mask 1: r = exp(logp − old), A = advantage,
   pg = max(−A·r, −A·clip(r, 1−eps_clip, 1+eps_clip_high)); for A < 0 with dual clip pg = min(pg, −A·c);
-  pg *= min(exp(old − rollout), tis_cap) with TIS; ℓ = pg + kl_coef·k(logp − ref) − entropy_coef·entropy;
+  pg *= min(exp(old − rollout), tis_cap) with TIS;
+  ℓ = pg + kl_coef·k(logp − ref) − entropy_coef·entropy + uniform_coef·uniform_ce (−mean_v log π(v));
 the critic (value_coef > 0): Vc = old_V + clip(V − old_V, ±value_clip), ℓ_v = max((V−R)², (Vc−R)²)/2.
 Reduction: per token (Σ mask·ℓ / Σ mask) or per sample (mean of each sample's masked mean), or divided
 by a given normalizer (micro-batches of one batch). Everything is computed in float64.
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 DEFAULTS = {
-    "epsClip": 0.2, "epsClipHigh": 0.2, "epsClipC": None, "klCoef": 0.0, "klType": "k3", "entropyCoef": 0.0,
+    "epsClip": 0.2, "epsClipHigh": 0.2, "epsClipC": None, "klCoef": 0.0, "klType": "k3", "entropyCoef": 0.0, "uniformCoef": 0.0,
     "tisCap": None, "reduction": "token", "normalizer": None, "temperature": 1.0, "valueCoef": 0.0, "valueClip": 0.2,
 }
 
@@ -28,6 +29,7 @@ class LossConfig:
     kl_coef: float
     kl_type: str
     entropy_coef: float
+    uniform_coef: float
     tis_cap: float
     reduction: str
     normalizer: float
@@ -40,7 +42,7 @@ class LossConfig:
         c = {**DEFAULTS, **{k: v for k, v in (raw or {}).items() if v is not None or k in ("epsClipC", "tisCap", "normalizer", "valueClip")}}
         cfg = LossConfig(
             eps_clip=float(c["epsClip"]), eps_clip_high=float(c["epsClipHigh"]), eps_clip_c=float(c["epsClipC"] or 0),
-            kl_coef=float(c["klCoef"]), kl_type=str(c["klType"]), entropy_coef=float(c["entropyCoef"]),
+            kl_coef=float(c["klCoef"]), kl_type=str(c["klType"]), entropy_coef=float(c["entropyCoef"]), uniform_coef=float(c["uniformCoef"]),
             tis_cap=float(c["tisCap"] or 0), reduction=str(c["reduction"]), normalizer=float(c["normalizer"] or 0),
             temperature=float(c["temperature"]), value_coef=float(c["valueCoef"]),
             value_clip=float(c["valueClip"]) if c["valueClip"] is not None else 0.0,
@@ -57,6 +59,8 @@ class LossConfig:
             return "epsClipC (dual clip) must be > 1, or null to disable it"
         if self.kl_type not in ("k1", "k2", "k3"):
             return f"klType must be k1, k2 or k3, got {self.kl_type!r}"
+        if not self.uniform_coef >= 0:
+            return "uniformCoef must be >= 0 (0 = off)"
         if not self.tis_cap >= 0:
             return "tisCap must be >= 0"
         if self.reduction not in ("token", "sample"):
@@ -85,8 +89,8 @@ def reduction_weights(c: LossConfig, mask: torch.Tensor, seq_id: torch.Tensor, n
 
 
 def rl_loss(c: LossConfig, b: dict, logp: torch.Tensor, ent: torch.Tensor, values: torch.Tensor | None,
-            seq_id: torch.Tensor, num_seqs: int) -> tuple[torch.Tensor, dict]:
-    """The loss (a float64 scalar with autograd through logp, ent, values) and the native metrics."""
+            seq_id: torch.Tensor, num_seqs: int, uce: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """The loss (a float64 scalar with autograd through logp, ent, uce, values) and the native metrics."""
     dev = logp.device
     t = lambda k: torch.as_tensor(b[k], device=dev).double()  # noqa: E731
     mask = torch.as_tensor(b["lossMask"], device=dev) != 0
@@ -116,7 +120,10 @@ def rl_loss(c: LossConfig, b: dict, logp: torch.Tensor, ent: torch.Tensor, value
         delta = lp - t("refLogprobs")
         k = delta if c.kl_type == "k1" else 0.5 * delta * delta if c.kl_type == "k2" else torch.exp(-delta) - 1.0 + delta
     e = ent.double()
-    per_token = pg + c.kl_coef * k - c.entropy_coef * e
+    if c.uniform_coef > 0 and uce is None:
+        raise ValueError("uniformCoef is set but the forward's uniform cross-entropy was not given")
+    u = uce.double() if c.uniform_coef > 0 else torch.zeros_like(lp)
+    per_token = pg + c.kl_coef * k - c.entropy_coef * e + c.uniform_coef * u
     wm = torch.where(mask, w, torch.zeros_like(w))
     loss = (wm * torch.where(mask, per_token, torch.zeros_like(per_token))).sum()
     zero = lambda x: torch.where(mask, x, torch.zeros_like(x))  # noqa: E731
@@ -125,7 +132,7 @@ def rl_loss(c: LossConfig, b: dict, logp: torch.Tensor, ent: torch.Tensor, value
             "pgLoss": float((wm * zero(pg)).sum()), "kl": float((wm * zero(k)).sum()), "entropy": float((wm * zero(e)).sum()),
             "clipfrac": float((wm * zero(clipped.double())).sum()), "dualClipfrac": float((wm * zero(dual.double())).sum()),
             "ratioMean": float((wm * zero(ratio)).sum()), "ppoKl": float((wm * zero(old - lp)).sum()),
-            "tisMean": float((wm * zero(tw)).sum()),
+            "tisMean": float((wm * zero(tw)).sum()), "uniformCe": float((wm * zero(u)).sum()),
             "ratioMin": float(ratio[mask].min()) if n_tok > 0 else 0.0, "ratioMax": float(ratio[mask].max()) if n_tok > 0 else 0.0,
             "numTokens": n_tok, "numSamples": n_samp, "valueLoss": 0.0, "valueClipfrac": 0.0, "valueMean": 0.0,
         }

@@ -138,8 +138,9 @@ def prediction_rows(p: Packed) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 class PolicyNet(torch.nn.Module):
     """The causal LM run the way the losses need it: the decoder over the padded batch, then the LM head
-    on the predicting rows only (in chunks, logits in fp32), returning packed [T] logprobs and entropies
-    and the rows' final hidden states (for the value head). One module, so that under FSDP2 it is the
+    on the predicting rows only (in chunks, logits in fp32), returning packed [T] logprobs, entropies and
+    the uniform distribution's cross-entropies against the model's (−mean_v log π(v)), and the rows'
+    final hidden states (for the value head). One module, so that under FSDP2 it is the
     root whose forward gathers the embedding, final norm and LM head."""
 
     def __init__(self, lm: torch.nn.Module):
@@ -147,7 +148,7 @@ class PolicyNet(torch.nn.Module):
         self.lm = lm
 
     def forward(self, p: Packed, tokens: torch.Tensor, temperature: float, autocast: torch.dtype | None,
-                chunk_rows: int = 2048) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                chunk_rows: int = 2048) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         dev = p.input_ids.device
         with torch.autocast(device_type=dev.type, dtype=autocast, enabled=autocast is not None):
             out = self.lm.get_decoder()(input_ids=p.input_ids, attention_mask=p.attention_mask, use_cache=False)
@@ -155,19 +156,22 @@ class PolicyNet(torch.nn.Module):
         seq, pos, target = prediction_rows(p)
         rows_h = h[seq, pos]
         head = self.lm.get_output_embeddings()
-        lps, ents = [], []
+        lps, ents, uces = [], [], []
         for c0 in range(0, seq.numel(), chunk_rows):
             with torch.autocast(device_type=dev.type, dtype=autocast, enabled=autocast is not None):
                 logits = head(rows_h[c0:c0 + chunk_rows])
             logp = F.log_softmax(logits.float() / temperature, dim=-1)
             lps.append(logp.gather(1, tokens[target[c0:c0 + chunk_rows]].unsqueeze(1)).squeeze(1))
             ents.append(-(logp.exp() * logp).sum(-1))
+            uces.append(-logp.mean(-1))
         lp = torch.zeros(p.T, dtype=torch.float32, device=dev)
         ent = torch.zeros(p.T, dtype=torch.float32, device=dev)
+        uce = torch.zeros(p.T, dtype=torch.float32, device=dev)
         if lps:
             lp = lp.index_put((target,), torch.cat(lps))
             ent = ent.index_put((target,), torch.cat(ents))
-        return lp, ent, rows_h, target
+            uce = uce.index_put((target,), torch.cat(uces))
+        return lp, ent, uce, rows_h, target
 
 
 def values_of(head: torch.nn.Linear, rows_h: torch.Tensor, target: torch.Tensor, T: int) -> torch.Tensor:

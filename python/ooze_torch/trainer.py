@@ -160,15 +160,15 @@ class TorchTrainer:
         vocab = int(self.model.get_input_embeddings().num_embeddings)
         p = M.unpack(tokens, cu, self.g.device, vocab)
         tok = torch.from_numpy(tokens.astype(np.int64)).to(self.g.device)
-        lp, ent, rows_h, target = self.net(p, tok, temperature, self.autocast)
+        lp, ent, uce, rows_h, target = self.net(p, tok, temperature, self.autocast)
         values = M.values_of(self.head, rows_h, target, p.T) if with_values and self.head is not None else None
-        return p, lp, ent, values
+        return p, lp, ent, uce, values
 
     def logprobs(self, batch: dict, temperature: float = 1.0) -> dict:
         """Every rank runs the whole batch (no gradient): the answer needs no gathering."""
         self._need()
         with torch.no_grad():
-            _, lp, ent, v = self._forward(_i32(batch, "tokens"), _i32(batch, "cuSeqlens"), _temperature(temperature), True)
+            _, lp, ent, _, v = self._forward(_i32(batch, "tokens"), _i32(batch, "cuSeqlens"), _temperature(temperature), True)
         f32 = lambda t: t.detach().float().cpu().numpy()  # noqa: E731
         return {"logprobs": f32(lp), "entropy": f32(ent), "values": None if v is None else f32(v)}
 
@@ -198,10 +198,10 @@ class TorchTrainer:
             counts = _counts(batch)
             c.normalizer = (counts[0] if c.reduction == "token" else counts[1]) or 1.0
         part, _ = self._shard(batch, ["lossMask", "advantages", "oldLogprobs", "rolloutLogprobs", "refLogprobs", "oldValues", "returns"])
-        _, lp, ent, v = self._forward(part["tokens"], part["cuSeqlens"], c.temperature, c.value_coef > 0)
+        _, lp, ent, uce, v = self._forward(part["tokens"], part["cuSeqlens"], c.temperature, c.value_coef > 0)
         cu = part["cuSeqlens"]
         seq_id = torch.from_numpy(np.repeat(np.arange(len(cu) - 1), np.diff(cu))).to(self.g.device)
-        loss, m = rl_loss(c, part, lp, ent, v, seq_id, len(cu) - 1)
+        loss, m = rl_loss(c, part, lp, ent, v, seq_id, len(cu) - 1, uce)
         self._backward(loss)
         return self._merge_ranks(m)
 
@@ -218,7 +218,7 @@ class TorchTrainer:
             if k in b and len(b[k]) != T:
                 raise WorkerError("CONFIG_INVALID", f"backward: {k} has {len(b[k])} entries, the batch has {T} tokens")
         part, _ = self._shard(b, ["dl", "de", "dv"])
-        _, lp, ent, v = self._forward(part["tokens"], part["cuSeqlens"], _temperature(temperature), dv is not None)
+        _, lp, ent, _, v = self._forward(part["tokens"], part["cuSeqlens"], _temperature(temperature), dv is not None)
         t = lambda k: torch.from_numpy(part[k]).to(self.g.device)  # noqa: E731
         obj = (lp * t("dl")).sum() + (ent * t("de")).sum()
         if v is not None:

@@ -16,7 +16,6 @@ import { PRESETS, type PresetName } from "../../native/presets.ts";
 import { Trainer, packSamples, type SampleToPack } from "../../native/trainer.ts";
 import type { LlamaHfConfig, LoraTargetModule, NativeEngine, NativeTokenEvent } from "../../native/index.d.ts";
 import { computeAdvantages, type AdvantageEstimator } from "../../src/algorithms/advantages.ts";
-import { mulberry32 } from "../../src/random.ts";
 import { BOS_ID, EOS_ID, decodeBytes, encodeBytes } from "../../src/engine/tokenizer.ts";
 
 const { values: a } = parseArgs({
@@ -43,14 +42,10 @@ const { values: a } = parseArgs({
     // --groupEntropyTarget while the group is not yet all right (0: off)
     groupEntropy: { type: "string", default: "0" },
     groupEntropyTarget: { type: "string", default: "0.5" },
-    // a cross-entropy against the uniform distribution over the vocabulary at each sample's first
-    // response position, coefficient C per token (as the entropy bonus's): its gradient on the logits,
-    // C·(p − 1/V), does not vanish when one token has all the probability, where the entropy's and the
-    // sampled token's do. Estimated without a new loss term: --uniformK tokens drawn uniformly per
-    // sample, each trained as a one-token response with advantage C/K at ratio 1 (the policy
-    // gradient of a token y is −A·(e_y − p); its mean over y is −A·(u − p)). 0: off
+    // the loss's uniform cross-entropy term (train.uniformCoef): coefficient C per trained token; its
+    // gradient on the logits, C·(p − 1/V), does not vanish when one token has all the probability,
+    // where the entropy's and the sampled token's do. 0: off
     uniform: { type: "string", default: "0" },
-    uniformK: { type: "string", default: "4" },
     uniformRoles: { type: "string", default: "describer" }, // describer | guesser | both
     estimator: { type: "string", default: "grpo" }, // grpo | dr_grpo | rloo
     guesserGroup: { type: "string", default: "secret" }, // secret | message | batch
@@ -84,9 +79,7 @@ const G = num(a.G, 8), K = num(a.K, 1), M = num(a.M, 2);
 const tempD = num(a.temp, 1), tempG = num(a.guessTemp, tempD);
 const entropyCoef = num(a.entropy, 0);
 const groupEntropy = num(a.groupEntropy, 0), groupEntropyTarget = num(a.groupEntropyTarget, 0.5);
-const uniformCoef = num(a.uniform, 0), uniformK = num(a.uniformK, 4), uniformRoles = a.uniformRoles!;
-/** The uniform term's draws, seeded. */
-const rand = mulberry32(num(a.seed, 0) * 2654435761 + 12345);
+const uniformCoef = num(a.uniform, 0), uniformRoles = a.uniformRoles!;
 const estimator = a.estimator as AdvantageEstimator;
 const guesserGroup = a.guesserGroup as "secret" | "message" | "batch";
 const names = a.names!;
@@ -209,8 +202,7 @@ const mean = (xs: number[]) => (xs.length ? xs.reduce((x, y) => x + y, 0) / xs.l
 async function trainGrouped(
   t: Trainer, samples: SampleToPack[], groupOf: number[], rewardOf: number[], loss: { temperature: number; entropyCoef: number }, lr: number, uniform = 0,
 ) {
-  if (uniform > 0) return trainUniform(t, samples, loss, lr, uniform);
-  if (groupEntropy <= 0) return { m: await t.trainStep(packSamples(samples), loss, { lr }), boosted: 0 };
+  if (groupEntropy <= 0) return { m: await t.trainStep(packSamples(samples), { ...loss, uniformCoef: uniform }, { lr }), boosted: 0 };
   const byGroup = new Map<number, number[]>();
   samples.forEach((_, i) => byGroup.set(groupOf[i]!, [...(byGroup.get(groupOf[i]!) ?? []), i]));
   const low: SampleToPack[] = [];
@@ -224,36 +216,9 @@ async function trainGrouped(
   }
   const normalizer = samples.reduce((n, x) => n + x.responseLength, 0);
   await t.zeroGrads();
-  const m = await t.accumulate(packSamples(samples), { ...loss, normalizer });
+  const m = await t.accumulate(packSamples(samples), { ...loss, uniformCoef: uniform, normalizer });
   if (low.length > 0) await t.accumulate(packSamples(low), { ...loss, entropyCoef: groupEntropy, normalizer });
   return { m: { ...m, ...(await t.applyGrads({ lr })) }, boosted };
-}
-
-/** One step on `samples` plus the uniform cross-entropy term (see --uniform) at each one's first response position. */
-async function trainUniform(t: Trainer, samples: SampleToPack[], loss: { temperature: number; entropyCoef: number }, lr: number, c: number) {
-  const V = cfg.vocab_size;
-  // one set of draws per distinct prompt (a message's guesses share theirs), weighted by its samples
-  const prompts = new Map<string, { prompt: Int32Array; n: number }>();
-  for (const x of samples) {
-    const prompt = x.tokens.subarray(0, x.tokens.length - x.responseLength);
-    const key = prompt.join(",");
-    const e = prompts.get(key);
-    if (e) e.n++;
-    else prompts.set(key, { prompt, n: 1 });
-  }
-  const virtual: SampleToPack[] = [];
-  for (const { prompt, n } of prompts.values())
-    for (let k = 0; k < uniformK; k++)
-      virtual.push({ tokens: cat(prompt, [Math.floor(rand() * V)]), responseLength: 1, lossMask: new Uint8Array([1]), rolloutLogprobs: null, advantage: (c * n) / uniformK });
-  // ratio 1: each drawn token's old logprob is its current one
-  const packed = packSamples(virtual);
-  const lp = (await t.logprobs(packed, loss.temperature)).logprobs;
-  for (let i = 0; i < virtual.length; i++) virtual[i]!.rolloutLogprobs = Float32Array.of(lp[packed.cuSeqlens[i + 1]! - 1]!);
-  const normalizer = samples.reduce((n, x) => n + x.responseLength, 0);
-  await t.zeroGrads();
-  const m = await t.accumulate(packSamples(samples), { ...loss, normalizer });
-  await t.accumulate(packSamples(virtual), { ...loss, entropyCoef: 0, normalizer });
-  return { m: { ...m, ...(await t.applyGrads({ lr })) }, boosted: 0 };
 }
 
 async function main() {
@@ -263,7 +228,7 @@ async function main() {
   const settings = {
     arm, preset: a.preset, seed, initStd, rank: arm === "lora" ? rank : null, alpha: arm === "lora" ? alpha : null,
     targets: arm === "lora" ? targets : null, lrD, lrG, warmup, G, K, M, tempD, tempG, entropyCoef, groupEntropy, groupEntropyTarget, estimator, guesserGroup,
-    uniformCoef, uniformK, uniformRoles, prompt: a.prompt, names, answers, threads: process.env.OMP_NUM_THREADS ?? null,
+    uniformCoef, uniformRoles, prompt: a.prompt, names, answers, threads: process.env.OMP_NUM_THREADS ?? null,
     trainable: arm === "lora" ? desc.info().lora!.numParams : desc.info().numParams,
   };
   const log = (o: object) => {

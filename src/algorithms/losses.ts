@@ -1,7 +1,8 @@
 // Policy-gradient losses of RL training, per token over a packed batch (reference of
 // native/src/loss.cc, and the public definitions behind ooze/algorithms): PPO clip with asymmetric
-// bounds, dual clip, KL penalty estimators k1/k2/k3, entropy bonus, truncated importance sampling,
-// per-token or per-sample reduction. Each function returns the loss terms and their gradients.
+// bounds, dual clip, KL penalty estimators k1/k2/k3, entropy bonus, truncated importance sampling, a
+// cross-entropy against the uniform distribution, per-token or per-sample reduction. Each function
+// returns the loss terms and their gradients.
 
 /** KL estimator of KL(π_θ ‖ π_ref) from δ = logπ_θ(a) − logπ_ref(a) at a token a sampled from the policy. */
 export type KlType = "k1" | "k2" | "k3";
@@ -21,6 +22,13 @@ export interface PolicyLossConfig {
   klType: KlType;
   /** Entropy bonus: the loss subtracts entropyCoef · entropy. */
   entropyCoef: number;
+  /**
+   * The loss adds uniformCoef · CE(uniform, π) = uniformCoef · −(1/V)·Σ_v log π(v) at every trained
+   * token. Its gradient on the logits, uniformCoef·(π − 1/V), does not vanish where one token has
+   * probability near 1 (where the entropy bonus's and the policy gradient's do), so it keeps a
+   * collapsed policy able to move. Needs the forward's uniformCe; 0 (the default) turns it off.
+   */
+  uniformCoef?: number;
   /** Truncated importance sampling cap on exp(old − rollout); null disables. Needs rollout logprobs. */
   tisCap: number | null;
   reduction: Reduction;
@@ -31,7 +39,7 @@ export interface PolicyLossConfig {
 /** Defaults: PPO clip 0.2 symmetric, no dual clip, no KL, no entropy bonus, no TIS, per-token mean. */
 export const defaultPolicyLossConfig: PolicyLossConfig = {
   epsClip: 0.2, epsClipHigh: 0.2, epsClipC: null, klCoef: 0, klType: "k3",
-  entropyCoef: 0, tisCap: null, reduction: "token", normalizer: null,
+  entropyCoef: 0, uniformCoef: 0, tisCap: null, reduction: "token", normalizer: null,
 };
 
 /** Per-token inputs aligned with the packed tokens; sequence s spans cuSeqlens[s] .. cuSeqlens[s+1]. */
@@ -50,6 +58,8 @@ export interface PolicyLossInputs {
   rolloutLogprobs: ArrayLike<number> | null;
   /** Reference policy's logprobs (for KL); null when not used. */
   refLogprobs: ArrayLike<number> | null;
+  /** The uniform distribution's cross-entropy against the current policy at each token; needed when uniformCoef > 0. */
+  uniformCe?: ArrayLike<number> | null;
 }
 
 /** Metrics of one loss evaluation; means use the reduction's weights. */
@@ -68,15 +78,18 @@ export interface PolicyLossMetrics {
   tisMean: number;
   /** Mean of old − new logprob: how far the policy moved from the old one. */
   ppoKl: number;
+  /** Mean cross-entropy of the uniform distribution against the policy (0 unless uniformCoef > 0). */
+  uniformCe: number;
   numTokens: number;
   numSamples: number;
 }
 
-/** The loss, its metrics, and dL/dlogprobs, dL/dentropy per token. */
+/** The loss, its metrics, and dL/dlogprobs, dL/dentropy, dL/duniformCe per token. */
 export interface PolicyLossResult {
   metrics: PolicyLossMetrics;
   dLogprobs: Float64Array;
   dEntropy: Float64Array;
+  dUniform: Float64Array;
 }
 
 /** KL estimate and its derivative wrt logπ_θ for δ = logπ_θ − logπ_ref: k1 = δ, k2 = δ²/2, k3 = e^{−δ} − 1 + δ. */
@@ -131,28 +144,33 @@ export function reductionWeights(
 }
 
 /**
- * The full policy loss: per masked token ℓ = tis·ppo + klCoef·k(logp − ref) − entropyCoef·entropy, with
+ * The full policy loss: per masked token
+ * ℓ = tis·ppo + klCoef·k(logp − ref) − entropyCoef·entropy + uniformCoef·uniformCe, with
  * tis = min(exp(old − rollout), tisCap) (applied to the policy-gradient term only), reduced per token or
  * per sample.
  */
 export function policyLoss(c: PolicyLossConfig, x: PolicyLossInputs): PolicyLossResult {
   if (c.klCoef !== 0 && x.refLogprobs === null) throw new Error("klCoef is set but refLogprobs is null");
   if (c.tisCap !== null && x.rolloutLogprobs === null) throw new Error("tisCap is set but rolloutLogprobs is null");
+  const uc = c.uniformCoef ?? 0;
+  if (uc < 0) throw new Error("uniformCoef must be >= 0");
+  if (uc > 0 && !x.uniformCe) throw new Error("uniformCoef is set but uniformCe is missing");
   const T = x.lossMask.length;
   const { weights, numTokens, numSamples } = reductionWeights(x.cuSeqlens, x.lossMask, c.reduction, c.normalizer);
   const m: PolicyLossMetrics = {
     loss: 0, pgLoss: 0, kl: 0, entropy: 0, clipfrac: 0, dualClipfrac: 0, ratioMean: 0,
-    ratioMin: Infinity, ratioMax: -Infinity, tisMean: 0, ppoKl: 0, numTokens, numSamples,
+    ratioMin: Infinity, ratioMax: -Infinity, tisMean: 0, ppoKl: 0, uniformCe: 0, numTokens, numSamples,
   };
-  const dLogprobs = new Float64Array(T), dEntropy = new Float64Array(T);
+  const dLogprobs = new Float64Array(T), dEntropy = new Float64Array(T), dUniform = new Float64Array(T);
   for (let t = 0; t < T; t++) {
     if (!x.lossMask[t]) continue;
     const w = weights[t]!, lp = x.logprobs[t]!, old = x.oldLogprobs[t]!;
     const pg = ppoClipToken(lp, old, x.advantages[t]!, c.epsClip, c.epsClipHigh, c.epsClipC);
     const tis = c.tisCap !== null ? Math.min(Math.exp(old - x.rolloutLogprobs![t]!), c.tisCap) : 1;
     const kl = x.refLogprobs !== null ? klEstimate(lp - x.refLogprobs[t]!, c.klType) : { value: 0, grad: 0 };
-    const ent = x.entropy[t]!;
-    m.loss += w * (tis * pg.loss + c.klCoef * kl.value - c.entropyCoef * ent);
+    const ent = x.entropy[t]!, uce = uc > 0 ? x.uniformCe![t]! : 0;
+    m.loss += w * (tis * pg.loss + c.klCoef * kl.value - c.entropyCoef * ent + uc * uce);
+    m.uniformCe += w * uce;
     m.pgLoss += w * tis * pg.loss;
     m.kl += w * kl.value;
     m.entropy += w * ent;
@@ -165,7 +183,8 @@ export function policyLoss(c: PolicyLossConfig, x: PolicyLossInputs): PolicyLoss
     m.ratioMax = Math.max(m.ratioMax, pg.ratio);
     dLogprobs[t] = w * (tis * pg.grad + c.klCoef * kl.grad);
     dEntropy[t] = -w * c.entropyCoef;
+    dUniform[t] = w * uc;
   }
   if (numTokens === 0) m.ratioMin = m.ratioMax = 0;
-  return { metrics: m, dLogprobs, dEntropy };
+  return { metrics: m, dLogprobs, dEntropy, dUniform };
 }

@@ -12,7 +12,8 @@ import {
   type PolicyLossConfig,
   type PolicyLossInputs,
 } from "../../native/reference/losses.ts";
-import { checkTensor, randomPacked, randomParams, rng, tinyTrainConfig } from "../../native/reference/train-check.ts";
+import { referenceForwardBackward } from "../../native/reference/train.ts";
+import { checkGrads, checkTensor, randomPacked, randomParams, rng, tinyTrainConfig } from "../../native/reference/train-check.ts";
 import { packSamples, Trainer } from "../../native/trainer.ts";
 
 const close = (a: number, b: number, tol = 1e-9): boolean => Math.abs(a - b) <= tol * Math.max(1, Math.abs(b));
@@ -73,6 +74,14 @@ describe("reference loss semantics (hand-computed)", () => {
     const ent = policyLoss({ ...defaultPolicyLossConfig, entropyCoef: 0.1 }, x);
     expect(close(ent.metrics.loss, (10 - 0.1 * 3.5) / 4)).toBe(true);
     expect(close(ent.dEntropy[3]!, -0.1 / 4)).toBe(true);
+    // The uniform cross-entropy adds coef·uniformCe per token, with gradient coef·weight (masked tokens only).
+    const uniformCe = Float64Array.from([9, 4, 9, 5, 5, 6]);
+    const uni = policyLoss({ ...defaultPolicyLossConfig, uniformCoef: 0.1 }, { ...x, uniformCe });
+    expect(close(uni.metrics.loss, (10 + 0.1 * 20) / 4)).toBe(true);
+    expect(close(uni.metrics.uniformCe, 20 / 4)).toBe(true);
+    expect(close(uni.dUniform[3]!, 0.1 / 4)).toBe(true);
+    expect(uni.dUniform[0]).toBe(0);
+    expect(() => policyLoss({ ...defaultPolicyLossConfig, uniformCoef: 0.1 }, x)).toThrow(/uniformCe is missing/);
     // A normalizer replaces the batch's own count.
     expect(close(policyLoss({ ...defaultPolicyLossConfig, normalizer: 8 }, x).metrics.loss, 10 / 8)).toBe(true);
   });
@@ -89,7 +98,7 @@ function randomInputs(lengths: number[], seed: number, withRollout: boolean, wit
   for (let s = 0; s < lengths.length; s++) if (lengths[s]! > 0) lossMask[cu[s]!] = 0;
   return {
     cuSeqlens: cu, lossMask,
-    logprobs: f(() => -3 * r()), entropy: f(() => 2 * r()), advantages: f(() => 4 * r() - 2),
+    logprobs: f(() => -3 * r()), entropy: f(() => 2 * r()), uniformCe: f(() => 3 + 2 * r()), advantages: f(() => 4 * r() - 2),
     oldLogprobs: f(() => -3 * r()),
     rolloutLogprobs: withRollout ? f(() => -3 * r()) : null,
     refLogprobs: withRef ? f(() => -3 * r()) : null,
@@ -110,6 +119,7 @@ describe("native policyLoss equals the reference", () => {
           klCoef: fc.constantFrom(0, 0.05),
           klType: fc.constantFrom("k1" as const, "k2" as const, "k3" as const),
           entropyCoef: fc.constantFrom(0, 0.01),
+          uniformCoef: fc.constantFrom(0, 0.02),
           tisCap: fc.constantFrom(null, 2),
           reduction: fc.constantFrom("token" as const, "sample" as const),
           normalizer: fc.constantFrom(null, 50),
@@ -118,7 +128,7 @@ describe("native policyLoss equals the reference", () => {
           const x = randomInputs(p.lengths, p.seed, p.tisCap !== null, p.klCoef !== 0 || p.seed % 2 === 0);
           const cfg: PolicyLossConfig = {
             epsClip: p.epsClip, epsClipHigh: p.epsClipHigh, epsClipC: p.epsClipC, klCoef: p.klCoef, klType: p.klType,
-            entropyCoef: p.entropyCoef, tisCap: p.tisCap, reduction: p.reduction, normalizer: p.normalizer,
+            entropyCoef: p.entropyCoef, uniformCoef: p.uniformCoef, tisCap: p.tisCap, reduction: p.reduction, normalizer: p.normalizer,
           };
           const ref = policyLoss(cfg, x);
           const got = native.policyLoss(x, cfg);
@@ -126,6 +136,7 @@ describe("native policyLoss equals the reference", () => {
             expect(close(got.metrics[k], ref.metrics[k], 1e-5), `${k}: ${got.metrics[k]} vs ${ref.metrics[k]}`).toBe(true);
           expect(checkTensor("dLogprobs", got.dLogprobs, ref.dLogprobs, 1e-7, 1e-5)).toBe("");
           expect(checkTensor("dEntropy", got.dEntropy, ref.dEntropy, 1e-7, 1e-5)).toBe("");
+          expect(checkTensor("dUniform", got.dUniform, ref.dUniform, 1e-7, 1e-5)).toBe("");
         },
       ),
       { numRuns: Number(process.env.OOZE_FC_RUNS ?? 200) },
@@ -136,6 +147,8 @@ describe("native policyLoss equals the reference", () => {
     const native = loadNative();
     const x = randomInputs([4], 1, false, false);
     expect(() => native.policyLoss(x, { klCoef: 0.1 })).toThrow(/kl_coef is set but no reference logprobs/);
+    expect(() => native.policyLoss({ ...x, uniformCe: null }, { uniformCoef: 0.1 })).toThrow(/uniform_coef is set but the forward's uniform cross-entropy/);
+    expect(() => native.policyLoss(x, { uniformCoef: -1 })).toThrow(/uniform_coef must be >= 0/);
   });
 });
 
@@ -161,6 +174,29 @@ describe("Trainer.accumulate", () => {
     await t.zeroGrads();
     await t.backward(packed, 0.9, Float32Array.from(ref.dLogprobs), Float32Array.from(ref.dEntropy));
     expect(checkTensor("grads", viaAccumulate, await t.getGrads(), 1e-6, 1e-4)).toBe("");
+  });
+
+  it("with the uniform cross-entropy: metrics and every parameter's gradient equal the float64 reference's", async () => {
+    const cfg = tinyTrainConfig(true);
+    const params = randomParams(cfg, 9);
+    const packed = randomPacked([6, 9, 4], cfg.vocab_size, 2);
+    const t = await Trainer.create({ config: cfg, params, seed: null });
+    const fwd = referenceForwardBackward(cfg, params, packed, 0.9, null);
+    const x = randomInputs([6, 9, 4], 3, false, false);
+    const r = rng(5);
+    const old = Float32Array.from(fwd.logprobs, (v) => v + 0.6 * (r() - 0.5));
+    const batch = { ...packed, lossMask: x.lossMask, advantages: x.advantages, oldLogprobs: old, rolloutLogprobs: null, refLogprobs: null };
+    const cfgLoss: PolicyLossConfig = { ...defaultPolicyLossConfig, entropyCoef: 0.01, uniformCoef: 0.2 };
+    const metrics = await t.accumulate(batch, { ...cfgLoss, temperature: 0.9 });
+    const ref = policyLoss(cfgLoss, { ...batch, cuSeqlens: packed.cuSeqlens, logprobs: fwd.logprobs, entropy: fwd.entropy, uniformCe: fwd.uniformCe });
+    expect(close(metrics.loss, ref.metrics.loss, 1e-5)).toBe(true);
+    expect(close(metrics.uniformCe, ref.metrics.uniformCe, 1e-5)).toBe(true);
+    expect(ref.metrics.uniformCe).toBeGreaterThan(Math.log(cfg.vocab_size)); // a cross-entropy is at least the uniform's entropy
+    const want = referenceForwardBackward(cfg, params, packed, 0.9, { dLogprobs: ref.dLogprobs, dEntropy: ref.dEntropy, dUniform: ref.dUniform }).grads!;
+    expect(checkGrads(cfg, await t.getGrads(), want, 3e-5, 1e-3)).toEqual([]);
+    // the term moves the gradient: without it the same batch's is different
+    const without = referenceForwardBackward(cfg, params, packed, 0.9, { dLogprobs: ref.dLogprobs, dEntropy: ref.dEntropy }).grads!;
+    expect(checkGrads(cfg, await t.getGrads(), without, 3e-5, 1e-3)).not.toEqual([]);
   });
 });
 

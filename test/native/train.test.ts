@@ -76,13 +76,14 @@ describe("reference gradients vs central finite differences (float64)", () => {
     const params = Float64Array.from(p32);
     const batch = randomPacked([5, 7], cfg.vocab_size, 2);
     const { dl, de } = upstream(batch.cuSeqlens, batch.tokens.length, 9);
+    const du = upstream(batch.cuSeqlens, batch.tokens.length, 10).dl; // the uniform cross-entropy's upstream
     const f = (p: Float64Array): number => {
       const r = referenceForwardBackward(cfg, p, batch, TEMP, null);
       let s = 0;
-      for (let i = 0; i < dl.length; i++) s += dl[i]! * r.logprobs[i]! + de[i]! * r.entropy[i]!;
+      for (let i = 0; i < dl.length; i++) s += dl[i]! * r.logprobs[i]! + de[i]! * r.entropy[i]! + du[i]! * r.uniformCe[i]!;
       return s;
     };
-    const grads = referenceForwardBackward(cfg, params, batch, TEMP, { dLogprobs: dl, dEntropy: de }).grads!;
+    const grads = referenceForwardBackward(cfg, params, batch, TEMP, { dLogprobs: dl, dEntropy: de, dUniform: du }).grads!;
     const r = rng(17);
     const bad: string[] = [];
     for (const ts of tensorLayout(cfg).tensors) {

@@ -37,6 +37,7 @@ const { values: a } = parseArgs({
     temp: { type: "string", default: "1" }, // describer sampling (and loss) temperature
     guessTemp: { type: "string", default: "" }, // guesser temperature (default: temp)
     entropy: { type: "string", default: "0" }, // entropy bonus coefficient (both roles)
+    entropyD: { type: "string", default: "" }, // the describer's (default: --entropy)
     // entropy bonus per group: this coefficient on the samples of each group (a secret's messages, a
     // message's guesses) whose estimated entropy (mean −logprob of the first sampled token) is below
     // --groupEntropyTarget while the group is not yet all right (0: off)
@@ -48,6 +49,10 @@ const { values: a } = parseArgs({
     uniform: { type: "string", default: "0" },
     uniformRoles: { type: "string", default: "describer" }, // describer | guesser | both
     estimator: { type: "string", default: "grpo" }, // grpo | dr_grpo | rloo
+    // positive signalling: a describer sample's reward gets this bonus when its message differs from
+    // the messages of the other seven secrets in the same episode (episode g: each secret's g-th sample)
+    distinct: { type: "string", default: "0" },
+    failed: { type: "string", default: "0" }, // train.failedGroupAdvantage: −x for a group that failed throughout (both roles)
     guesserGroup: { type: "string", default: "secret" }, // secret | message | batch
     prompt: { type: "string", default: "long" }, // long | last | short (see describerPrompt)
     names: { type: "string", default: "ABCDEFGH" }, // the 8 secrets as the describer sees them, one byte each
@@ -77,10 +82,12 @@ const lr = num(a.lr, arm === "lora" ? 3e-3 : 3e-4);
 const lrD = num(a.lrD, lr), lrG = num(a.lrG, lr), warmup = num(a.warmup, 0);
 const G = num(a.G, 8), K = num(a.K, 1), M = num(a.M, 2);
 const tempD = num(a.temp, 1), tempG = num(a.guessTemp, tempD);
-const entropyCoef = num(a.entropy, 0);
+const entropyCoef = num(a.entropy, 0), entropyCoefD = num(a.entropyD, entropyCoef);
 const groupEntropy = num(a.groupEntropy, 0), groupEntropyTarget = num(a.groupEntropyTarget, 0.5);
 const uniformCoef = num(a.uniform, 0), uniformRoles = a.uniformRoles!;
 const estimator = a.estimator as AdvantageEstimator;
+const failedGroupAdvantage = num(a.failed, 0);
+const distinctBonus = num(a.distinct, 0);
 const guesserGroup = a.guesserGroup as "secret" | "message" | "batch";
 const names = a.names!;
 if (names.length !== 8) throw new Error("--names: 8 one-byte names");
@@ -227,8 +234,8 @@ async function main() {
   let engD = makeEngine(await mergedParams(desc)), engG = makeEngine(await mergedParams(guess));
   const settings = {
     arm, preset: a.preset, seed, initStd, rank: arm === "lora" ? rank : null, alpha: arm === "lora" ? alpha : null,
-    targets: arm === "lora" ? targets : null, lrD, lrG, warmup, G, K, M, tempD, tempG, entropyCoef, groupEntropy, groupEntropyTarget, estimator, guesserGroup,
-    uniformCoef, uniformRoles, prompt: a.prompt, names, answers, threads: process.env.OMP_NUM_THREADS ?? null,
+    targets: arm === "lora" ? targets : null, lrD, lrG, warmup, G, K, M, tempD, tempG, entropyCoef, entropyCoefD, groupEntropy, groupEntropyTarget, estimator, guesserGroup,
+    uniformCoef, uniformRoles, failedGroupAdvantage, distinctBonus, prompt: a.prompt, names, answers, threads: process.env.OMP_NUM_THREADS ?? null,
     trainable: arm === "lora" ? desc.info().lora!.numParams : desc.info().numParams,
   };
   const log = (o: object) => {
@@ -242,7 +249,7 @@ async function main() {
   let reached: { step: number; seconds: number } | null = null;
   let step = 0;
   let tSample = 0, tTrain = 0, tSync = 0;
-  const lossCfgD = { temperature: tempD, entropyCoef }, lossCfgG = { temperature: tempG, entropyCoef };
+  const lossCfgD = { temperature: tempD, entropyCoef: entropyCoefD }, lossCfgG = { temperature: tempG, entropyCoef };
   for (; step < maxSteps && Date.now() - t0 < maxMs; step++) {
     const ta = Date.now();
     // 1. describers: G episodes per secret
@@ -264,11 +271,17 @@ async function main() {
     const dReward = messages.map((_, i) => mean(gReward.slice(i * K, i * K + K)));
     const success = mean(gReward);
     // 4. advantages
-    const dAdv = computeAdvantages(secrets.map((s, i) => ({ groupIndex: s, rolloutId: String(i), reward: dReward[i]! })), estimator);
     const msgKey = messages.map((m) => Array.from(m).join(","));
+    const shaped = dReward.map((r, i) => {
+      if (distinctBonus === 0) return r;
+      const g = i % G, s = secrets[i]!;
+      for (let s2 = 0; s2 < 8; s2++) if (s2 !== s && msgKey[s2 * G + g] === msgKey[i]) return r;
+      return r + distinctBonus;
+    });
+    const dAdv = computeAdvantages(secrets.map((s, i) => ({ groupIndex: s, rolloutId: String(i), reward: shaped[i]! })), estimator, { failedGroupAdvantage });
     const gGroupOf = (j: number) =>
       guesserGroup === "secret" ? secrets[gEp[j]!]! : guesserGroup === "batch" ? 0 : gEp[j]!; // message: the K guesses of one message
-    const gAdv = computeAdvantages(gReward.map((r, j) => ({ groupIndex: gGroupOf(j), rolloutId: String(j), reward: r })), estimator);
+    const gAdv = computeAdvantages(gReward.map((r, j) => ({ groupIndex: gGroupOf(j), rolloutId: String(j), reward: r })), estimator, { failedGroupAdvantage });
     // 5. train
     const sample = (prompt: Int32Array, o: Gen, adv: number): SampleToPack => ({
       tokens: cat(prompt, o.tokens), responseLength: o.tokens.length, lossMask: new Uint8Array(o.tokens.length).fill(1),

@@ -120,7 +120,7 @@ describe("ooze train", () => {
         "actors: [{ name: trainer, kind: train.trainer }]",
         "engines: { count: 1, maxRunning: 32, cacheTokens: 4096 }",
         "train:",
-        ...Object.entries({ ...tiny, steps: 3 }).map(([k, v]) => `  ${k}: ${JSON.stringify(v)}`),
+        ...Object.entries({ ...tiny, steps: 3, uniformCoef: 0.01 }).map(([k, v]) => `  ${k}: ${JSON.stringify(v)}`),
       ].join("\n"),
     );
     const out = join(dir, "run");
@@ -128,9 +128,11 @@ describe("ooze train", () => {
     expect(stdout).toMatch(/ooze train: 3 steps, 36 samples/);
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     expect(ms.map((m) => m.step)).toEqual([1, 2, 3]);
-    for (const k of ["step", "reward_mean", "samples", "tokens", "seconds", "weight_version", "staleness_max", "cache_hit_rate", "loss", "kl", "entropy", "clipfrac", "explorer_seconds", "explorer_encode_seconds"])
+    for (const k of ["step", "reward_mean", "samples", "tokens", "seconds", "weight_version", "staleness_max", "cache_hit_rate", "loss", "kl", "entropy", "clipfrac", "explorer_seconds", "explorer_encode_seconds", "uniform_ce"])
       for (const m of ms) expect(typeof (m as unknown as Record<string, unknown>)[k], k).toBe("number");
     expect(ms.map((m) => m.weight_version)).toEqual([1, 2, 3]);
+    // the uniform distribution's cross-entropy against the policy is at least log V, the policy's entropy at most
+    expect(ms.every((m) => m.uniform_ce! > m.entropy)).toBe(true);
     expect(ms.every((m) => m.samples === 12 && m.staleness_max === 0)).toBe(true);
     expect(readFileSync(join(out, "reward.svg"), "utf8")).toMatch(/^<svg[\s\S]*<path d="M/);
     expect(existsSync(join(out, "checkpoints", "step-000002", "model.safetensors"))).toBe(true);

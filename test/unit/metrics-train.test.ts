@@ -48,7 +48,8 @@ describe("train metrics", () => {
 
   it("fills train: defaults and names bad fields", () => {
     const { train, engines } = trainConfigOf({ train: { steps: 3 }, engines: undefined, file: "t.yaml" });
-    expect(train).toMatchObject({ mode: "sync", task: "addition", steps: 3, estimator: "grpo" });
+    expect(train).toMatchObject({ mode: "sync", task: "addition", steps: 3, estimator: "grpo", uniformCoef: 0 });
+    expect(() => trainConfigOf({ train: { uniformCoef: -0.1 }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: uniformCoef/);
     expect(engines.count).toBe(1);
     expect(() => trainConfigOf({ train: { mode: "fast" }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: mode/);
     expect(() => trainConfigOf({ train: {}, engines: { count: 0 }, file: "t.yaml" })).toThrow(/at least one engine/);

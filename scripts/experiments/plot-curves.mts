@@ -18,7 +18,7 @@ if (!out || series.length === 0 || !Number.isInteger(meanOver) || meanOver < 1 |
   console.error('usage: plot-curves.mts [--mean N] [--x seconds|step] OUT.svg "label=path.jsonl" …');
   process.exit(2);
 }
-const COLORS = ["#2d6fe3", "#5aa0f0", "#9cc4f5", "#e39b2d", "#f0b860", "#f5d49c"];
+const COLORS = ["#2d6fe3", "#5aa0f0", "#9cc4f5", "#e39b2d", "#f0b860", "#f5d49c", "#1b9e5a", "#5fcf8f", "#a33fb5", "#d089dc"];
 const runs = series.map((s) => {
   const [label, path] = s.split("=") as [string, string];
   const rows = readFileSync(path, "utf8").split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as Record<string, number>);

@@ -63,11 +63,13 @@ describe("startActors and control", () => {
   it("crash crashes one actor through its supervisor, which restarts it (ooze/testing's actor fault)", async () => {
     const job = "ctl-crash";
     const sys = createSystem({ name: job, supervision: { backoffMinMs: 1, backoffMaxMs: 5 }, log: () => {} });
-    await attachBus(sys, await nats.connect());
+    const conn = await nats.connect();
+    await attachBus(sys, conn);
     await startActors(sys, [{ name: "w", kind: "test.worker" }], resolve);
     const events: string[] = [];
     sys.onEvent((e) => events.push(`${e.kind} ${e.actor}`));
     serveControl(sys, "main");
+    await conn.flush(); // the control subscription is at the server before another connection asks
     const client = await nats.connect();
     const r = await controlRequest<CrashReply>(client, job, "main", { op: "crash", actor: "w" });
     expect(r).toEqual({ node: "main", actor: "w", crashed: true });
@@ -83,10 +85,12 @@ describe("startActors and control", () => {
   it("ps lists actors over NATS; down drains the mailboxes and stops the node", async () => {
     const job = "ctl-b";
     const sys = createSystem({ name: job, log: () => {} });
-    await attachBus(sys, await nats.connect());
+    const conn = await nats.connect();
+    await attachBus(sys, conn);
     await startActors(sys, [{ name: "w", kind: "test.worker" }], resolve);
     let downCalled = false;
     serveControl(sys, "main", { onDown: () => void (downCalled = true) });
+    await conn.flush(); // the control subscription is at the server before another connection asks
     const client = await nats.connect();
     const ps = await controlRequest<PsReply>(client, job, "main", { op: "ps" });
     expect(ps).toMatchObject({ node: "main", system: job, pid: process.pid, failure: null });

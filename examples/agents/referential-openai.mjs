@@ -3,10 +3,10 @@
 // knows nothing of ooze. Two agents play a referential game: the describer (`model: "describer"`)
 // sees a secret letter and writes a one-token message; the guesser (`model: "guesser"`) sees only the
 // message and answers with one token, GUESSES times in one request (`n`). It reads one secret per
-// line on stdin and plays a game for each, one after the other (a process per game would cost more
-// to start than the games cost to play), and prints the games as JSON on stdout:
-// {games: [{message, answers}, …]}. ooze points it at the gateway with OPENAI_BASE_URL and
-// OPENAI_API_KEY, and each model name trains its own policy.
+// line on stdin and plays a game for each, all at once (each game waits on its own two requests), and
+// prints the games, in the order of the secrets, as JSON on stdout: {games: [{message, answers}, …]},
+// each message and answer exactly as the model wrote it. ooze points it at the gateway with
+// OPENAI_BASE_URL and OPENAI_API_KEY, and each model name trains its own policy.
 import OpenAI from "openai";
 import { readStdin } from "./calc-tool.mjs";
 
@@ -14,12 +14,12 @@ const GUESSES = 8;
 const secrets = (await readStdin()).split("\n").map((l) => l.trim()).filter((l) => l !== "");
 const client = new OpenAI(); // OPENAI_BASE_URL and OPENAI_API_KEY from the environment
 
-const games = [];
-for (const secret of secrets) {
+async function play(secret) {
   const said = await client.chat.completions.create({ model: "describer", messages: [{ role: "user", content: secret }], max_tokens: 1 });
   // the message exactly as the describer wrote it (whitespace is a message too)
   const message = said.choices[0].message.content ?? "";
   const heard = await client.chat.completions.create({ model: "guesser", messages: [{ role: "user", content: message }], max_tokens: 1, n: GUESSES });
-  games.push({ message, answers: [...heard.choices].sort((a, b) => a.index - b.index).map((c) => (c.message.content ?? "").trim()) });
+  return { message, answers: [...heard.choices].sort((a, b) => a.index - b.index).map((c) => c.message.content ?? "") };
 }
-console.log(JSON.stringify({ games }));
+
+console.log(JSON.stringify({ games: await Promise.all(secrets.map(play)) }));

@@ -1,36 +1,49 @@
 // Agent task of the referential game played by two agents on the openai SDK
 // (examples/agents/referential-openai.mjs, topologies/agent-referential-openai.yaml): prompt i is a
-// list of `games` secret letters A–H (taskConfig.games, default 8: then each of the eight letters
-// once, in an order drawn from the prompt's seed), one per line on the agent's stdin; every episode
-// of prompt i plays the same list. The agent prints {games: [{message, answers}]}, the guesser's
+// list of `games` secret letters A–H (taskConfig.games, default 8; a multiple of 8 plays each
+// letter games/8 times, each round of eight in an order drawn from the prompt's seed), one per line
+// on the agent's stdin; every episode of prompt i plays the same list. The agent prints {games: [{message, answers}]}, the guesser's
 // answers to the describer's message of each game. Each guess is rewarded on its own — 1 when it is
 // its game's secret's digit (A → 0 … H → 7), else 0 — and the describer's message gets the mean of
-// its guesses, as in the built-in game (actors/environment/tasks/referential.ts). Rewards are per
+// its guesses, as in the built-in game (actors/environment/tasks/referential.ts); a message that is
+// not text (it reads as U+FFFD, the replacement character) loses the game. Rewards are per
 // sample: the gateway records each game's describer request and each of the guesser's `n` choices
-// as samples of their own, in order. The buffer groups a policy's samples of one prompt group by
+// as samples of their own, matched to their games by what was asked and said. The buffer groups a policy's samples of one prompt group by
 // their prompt tokens: a secret's messages across the group's episodes, a message's guesses.
 import type { AgentTask, SampleReward } from "../../actors/environment/agent/task.ts";
 import { episodeSeed, prng } from "../../actors/environment/task.ts";
 
 const LETTERS = ["A", "B", "C", "D", "E", "F", "G", "H"];
+/**
+ * What a token that is not text on its own reads as: the replacement character. A byte-level
+ * model's tokens 128–255 are each a piece of a UTF-8 character, so as one-token messages all 128 of
+ * them read alike, and the describer's half of its choices that the guesser cannot tell apart was
+ * a sink the game stalled in (docs/experiments/referential-game-sdk.md).
+ */
+const UNREADABLE = "\uFFFD";
 
-/** The secrets of prompt `index` (each 0–7): a permutation of the eight when games = 8, else `games` independent draws. */
+/** The secrets of prompt `index` (each 0–7): when games is a multiple of 8, that many rounds of the eight, each round in an order of its own; else `games` independent draws. */
 export function referentialSecrets(index: number, seed: number, games: number): number[] {
   const rand = prng(episodeSeed(index, seed));
-  if (games !== LETTERS.length) return Array.from({ length: games }, () => Math.floor(rand() * LETTERS.length));
-  const order = LETTERS.map((_, k) => k);
-  for (let k = order.length - 1; k > 0; k--) {
-    const j = Math.floor(rand() * (k + 1));
-    [order[k], order[j]] = [order[j]!, order[k]!];
+  if (games % LETTERS.length !== 0) return Array.from({ length: games }, () => Math.floor(rand() * LETTERS.length));
+  const secrets: number[] = [];
+  for (let round = 0; round < games / LETTERS.length; round++) {
+    const order = LETTERS.map((_, k) => k);
+    for (let k = order.length - 1; k > 0; k--) {
+      const j = Math.floor(rand() * (k + 1));
+      [order[k], order[j]] = [order[j]!, order[k]!];
+    }
+    secrets.push(...order);
   }
-  return order;
+  return secrets;
 }
 
-/** The reply a sample's request got (its recorded transcript's last assistant message). */
-function reply(metadata: Record<string, unknown>): string {
-  const t = metadata.transcript as { role: string; content: string }[] | undefined;
-  const last = t?.at(-1);
-  return last?.role === "assistant" ? last.content.trim() : "";
+/** A sample's request's user message and the reply it got (its recorded transcript's first and last entries), exactly as written. */
+function exchange(metadata: Record<string, unknown>): { asked: string; said: string } | null {
+  const t = metadata.transcript as { role: string; content: string | null }[] | undefined;
+  const first = t?.[0], last = t?.at(-1);
+  if (t?.length !== 2 || first?.role !== "user" || last?.role !== "assistant") return null;
+  return { asked: first.content ?? "", said: last.content ?? "" };
 }
 
 export default function createReferentialAgentTask(config: Record<string, unknown> = {}): AgentTask {
@@ -45,28 +58,35 @@ export default function createReferentialAgentTask(config: Record<string, unknow
     reward({ prompt, transcript }) {
       const wanted = prompt.data as string[];
       const out = JSON.parse(transcript.stdout.trim().split("\n").at(-1) ?? "") as { games?: { message?: unknown; answers?: unknown }[] };
-      if (!Array.isArray(out.games) || out.games.length !== wanted.length || !out.games.every((g) => Array.isArray(g.answers)))
+      if (!Array.isArray(out.games) || out.games.length !== wanted.length || !out.games.every((g) => typeof g.message === "string" && Array.isArray(g.answers) && g.answers.every((a) => typeof a === "string")))
         throw new Error(`expected {games: [{message, answers}]} with ${wanted.length} games; the agent printed: ${transcript.stdout.slice(-200)}`);
-      // the samples are each game's describer sample and then its guesser samples, in order
-      const samples: SampleReward[] = [];
-      let at = 0;
+      // The agent plays its games at once, so the gateway records their requests in the order they
+      // finished: each sample is matched to a game by what was asked and said. Samples alike in both
+      // are alike in their tokens too (one token each), so which of them gets which game's reward
+      // does not matter.
+      const rewards = new Map<string, number[]>();
+      const owe = (policy: string, asked: string, said: string, reward: number) => {
+        const key = JSON.stringify([policy, asked, said]);
+        rewards.set(key, [...(rewards.get(key) ?? []), reward]);
+      };
       out.games.forEach((g, j) => {
-        const answers = g.answers as unknown[];
-        const described = transcript.samples[at];
-        const guesses = transcript.samples.slice(at + 1, at + 1 + answers.length);
-        if (described?.policy !== "describer" || guesses.length !== answers.length || guesses.some((s) => s.policy !== "guesser"))
-          throw new Error(`game ${j}: expected a describer sample and then one guesser sample per answer (${answers.length}) at sample ${at}`);
-        // each guesser sample must be the answer printed in its place
-        const right = guesses.map((s, k) => {
-          if (reply(s.metadata) !== answers[k]) throw new Error(`game ${j}: answer ${k} (${JSON.stringify(answers[k])}) is not guesser sample ${k}'s reply (${JSON.stringify(reply(s.metadata))})`);
-          return answers[k] === wanted[j] ? 1 : 0;
-        });
+        const answers = g.answers as string[];
+        // a message that is not text loses the game: every guess of it scores 0
+        const readable = !(g.message as string).includes(UNREADABLE);
+        const right = answers.map((a) => (readable && a.trim() === wanted[j] ? 1 : 0));
         // the describer's message has a success rate, not one outcome: left out of success_rate
-        samples.push({ reward: right.reduce((a: number, x) => a + x, 0) / right.length, success: null });
-        for (const r of right) samples.push({ reward: r, success: r === 1 });
-        at += 1 + answers.length;
+        owe("describer", LETTERS[Number(wanted[j])]!, g.message as string, answers.length === 0 ? 0 : right.reduce((a: number, x) => a + x, 0) / right.length);
+        answers.forEach((a, k) => owe("guesser", g.message as string, a, right[k]!));
       });
-      if (at !== transcript.samples.length) throw new Error(`the episode has ${transcript.samples.length} samples; its ${wanted.length} games account for ${at}`);
+      const samples: SampleReward[] = transcript.samples.map((s, i) => {
+        const x = exchange(s.metadata);
+        const reward = x ? rewards.get(JSON.stringify([s.policy, x.asked, x.said]))?.shift() : undefined;
+        if (reward === undefined)
+          throw new Error(`sample ${i} (${s.policy}: ${JSON.stringify(x)}) is no request of the games the agent printed (a describer's secret and message, or a guesser's message and answer)`);
+        return s.policy === "describer" ? { reward, success: null } : { reward, success: reward === 1 };
+      });
+      const unmatched = [...rewards.values()].reduce((a, r) => a + r.length, 0);
+      if (unmatched > 0) throw new Error(`the agent printed ${unmatched} messages or answers that no sample made`);
       return { samples };
     },
   };

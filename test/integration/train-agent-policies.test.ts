@@ -1,8 +1,9 @@
 // The referential game as two agents on the `openai` SDK, end to end: `ooze train`'s job (a real
 // nats-server, embedded engine, trainer workers) runs topologies/agent-referential-openai.yaml for
 // two small steps — examples/agents/referential-openai.mjs in its sandbox per episode, through the
-// gateway, two games an episode. Each game gives one describer sample and eight guesser samples (the
-// `n` choices of one request), each guess rewarded on its own and the describer with their mean;
+// gateway, two games an episode played at once. Each game gives one describer sample and eight guesser
+// samples (the `n` choices of one request), each guess rewarded on its own and the describer with
+// their mean;
 // both policies train, and each sample's tokens were sampled with its own policy's adapter of the
 // version that made them.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -49,28 +50,43 @@ describe("the referential game on the openai SDK through the gateway", () => {
     const last = (await scanStream(bus, jobNames(job).streamBatches, batchRegistry)).find((b) => b.body.step === STEPS)!.body.samples;
     const describers = last.filter((s) => s.policy === "describer");
     expect(describers).toHaveLength(PROMPTS * EPISODES * GAMES);
-    // an episode's samples (rollout ids rN, rN.1, rN.2, …): each game's describer sample, then its guesses
+    // an episode's samples (rollout ids rN, rN.1, rN.2, …): its games' describer samples and guesses,
+    // in the order the agent's requests finished (it plays its games at once)
     const episodes = new Map<string, Sample[]>();
     for (const s of last) episodes.set(s.rolloutId.split(".")[0]!, [...(episodes.get(s.rolloutId.split(".")[0]!) ?? []), s]);
     expect(episodes.size).toBe(PROMPTS * EPISODES);
     for (const samples of episodes.values()) {
       samples.sort((a, b) => a.index - b.index);
-      expect(samples.map((s, k) => [s.index - samples[0]!.index, s.metadata.context, s.policy])).toEqual(
-        Array.from({ length: GAMES * (1 + GUESSES) }, (_, k) => [k, k, k % (1 + GUESSES) === 0 ? "describer" : "guesser"]),
-      );
-      for (let j = 0; j < GAMES; j++) {
-        const [d, ...guesses] = samples.slice(j * (1 + GUESSES), (j + 1) * (1 + GUESSES));
-        const secret = decodeBytes(promptOf(d!)).match(/<\|user\|>([A-H])\n/)![1]!;
-        const want = String("ABCDEFGH".indexOf(secret));
-        // the guesser sees the message as the gateway renders it, never the secret's prompt
-        const message = decodeBytes(response(d!));
-        for (const g of guesses) {
-          expect(Array.from(promptOf(g))).toEqual([256, ...encodeBytes(`<|user|>${message}\n<|assistant|>`)]);
-          const right = decodeBytes(response(g)).trim() === want;
-          expect([g.reward, g.metadata.success]).toEqual([right ? 1 : 0, right]);
-        }
-        expect(d!.reward).toBeCloseTo(guesses.reduce((a, g) => a + g.reward!, 0) / GUESSES, 12);
-        expect(d!.metadata.success).toBeNull();
+      expect(samples.map((s, k) => [s.index - samples[0]!.index, s.metadata.context])).toEqual(Array.from({ length: GAMES * (1 + GUESSES) }, (_, k) => [k, k]));
+      const ds = samples.filter((s) => s.policy === "describer"), gs = samples.filter((s) => s.policy === "guesser");
+      expect([ds.length, gs.length]).toEqual([GAMES, GAMES * GUESSES]);
+      // each message's guesses: the guesser sees the message as the gateway renders it, never the
+      // secret's prompt, and each guess is right only for a secret that message was written for
+      const byMessage = new Map<string, { wants: string[]; describers: Sample[]; guesses: Sample[] }>();
+      for (const d of ds) {
+        const secret = decodeBytes(promptOf(d)).match(/<\|user\|>([A-H])\n/)![1]!;
+        const message = decodeBytes(response(d));
+        const m = byMessage.get(message) ?? { wants: [], describers: [], guesses: [] };
+        m.wants.push(String("ABCDEFGH".indexOf(secret)));
+        m.describers.push(d);
+        byMessage.set(message, m);
+        expect(d.metadata.success).toBeNull();
+      }
+      for (const g of gs) {
+        const message = [...byMessage.keys()].find((m) => Array.from(promptOf(g)).join() === [256, ...encodeBytes(`<|user|>${m}\n<|assistant|>`)].join());
+        expect(message).toBeDefined();
+        const m = byMessage.get(message!)!;
+        m.guesses.push(g);
+        expect(g.metadata.success).toBe(g.reward === 1);
+        if (g.reward === 1) expect(m.wants).toContain(decodeBytes(response(g)).trim());
+      }
+      for (const m of byMessage.values()) {
+        expect(m.guesses).toHaveLength(m.describers.length * GUESSES);
+        // a describer's reward is the mean of its own game's guesses
+        const guessed = m.guesses.reduce((a, g) => a + g.reward!, 0), described = m.describers.reduce((a, d) => a + d.reward! * GUESSES, 0);
+        expect(described).toBeCloseTo(guessed, 9);
+        // with one game behind the message, every guess is checked against that game's secret
+        if (m.describers.length === 1) for (const g of m.guesses) expect(g.reward).toBe(decodeBytes(response(g)).trim() === m.wants[0] ? 1 : 0);
       }
     }
     // version 1 sampled the last step: each role's tokens are its own adapter's, not the other's

@@ -1,7 +1,7 @@
 // Scale benchmark (`npm run bench -- scale [--sizes 8,32,128] [--warmup W] [--window S] [--per-engine S]
 // [--controllers K|K1,K2,..] [--sim-processes P|P1,P2,..] [--slowdown S|S1,S2,..]
 // [--turn-tokens T] [--train-tps-per-engine R] [--update-ms U] [--catch-up-ms C] [--modes sync,async,fully_async]
-// [--max-staleness K] [--inflight-steps F] [--late-groups wait|requeue] [--keep-cache]`):
+// [--max-staleness K] [--inflight-steps F] [--late-groups wait|requeue] [--keep-cache] [--pause-in-place]`):
 // the loop as it runs under `ooze train` — the real fleet and cache-aware router, the rollout, buffer,
 // trainer and weight-sync actors, their JetStream streams on a real nats-server — against N simulated
 // GPU engines (`ooze sim-engine --count N` in a child process: SGLang's API, timing from the H100
@@ -120,6 +120,9 @@ const lateGroups = arg("late-groups", "wait") as "wait" | "requeue";
 const inflightSteps = arg("inflight-steps", "") === "" ? null : Number(arg("inflight-steps", ""));
 /** `--keep-cache`: train.keepCacheOnUpdate, the engines' prefix caches kept across weight updates (no re-prefill of episodes in flight). */
 const keepCache = process.argv.includes("--keep-cache");
+/** `--pause-in-place`: train.pauseOnUpdate in_place (with --keep-cache), the running requests kept across weight updates instead of aborted and dispatched again. */
+const pauseInPlace = process.argv.includes("--pause-in-place");
+if (pauseInPlace && !keepCache) throw new Error("--pause-in-place needs --keep-cache (train.pauseOnUpdate: in_place keeps the running requests' KV)");
 /** A mode's warm-up and window steps, the step the window ends at, and the steps its job is set to train (stopped at `end`). */
 function planOf(mode: string): { warmup: number; window: number; end: number; steps: number } {
   const bound = mode === "fully_async" ? maxStaleness : mode === "async" ? 1 : 0;
@@ -363,7 +366,7 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
       hosts: [{ name: "main" }, ...(k === 1 ? [] : Array.from({ length: k }, (_, i) => ({ name: `r${i}`, start: "external" })))],
       actors: [{ name: "fleet", kind: "fleet", config: { engines: urls, healthIntervalMs: config.healthIntervalMs } }, ...rollouts],
       train: {
-        mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000, maxStaleness, lateGroups, keepCacheOnUpdate: keepCache,
+        mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000, maxStaleness, lateGroups, keepCacheOnUpdate: keepCache, pauseOnUpdate: pauseInPlace ? "in_place" : "abort",
         ...(inflightSteps === null ? {} : { maxInflightGroups: Math.max(1, Math.round(inflightSteps * prompts)) }),
         simulate: { tokensPerSecond: (tpsPerEngine * n) / slow, stepOverheadMs: stepOverheadMs * slow },
       },
@@ -499,7 +502,7 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
 
 const load0 = loadavg()[0]!;
 say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; slowdown ${sizes.map(slowdownOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); warm-up + window steps ${modes.map((m) => `${m} ${planOf(m).warmup} + ${planOf(m).window}`).join(", ")}, each step ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
-const result: Record<string, unknown> = { bench: "scale", steps: Object.fromEntries(modes.map((m) => [m, planOf(m)])), per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, inflight_steps: inflightSteps, late_groups: lateGroups, keep_cache: keepCache, cores: availableParallelism(), load_before: load0 };
+const result: Record<string, unknown> = { bench: "scale", steps: Object.fromEntries(modes.map((m) => [m, planOf(m)])), per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, inflight_steps: inflightSteps, late_groups: lateGroups, keep_cache: keepCache, pause_on_update: pauseInPlace ? "in_place" : "abort", cores: availableParallelism(), load_before: load0 };
 const bySize: Record<string, unknown> = {};
 try {
   for (const n of sizes) {

@@ -166,6 +166,16 @@ export const trainSchema = z
      * weights over that older context. Default false: an update flushes the caches, as SGLang does.
      */
     keepCacheOnUpdate: z.boolean().default(false),
+    /**
+     * How a weight update pauses the engines (SGLang's /pause_generation mode): `abort` (default)
+     * ends the running requests, which the rollout dispatches again with the tokens they had
+     * (partial rollout); `in_place` keeps them in the engines' batches, to go on under the new
+     * weights after the update, with their KV — one exchange instead of two, and no re-prefill. Needs
+     * keepCacheOnUpdate (the caches cannot be flushed under running requests). A request that runs
+     * across an update is recorded under the older version unless the fleet streams (`fleet.stream`:
+     * then per token).
+     */
+    pauseOnUpdate: z.enum(["abort", "in_place"]).default("abort"),
     /** Checkpoint every K steps (and at exit). */
     checkpointEvery: z.number().int().min(1).default(20),
     /** Checkpoint directories kept (the newest ones). */
@@ -244,6 +254,8 @@ export const trainSchema = z
       const p = typeof r === "string" ? r : r.policy;
       if (!t.policies?.[p]) ctx.addIssue({ code: "custom", path: ["roles", role], message: `policy '${p}' is not one of policies (${Object.keys(t.policies ?? {}).join(", ") || "none"})` });
     }
+    if (t.pauseOnUpdate === "in_place" && !t.keepCacheOnUpdate)
+      ctx.addIssue({ code: "custom", path: ["pauseOnUpdate"], message: "in_place keeps the running requests' KV across the update, so the caches cannot be flushed: set keepCacheOnUpdate: true" });
     if (!t.policies) return;
     const names = Object.keys(t.policies);
     if (names.length === 0) ctx.addIssue({ code: "custom", path: ["policies"], message: "name at least one policy, or leave policies out (the full model trains)" });

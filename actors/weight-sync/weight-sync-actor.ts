@@ -73,8 +73,10 @@ interface WeightSyncState {
  * recording it in KV while NATS restarted: the fleet then refuses the same version again) counts as
  * done when the fleet and its healthy engines report the version.
  */
-export function fleetTarget(ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>, opts: { keepCache?: boolean } = {}): WeightTarget {
-  const keep = opts.keepCache ? { flushCache: false } : {};
+export function fleetTarget(
+  ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>, opts: { keepCache?: boolean; pause?: "abort" | "in_place" } = {},
+): WeightTarget {
+  const keep = { ...(opts.keepCache ? { flushCache: false } : {}), ...(opts.pause === "in_place" ? { mode: "in_place" as const } : {}) };
   /** A full checkpoint's location as the ask's field: an object store object, or a directory. */
   const fullOf = (location: string) => {
     const full = parseObjectLocation(location);
@@ -126,7 +128,7 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
       const fleet = remoteRef<FleetMsg>(system, cfg.fleet);
       const record = await versions.get();
       const start = record?.version ?? -1;
-      const target = fleetTarget((m) => askFleet(fleet, m, cfg.updateTimeoutMs), { keepCache: env.train.keepCacheOnUpdate });
+      const target = fleetTarget((m) => askFleet(fleet, m, cfg.updateTimeoutMs), { keepCache: env.train.keepCacheOnUpdate, pause: env.train.pauseOnUpdate });
       const log = (l: string) => ctx.log.warn(l);
       const fullStore = cfg.transport === "object" ? await ObjectFullStore.open(env.bus, env.names.objWeights, cfg.keepFull) : directFullStore;
       let sync: FullWeightSync | DeltaWeightSync;

@@ -95,4 +95,34 @@ describe("partial rollout through the loop's generator", () => {
       expect(r.got.weightVersions[0]).toMatchObject({ start: 0, end: r.got.responseLength });
     }
   }, 60_000);
+
+  it("a pause in place (train.pauseOnUpdate: in_place) keeps the request running across the update: one dispatch, recorded under the older version", async () => {
+    const prompt = encodeBytes("go:", true);
+    const sampling = { max_new_tokens: 400, temperature: 1, ignore_eos: true };
+    let crossed = 0;
+    for (let i = 0; i < 40 && crossed < 2 && version < 24; i++) {
+      let settled = false;
+      const running = gen.fleet.generate({ inputIds: prompt, sampling: { ...sampling, sampling_seed: 3000 + i } }).finally(() => (settled = true));
+      await waitUntil(() => settled || gen.fleet.list()[0]!.inFlight > 0, { what: "the request on the engine", intervalMs: 1 });
+      const from = String(version);
+      version++;
+      await gen.fleet.updateWeights(dirOf(version), String(version), { mode: "in_place", flushCache: false });
+      // still running once the update is done: it ran across it
+      const across = !settled;
+      const r = await running;
+      // never cut: the whole budget from one dispatch, recorded under the version it started on
+      expect([r.status, r.outputIds.length, r.redispatches]).toEqual(["truncated", 400, 0]);
+      expect(r.weightVersions).toEqual([{ start: 0, end: 400, version: from }]);
+      if (across) crossed++;
+    }
+    expect(crossed).toBe(2);
+    // abort mode, for contrast: a request cut by the update is dispatched again
+    let settled = false;
+    const running = gen.fleet.generate({ inputIds: prompt, sampling: { ...sampling, sampling_seed: 4000 } }).finally(() => (settled = true));
+    await waitUntil(() => settled || gen.fleet.list()[0]!.inFlight > 0, { what: "the request on the engine", intervalMs: 1 });
+    version++;
+    await gen.fleet.updateWeights(dirOf(version), String(version));
+    const r = await running;
+    if (r.weightVersions.length === 2) expect(r.redispatches).toBe(1);
+  }, 60_000);
 });

@@ -50,6 +50,9 @@ describe("train metrics", () => {
     const { train, engines } = trainConfigOf({ train: { steps: 3 }, engines: undefined, file: "t.yaml" });
     expect(train).toMatchObject({ mode: "sync", task: "addition", steps: 3, estimator: "grpo", uniformCoef: 0 });
     expect(() => trainConfigOf({ train: { uniformCoef: -0.1 }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: uniformCoef/);
+    expect(train.pauseOnUpdate).toBe("abort");
+    expect(() => trainConfigOf({ train: { pauseOnUpdate: "in_place" }, engines: undefined, file: "t.yaml" })).toThrow(/train: pauseOnUpdate: in_place .*set keepCacheOnUpdate: true/);
+    expect(trainConfigOf({ train: { pauseOnUpdate: "in_place", keepCacheOnUpdate: true }, engines: undefined, file: "t.yaml" }).train.pauseOnUpdate).toBe("in_place");
     expect(engines.count).toBe(1);
     expect(() => trainConfigOf({ train: { mode: "fast" }, engines: undefined, file: "t.yaml" })).toThrow(/t\.yaml: train: mode/);
     expect(() => trainConfigOf({ train: {}, engines: { count: 0 }, file: "t.yaml" })).toThrow(/at least one engine/);

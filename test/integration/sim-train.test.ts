@@ -1,7 +1,8 @@
 // The loop at scale in miniature: `ooze train`'s actors (fleet, router, rollout, buffer, trainer,
 // weight sync) on a real nats-server, against four simulated engines (real HTTP servers in this
 // process, src/engine/sim/) and the simulated trainer (train.simulate: no native worker), on the
-// heavy-tailed multi-turn bench task, in sync and fully_async mode: every sample index is trained or
+// heavy-tailed multi-turn bench task, in sync and fully_async mode (and fully_async with its updates
+// paused in place, train.pauseOnUpdate): every sample index is trained or
 // dropped once, versions 1..3 in order, every engine ends at version 3 (pause → update → continue ran
 // against each), the engines' prefix caches serve the episodes' later turns, and no trainer worker
 // process was started.
@@ -26,8 +27,10 @@ afterAll(async () => {
 });
 
 describe("the loop against simulated engines and a simulated trainer", () => {
-  for (const mode of ["sync", "fully_async"] as const) {
-    it(`${mode}: every sample index once, versions in order, every engine updated, no trainer worker`, async () => {
+  const cases = [{ mode: "sync" }, { mode: "fully_async" }, { mode: "fully_async", inPlace: true }] as const;
+  for (const c of cases) {
+    const mode = c.mode, inPlace = "inPlace" in c;
+    it(`${mode}${inPlace ? ", updates paused in place" : ""}: every sample index once, versions in order, every engine updated, no trainer worker`, async () => {
       const out = mkdtempSync(join(tmpdir(), "ooze-sim-train-"));
       dirs.push(out);
       const engines = await startSimEngines({ count: 4, seed: 1 });
@@ -39,9 +42,10 @@ describe("the loop against simulated engines and a simulated trainer", () => {
           mode, steps: 3, promptsPerStep: 4, samplesPerPrompt: 4, preset: "tiny", checkpointEvery: 100,
           task: resolve("bench/lib/long-tail-task.ts"), taskConfig: { alpha: 1.0, maxTurns: 4, turnTokens: 8 },
           simulate: { tokensPerSecond: 20_000, stepOverheadMs: 10 },
+          ...(inPlace ? { keepCacheOnUpdate: true, pauseOnUpdate: "in_place" } : {}),
         }),
         engines: enginesSchema.parse({ count: 0, urls: engines.urls }),
-        out, job: `sim-train-${mode.replace("_", "-")}`, verbose: true,
+        out, job: `sim-train-${mode.replace("_", "-")}${inPlace ? "-in-place" : ""}`, verbose: true,
         nats: { url: nats.server.url, token: nats.server.token },
         log: (l) => lines.push(l),
       });

@@ -47,8 +47,14 @@ const requestSchema = z.discriminatedUnion("op", [
   z.object({ op: z.literal("crash"), actor: z.string().min(1), reason: z.string().optional() }),
 ]);
 
-/** Serves the control subject of `node` for a system with a bus attached; returns the unsubscribe. */
-export function serveControl(system: ActorSystem, node: string, opts: { onDown?: () => void | Promise<void>; metricsUrl?: () => string | null } = {}): () => void {
+/**
+ * Serves the control subject of `node` for a system with a bus attached; resolves with the
+ * unsubscribe once the server has the subscription (a request from another connection sent after
+ * that finds a responder).
+ */
+export async function serveControl(
+  system: ActorSystem, node: string, opts: { onDown?: () => void | Promise<void>; metricsUrl?: () => string | null } = {},
+): Promise<() => void> {
   const { bus, names } = remoteLayer(system);
   const sub = bus.subscribe(names.control(node), {
     handler: async (m) => {
@@ -75,6 +81,7 @@ export function serveControl(system: ActorSystem, node: string, opts: { onDown?:
       await m.respond(encode(makeEnvelope(CONTROL_REPLY_KIND, 1, reply))).catch(() => {});
     },
   });
+  await bus.flush();
   return () => sub.unsubscribe();
 }
 

@@ -75,6 +75,7 @@ export async function startNode(opts: {
   let resolveStopped!: (v: { reason: StopReason; error: OozeError | null }) => void;
   const stopped = new Promise<{ reason: StopReason; error: OozeError | null }>((r) => (resolveStopped = r));
   let stopping: Promise<void> | null = null;
+  let unserve: () => void = () => undefined;
   const stop = (reason: StopReason, timeoutMs = 10_000, error: OozeError | null = null) => {
     stopping ??= (async () => {
       unserve();
@@ -88,7 +89,12 @@ export async function startNode(opts: {
     return stopping;
   };
   // `down` drains before answering (serveControl), then calls onDown.
-  const unserve = serveControl(system, host, { onDown: () => stop("down"), metricsUrl: () => metrics?.url ?? null });
+  try {
+    unserve = await serveControl(system, host, { onDown: () => stop("down"), metricsUrl: () => metrics?.url ?? null });
+  } catch (e) {
+    await stop("escalated", 0);
+    throw e;
+  }
   void system.escalation.then((e) => {
     log(`[${host}] ${e.message}`);
     void stop("escalated", 0, e);

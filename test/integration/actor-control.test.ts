@@ -68,8 +68,7 @@ describe("startActors and control", () => {
     await startActors(sys, [{ name: "w", kind: "test.worker" }], resolve);
     const events: string[] = [];
     sys.onEvent((e) => events.push(`${e.kind} ${e.actor}`));
-    serveControl(sys, "main");
-    await conn.flush(); // the control subscription is at the server before another connection asks
+    await serveControl(sys, "main"); // resolves once the server has the subscription: another connection's request finds it
     const client = await nats.connect();
     const r = await controlRequest<CrashReply>(client, job, "main", { op: "crash", actor: "w" });
     expect(r).toEqual({ node: "main", actor: "w", crashed: true });
@@ -89,8 +88,7 @@ describe("startActors and control", () => {
     await attachBus(sys, conn);
     await startActors(sys, [{ name: "w", kind: "test.worker" }], resolve);
     let downCalled = false;
-    serveControl(sys, "main", { onDown: () => void (downCalled = true) });
-    await conn.flush(); // the control subscription is at the server before another connection asks
+    await serveControl(sys, "main", { onDown: () => void (downCalled = true) });
     const client = await nats.connect();
     const ps = await controlRequest<PsReply>(client, job, "main", { op: "ps" });
     expect(ps).toMatchObject({ node: "main", system: job, pid: process.pid, failure: null });

@@ -95,7 +95,7 @@ describe("dashboard server", () => {
     // A real node: an actor system serving `ps` on host "main" and publishing lifecycle events.
     system = createSystem({ name: job, log: () => {} });
     await attachBus(system, bus, { job });
-    serveControl(system, "main");
+    await serveControl(system, "main");
     const worker = defineActor<null, string>({ name: "worker", init: () => null, handle: (s) => s });
     await startActors(system, [{ name: "worker", kind: "w" }], () => worker, { host: "main", defaultHost: "main" });
     await ensureTrainStreams(bus, names, { checkpointEvery: 10 });

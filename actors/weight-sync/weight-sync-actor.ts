@@ -76,7 +76,8 @@ interface WeightSyncState {
 export function fleetTarget(
   ask: (msg: FleetMsg) => Promise<Extract<FleetReply, { ok: true }>>, opts: { keepCache?: boolean; pause?: "abort" | "in_place" } = {},
 ): WeightTarget {
-  const keep = { ...(opts.keepCache ? { flushCache: false } : {}), ...(opts.pause === "in_place" ? { mode: "in_place" as const } : {}) };
+  // how every update is applied: the caches kept, the running requests paused in place
+  const how = { ...(opts.keepCache ? { flushCache: false } : {}), ...(opts.pause === "in_place" ? { mode: "in_place" as const } : {}) };
   /** A full checkpoint's location as the ask's field: an object store object, or a directory. */
   const fullOf = (location: string) => {
     const full = parseObjectLocation(location);
@@ -84,12 +85,12 @@ export function fleetTarget(
   };
   return {
     async updateWeights(path, version, opts = {}) {
-      let msg: FleetMsg = { op: "updateWeights", version, ...fullOf(path), ...keep };
+      let msg: FleetMsg = { op: "updateWeights", version, ...fullOf(path), ...how };
       if (opts.loadFormat !== undefined) {
         const delta = opts.loadFormat === DELTA_LOAD_FORMAT ? parseObjectLocation(path) : null;
         if (!delta || opts.fullModelDir === undefined)
           throw new OozeError("INTERNAL", `weight-sync: the fleet actor takes '${DELTA_LOAD_FORMAT}' updates from the object store with a full checkpoint; got '${opts.loadFormat}' at ${path}`);
-        msg = { op: "updateWeights", version, delta, ...fullOf(opts.fullModelDir), ...keep };
+        msg = { op: "updateWeights", version, delta, ...fullOf(opts.fullModelDir), ...how };
       }
       try {
         return { fullFallbacks: (await ask(msg)).fullFallbacks ?? [] };

@@ -67,16 +67,15 @@ export default function createReferentialAgentTask(config: Record<string, unknow
       const rewards = new Map<string, number[]>();
       const owe = (policy: string, asked: string, said: string, reward: number) => {
         const key = JSON.stringify([policy, asked, said]);
-        rewards.set(key, [...(rewards.get(key) ?? []), reward]);
+        rewards.get(key)?.push(reward) ?? rewards.set(key, [reward]);
       };
-      out.games.forEach((g, j) => {
-        const answers = g.answers as string[];
+      (out.games as { message: string; answers: string[] }[]).forEach(({ message, answers }, j) => {
         // a message that is not text loses the game: every guess of it scores 0
-        const readable = !(g.message as string).includes(UNREADABLE);
+        const readable = !message.includes(UNREADABLE);
         const right = answers.map((a) => (readable && a.trim() === wanted[j] ? 1 : 0));
         // the describer's message has a success rate, not one outcome: left out of success_rate
-        owe("describer", LETTERS[Number(wanted[j])]!, g.message as string, answers.length === 0 ? 0 : right.reduce((a: number, x) => a + x, 0) / right.length);
-        answers.forEach((a, k) => owe("guesser", g.message as string, a, right[k]!));
+        owe("describer", LETTERS[Number(wanted[j])]!, message, answers.length === 0 ? 0 : right.reduce((a: number, x) => a + x, 0) / right.length);
+        answers.forEach((a, k) => owe("guesser", message, a, right[k]!));
       });
       const samples: SampleReward[] = transcript.samples.map((s, i) => {
         const x = exchange(s.metadata);

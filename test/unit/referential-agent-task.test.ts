@@ -28,8 +28,9 @@ describe("the SDK referential game's task", () => {
         fc.integer({ min: 0, max: 1000 }),
         fc.array(fc.constantFrom("x", "y", " ", "\uFFFD"), { minLength: 16, maxLength: 16 }),
         fc.array(fc.array(fc.constantFrom("0", "1", " 2", "3"), { minLength: 3, maxLength: 3 }), { minLength: 16, maxLength: 16 }),
-        fc.integer(),
-        (index, messages, answers, shuffleSeed) => {
+        // a sort key per sample (a game's describer sample and its three guesses): the order recorded
+        fc.array(fc.integer(), { minLength: 16 * 4, maxLength: 16 * 4 }),
+        (index, messages, answers, keys) => {
           const prompt = task.prompt(index, 0);
           const secrets = prompt.data as string[];
           const games = messages.map((message, j) => ({ message, answers: answers[j]! }));
@@ -43,13 +44,7 @@ describe("the SDK referential game's task", () => {
             ];
           });
           // recorded in some other order
-          let x = shuffleSeed >>> 0;
-          const order = expected.map((_, i) => i);
-          for (let i = order.length - 1; i > 0; i--) {
-            x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-            const j = x % (i + 1);
-            [order[i], order[j]] = [order[j]!, order[i]!];
-          }
+          const order = expected.map((_, i) => i).sort((a, b) => keys[a]! - keys[b]! || a - b);
           const got = task.reward!({ workdir: "", prompt, transcript: transcript(order.map((i) => expected[i]![0]), games) }) as { samples: { reward: number; success: boolean | null }[] };
           // samples alike in what was asked and said may trade rewards: compare each alike class's rewards
           const classes = new Map<string, { want: string[]; got: string[] }>();

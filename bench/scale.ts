@@ -6,7 +6,8 @@
 // trainer and weight-sync actors, their JetStream streams on a real nats-server — against N simulated
 // GPU engines (`ooze sim-engine --count N` in a child process: SGLang's API, timing from the H100
 // serving model of src/engine/sim/perf-model.ts) and the simulated trainer (train.simulate), on
-// heavy-tailed multi-turn agent episodes. OOZE_BENCH_KEEP=1 keeps the runs' directories (metrics.jsonl);
+// heavy-tailed multi-turn agent episodes. OOZE_BENCH_KEEP=1 keeps the runs' directories (metrics.jsonl)
+// and each child process's whole output (child-*.log in the bench's root directory);
 // OOZE_BENCH_CPU_PROF=DIR has the rollout node processes write V8 CPU profiles there (node --cpu-prof;
 // run the bench itself under `node --cpu-prof` for the job's process). For each N: trained samples/s in sync, async and
 // fully_async mode, fully_async_vs_sync, the ideal overlap bound and fully_async_vs_bound, and, over
@@ -25,7 +26,8 @@
 // `start: external` of the job; actors/rollout/shard.ts gives each a share of the engines), beside
 // the job's own process (fleet, buffer, trainer, weight sync). `--controllers` takes one K for every
 // size or one per size; default ceil(N / 128). The simulated engines run in `--sim-processes` child
-// processes (default ceil(N / 256)).
+// processes (default ceil(N / 128): each process holds a socket for every sequence its engines run,
+// and 256 engines of 64 sequences each ran one out of file descriptors).
 //
 // Slowdown: a fleet of N GPUs makes samples faster than this machine's two cores can route them (the
 // controller, the simulated engines and nats-server together spend about CPU_S_PER_SAMPLE of CPU a
@@ -70,7 +72,7 @@
 // reported as engine_lag_fraction (of their simulated busy time) — where it is not near 0 the
 // simulation itself is slower than the serving model says, which slows every mode.
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createWriteStream, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -152,7 +154,7 @@ const slowdownArg = arg("slowdown", "");
 const CPU_S_PER_SAMPLE = 0.012;
 const slowdownOf = (n: number) =>
   Math.max(1, perSize(slowdownArg, n, (k) => Math.min(40, Math.ceil(((k * tpsPerEngine) / (4 * turnTokens)) * CPU_S_PER_SAMPLE / (0.5 * availableParallelism())))));
-const simProcessesOf = (n: number) => Math.max(1, perSize(simProcessesArg, n, (k) => Math.ceil(k / 256)));
+const simProcessesOf = (n: number) => Math.max(1, perSize(simProcessesArg, n, (k) => Math.ceil(k / 128)));
 const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
 const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens };
 const OOZE = fileURLToPath(new URL("../bin/ooze.mjs", import.meta.url));
@@ -175,7 +177,9 @@ async function child(args: string[], ready: (out: string) => boolean, what: stri
   // once stayed on and searched the whole growing output at every chunk: in a long run, 15 % of this
   // process's CPU, which the bench counts as the controller's (Nov 30).
   let out = "";
+  const log = process.env.OOZE_BENCH_KEEP ? createWriteStream(join(root, `child-${what.replace(/\W+/g, "-")}-${c.pid}.log`)) : null;
   const keep = (d: Buffer) => {
+    log?.write(d);
     out += d;
     if (out.length > 128 * 1024) out = out.slice(-64 * 1024);
   };
@@ -185,6 +189,7 @@ async function child(args: string[], ready: (out: string) => boolean, what: stri
   const exited = new Promise<void>((r) =>
     c.once("exit", () => {
       gone = true;
+      log?.end();
       r();
     }),
   );

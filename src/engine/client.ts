@@ -20,11 +20,15 @@ export class EngineHttpError extends OozeError {
   }
 }
 
+/** Socket errors that are this process's or host's limits (file descriptors, buffers, ports), not the engine's doing. */
+const LOCAL_LIMITS = new Set(["EMFILE", "ENFILE", "ENOBUFS", "ENOMEM", "EADDRNOTAVAIL"]);
+
 /**
  * What went wrong with an engine call, as a short fault name: `http-503` (an error status),
  * `unreachable` (nothing listens: connection refused), `connection-lost` (reset or closed before
  * a whole reply), `timeout`, `malformed-reply` (a body that breaks the protocol), `engine-error`
- * (an error event mid-stream). null: not an engine fault (a rejected request, an abort, a bug).
+ * (an error event mid-stream), `local-limit` (this side ran out of file descriptors, buffers or
+ * ports: no fault of the engine's). null: not an engine fault (a rejected request, an abort, a bug).
  */
 export function engineFaultKind(e: unknown): string | null {
   if (!(e instanceof OozeError)) return null;
@@ -33,7 +37,9 @@ export function engineFaultKind(e: unknown): string | null {
   if (e.code === "ENGINE_PROTOCOL") return "malformed-reply";
   if (e.code === "ENGINE_UNAVAILABLE") {
     for (let c: unknown = e.cause; c && typeof c === "object"; c = (c as { cause?: unknown }).cause) {
-      if ((c as { code?: unknown }).code === "ECONNREFUSED") return "unreachable";
+      const code = (c as { code?: unknown }).code;
+      if (code === "ECONNREFUSED") return "unreachable";
+      if (typeof code === "string" && LOCAL_LIMITS.has(code)) return "local-limit";
     }
     return "connection-lost";
   }

@@ -13,6 +13,7 @@
 // aborts an exchange; `timeoutMs` bounds a whole one.
 import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
+import { readFileSync } from "node:fs";
 
 /** Idle keep-alive sockets are closed after this long, ms. */
 const IDLE_SOCKET_MS = 4_000;
@@ -184,8 +185,56 @@ function stopIdling({ socket, drop }: Idle): void {
   socket.setTimeout(0);
 }
 
-/** An idle socket to the origin, or a new one. */
-function acquire(o: Origin): Socket {
+/**
+ * Sockets this process keeps open to servers at once, in use and idle. Past it an exchange waits for
+ * one to close (the oldest idle socket to another origin is closed for it), instead of failing with
+ * EMFILE: found at 1,024 simulated engines, where a rollout process ran out of file descriptors, every
+ * dispatch failed at once, and the fleet took engine after engine out of routing (docs/experiments/scale.md).
+ * OOZE_HTTP_MAX_SOCKETS sets it; else four fifths of the open-files limit (/proc/self/limits), less 128
+ * for the rest of the process; 1,024 where that limit cannot be read.
+ */
+let budget = socketBudget(process.env.OOZE_HTTP_MAX_SOCKETS, readOpenFilesLimit());
+let openSockets = 0;
+/** Exchanges waiting for a socket, oldest first. */
+const waiters: (() => void)[] = [];
+
+/** The socket budget for a configured value (an env string) and the process's soft open-files limit (null: unknown). */
+export function socketBudget(configured: string | undefined, openFiles: number | null): number {
+  if (configured !== undefined && configured !== "") {
+    const n = Number(configured);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`OOZE_HTTP_MAX_SOCKETS must be a positive integer, got '${configured}'`);
+    return n;
+  }
+  if (openFiles === null) return 1024;
+  return Math.max(16, Math.floor(openFiles * 0.8) - 128);
+}
+
+function readOpenFilesLimit(): number | null {
+  try {
+    const m = /^Max open files\s+(\S+)/m.exec(readFileSync("/proc/self/limits", "utf8"));
+    if (!m) return null;
+    return m[1] === "unlimited" ? 1 << 20 : Number(m[1]);
+  } catch {
+    return null;
+  }
+}
+
+/** Sockets open now, and exchanges waiting for one (tests, diagnostics). */
+export function socketStats(): { open: number; waiting: number; budget: number } {
+  return { open: openSockets, waiting: waiters.length, budget };
+}
+
+/** Sets the socket budget (tests; a program embedding ooze that knows its limits); returns the previous one. */
+export function setSocketBudget(n: number): number {
+  if (!Number.isInteger(n) || n < 1) throw new Error(`socket budget must be a positive integer, got ${n}`);
+  const was = budget;
+  budget = n;
+  while (waiters.length > 0 && openSockets < budget) waiters.shift()!();
+  return was;
+}
+
+/** An idle socket to the origin, or a new one; null while the budget is spent (an idle socket elsewhere is then closed to make room). */
+function acquire(o: Origin): Socket | null {
   const list = idle.get(o.key);
   for (let it = list?.pop(); it !== undefined; it = list!.pop()) {
     stopIdling(it);
@@ -193,15 +242,34 @@ function acquire(o: Origin): Socket {
     it.socket.ref();
     return it.socket;
   }
+  if (openSockets >= budget) {
+    for (const l of idle.values()) {
+      const oldest = l[0];
+      if (oldest) {
+        oldest.drop(); // its close frees a place, and wakes the oldest waiter
+        break;
+      }
+    }
+    return null;
+  }
   const s = o.tls
     ? tlsConnect({ host: o.host, port: o.port, ALPNProtocols: ["http/1.1"], ...(/^[\d.:]+$/.test(o.host) ? {} : { servername: o.host }) })
     : netConnect({ host: o.host, port: o.port });
+  openSockets++;
+  s.once("close", () => {
+    openSockets--;
+    waiters.shift()?.();
+  });
   s.setNoDelay(true);
   return s;
 }
 
 /** Keeps a socket whose exchange ended cleanly for the next request to the origin. */
 function release(o: Origin, socket: Socket, idleMs: number): void {
+  if (waiters.length > 0) {
+    socket.destroy(); // an exchange waits for a place: its close makes one
+    return;
+  }
   let list = idle.get(o.key);
   if (!list) idle.set(o.key, (list = []));
   const it: Idle = {
@@ -266,15 +334,25 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
   if (req.method === "POST" || body !== "") head += `content-length: ${Buffer.byteLength(body)}\r\n`;
   head += "\r\n";
 
-  const s = acquire(o);
   const p = new ResponseParser();
+  let s: Socket | null = null;
   let done = false;
   let timer: NodeJS.Timeout | undefined;
+  let waiter: (() => void) | null = null;
   const finish = (e: unknown | null) => {
     if (done) return;
     done = true;
     clearTimeout(timer);
     signal?.removeEventListener("abort", onAbort);
+    if (waiter !== null) {
+      // still waiting for a socket: leave the queue (and pass on a wake-up meant for it)
+      const i = waiters.indexOf(waiter);
+      if (i >= 0) waiters.splice(i, 1);
+    }
+    if (s === null) {
+      sink.fail(e ?? new Error("the exchange ended before it had a socket"));
+      return;
+    }
     s.off("data", onData).off("error", finish).off("close", onClose);
     if (e !== null) {
       s.destroy();
@@ -300,11 +378,27 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
   // A body framed by the connection's end ends here; any other is cut short.
   const onClose = () =>
     finish(p.endsWithClose() ? null : Object.assign(new Error("the connection was closed before the whole reply arrived"), { code: "ECONNRESET" }));
-  s.on("data", onData).on("error", finish).on("close", onClose);
-  s.write(head + body);
+  let paused = false;
+  let woken = false;
+  const start = () => {
+    waiter = null;
+    if (done) return;
+    s = acquire(o);
+    if (s === null) {
+      waiter = start;
+      if (woken) waiters.unshift(start); // keeps its place when another exchange took the socket first
+      else waiters.push(start);
+      woken = true;
+      return;
+    }
+    s.on("data", onData).on("error", finish).on("close", onClose);
+    if (paused) s.pause();
+    s.write(head + body);
+  };
+  start();
   return {
-    pause: () => void (done || s.pause()),
-    resume: () => void (done || s.resume()),
+    pause: () => void (paused = true, done || s?.pause()),
+    resume: () => void (paused = false, done || s?.resume()),
     cancel: () => finish(new Error("the reader left the body before its end")),
   };
 }

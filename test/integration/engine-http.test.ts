@@ -14,7 +14,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { HttpTimeoutError, requestStream, requestText, ResponseParser } from "../../src/engine/http.ts";
+import { HttpTimeoutError, requestStream, requestText, ResponseParser, setSocketBudget, socketBudget, socketStats } from "../../src/engine/http.ts";
 import { makeTestCerts } from "../harness/index.ts";
 
 const servers: (Server | NetServer)[] = [];
@@ -226,5 +226,69 @@ describe("engine HTTP transport", () => {
       }),
       { numRuns: 300 },
     );
+  });
+});
+
+describe("the process's socket budget", () => {
+  it("is four fifths of the open-files limit less 128, or what OOZE_HTTP_MAX_SOCKETS says", () => {
+    expect(socketBudget(undefined, 20_000)).toBe(15_872);
+    expect(socketBudget(undefined, 1024)).toBe(691);
+    expect(socketBudget(undefined, 100)).toBe(16);
+    expect(socketBudget(undefined, null)).toBe(1024);
+    expect(socketBudget("300", 20_000)).toBe(300);
+    expect(() => socketBudget("0", 20_000)).toThrow(/OOZE_HTTP_MAX_SOCKETS must be a positive integer, got '0'/);
+    expect(() => socketBudget("many", null)).toThrow(/OOZE_HTTP_MAX_SOCKETS/);
+  });
+
+  it("makes exchanges past it wait for a socket instead of failing, and an aborted waiter leaves the queue", async () => {
+    // A server that holds every reply until released; at each request the client's open sockets are
+    // counted (the server's own count lags the client's closes).
+    let most = 0;
+    const held: (() => void)[] = [];
+    const server = createHttpServer((req, res) => {
+      most = Math.max(most, socketStats().open);
+      req.resume();
+      held.push(() => res.end("ok"));
+    });
+    const url = await listen(server);
+    const was = setSocketBudget(2);
+    try {
+      const calls = Array.from({ length: 5 }, () => requestText(`${url}/x`, { method: "POST", headers: {}, body: "{}" }));
+      const gone = new AbortController();
+      const abandoned = requestText(`${url}/x`, { method: "POST", headers: {}, body: "{}", signal: gone.signal });
+      await expect.poll(() => held.length).toBe(2);
+      expect(socketStats().waiting).toBe(4);
+      gone.abort(new Error("the caller left"));
+      await expect(abandoned).rejects.toThrow("the caller left");
+      expect(socketStats().waiting).toBe(3);
+      // release the replies two at a time: each frees a socket for the next waiter
+      let served = 0;
+      while (served < 5) {
+        await expect.poll(() => held.length).toBeGreaterThan(0);
+        const batch = held.splice(0);
+        served += batch.length;
+        for (const f of batch) f();
+      }
+      const texts = await Promise.all(calls);
+      expect(texts.map((t) => t.text)).toEqual(["ok", "ok", "ok", "ok", "ok"]);
+      expect(most).toBeLessThanOrEqual(2);
+      expect(socketStats().waiting).toBe(0);
+    } finally {
+      setSocketBudget(was);
+    }
+  });
+
+  it("closes an idle socket to another server to make room", async () => {
+    const a = await listen(createHttpServer((_req, res) => res.end("a")));
+    const b = await listen(createHttpServer((_req, res) => res.end("b")));
+    const was = setSocketBudget(1);
+    try {
+      expect((await requestText(a, { method: "GET", headers: {} })).text).toBe("a"); // its socket stays idle
+      expect((await requestText(b, { method: "GET", headers: {} })).text).toBe("b");
+      expect((await requestText(a, { method: "GET", headers: {} })).text).toBe("a");
+      expect(socketStats().open).toBeLessThanOrEqual(1);
+    } finally {
+      setSocketBudget(was);
+    }
   });
 });

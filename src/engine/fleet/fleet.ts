@@ -421,7 +421,11 @@ export class Fleet {
         let wait = 0;
         if ("fault" in outcome) {
           faults.push(outcome.fault);
-          this.noteFailure(e, outcome.fault, outcome.error);
+          // A limit of this process's (out of file descriptors) says nothing of the engine: it stays
+          // in routing, and the request waits a backoff instead of moving on (every engine would fail
+          // the same way; taking them out one by one piled the load on the last, at 1,024 engines).
+          const local = outcome.fault === "local-limit";
+          if (!local) this.noteFailure(e, outcome.fault, outcome.error);
           if (faults.length > this.maxRetries) {
             this.faultCounter.record(outcome.fault, false);
             throw new OozeError(
@@ -432,13 +436,13 @@ export class Fleet {
           }
           this.faultCounter.record(outcome.fault, true);
           why = `${outcome.fault}: ${outcome.error.message}`;
-          avoid = e.id;
+          avoid = local ? null : e.id;
           // The first failures move on to the other engines at once; once this request has failed
           // as many times as there are other engines (every one tried: all faulty or unreachable,
           // e.g. a partition), each retry waits a backoff — without it a brief outage of every
           // engine spent the whole retry budget in milliseconds (found by test/property/fleet-schedules).
           const others = this.router.engines().filter((id) => id !== e.id).length;
-          wait = faults.length > others ? backoffMs(this.settings, faults.length - others) : 0;
+          wait = local ? backoffMs(this.settings, faults.length) : faults.length > others ? backoffMs(this.settings, faults.length - others) : 0;
         } else {
           why = outcome.retry;
           avoid = null;

@@ -8,9 +8,14 @@
 // streamed (SSE).
 // A socket is reused only after a whole response that did not say `Connection: close`; idle sockets
 // are closed after 4 s, or 1 s before the timeout a server announces in `Keep-Alive: timeout=N`,
-// before servers close theirs (Node and uvicorn: 5 s). Nothing is ever re-sent here: a reset is the
+// before servers close theirs (Node and uvicorn: 5 s). A request is sent again only where a socket
+// reused after idling at least half its time ends before any byte of the reply, once, on a new
+// connection: the server closed the idle
+// connection as the request went out (a client whose event loop runs late retires its idle sockets
+// late; at 1,024 simulated engines thousands of requests a minute met that). Any other reset is the
 // caller's to handle (the fleet retries /generate elsewhere, counting it). The caller's signal
-// aborts an exchange; `timeoutMs` bounds a whole one.
+// aborts an exchange; `timeoutMs` bounds a whole one. Sockets are counted against a process-wide
+// budget (below).
 import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import { readFileSync } from "node:fs";
@@ -168,6 +173,9 @@ interface Origin {
 interface Idle {
   socket: Socket;
   drop: () => void;
+  /** When it went idle, and how long it may idle (ms). */
+  since: number;
+  idleMs: number;
 }
 
 const idle = new Map<string, Idle[]>();
@@ -195,6 +203,11 @@ function stopIdling({ socket, drop }: Idle): void {
  */
 let budget = socketBudget(process.env.OOZE_HTTP_MAX_SOCKETS, readOpenFilesLimit());
 let openSockets = 0;
+/**
+ * Sockets taken from the idle pool after idling at least half their time: a request on one may meet
+ * the server's close of the idle connection (on one reused sooner, a reset is the server's answer).
+ */
+const lateSockets = new WeakSet<Socket>();
 /** Exchanges waiting for a socket, oldest first. */
 const waiters: (() => void)[] = [];
 
@@ -233,13 +246,17 @@ export function setSocketBudget(n: number): number {
   return was;
 }
 
-/** An idle socket to the origin, or a new one; null while the budget is spent (an idle socket elsewhere is then closed to make room). */
-function acquire(o: Origin): Socket | null {
-  const list = idle.get(o.key);
+/**
+ * An idle socket to the origin (unless `fresh`), or a new one; null while the budget is spent (an
+ * idle socket elsewhere is then closed to make room). Sockets reused late are marked in `lateSockets`.
+ */
+function acquire(o: Origin, fresh = false): Socket | null {
+  const list = fresh ? undefined : idle.get(o.key);
   for (let it = list?.pop(); it !== undefined; it = list!.pop()) {
     stopIdling(it);
     if (it.socket.destroyed || !it.socket.writable) continue;
     it.socket.ref();
+    if (Date.now() - it.since >= it.idleMs / 2) lateSockets.add(it.socket);
     return it.socket;
   }
   if (openSockets >= budget) {
@@ -274,6 +291,8 @@ function release(o: Origin, socket: Socket, idleMs: number): void {
   if (!list) idle.set(o.key, (list = []));
   const it: Idle = {
     socket,
+    since: Date.now(),
+    idleMs,
     drop: () => {
       const i = list.indexOf(it);
       if (i >= 0) list.splice(i, 1);
@@ -353,7 +372,7 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
       sink.fail(e ?? new Error("the exchange ended before it had a socket"));
       return;
     }
-    s.off("data", onData).off("error", finish).off("close", onClose);
+    s.off("data", onData).off("error", onError).off("close", onClose);
     if (e !== null) {
       s.destroy();
       sink.fail(e);
@@ -366,7 +385,10 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
   const onAbort = () => finish(signal!.reason);
   signal?.addEventListener("abort", onAbort, { once: true });
   if (req.timeoutMs !== undefined) timer = setTimeout(() => finish(new HttpTimeoutError(req.timeoutMs!)), req.timeoutMs);
+  let replied = false;
+  let resent = false;
   const onData = (c: Buffer) => {
+    replied = true;
     try {
       p.push(c, sink);
     } catch (e) {
@@ -375,23 +397,37 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
     }
     if (p.complete) finish(null);
   };
+  // A keep-alive socket reused late in its idle time that ends before any byte of the reply met the
+  // server's close of the idle connection (it closes those after its keep-alive timeout, and a client
+  // late to retire the socket sends on it meanwhile): the request is sent again, once, on a new connection.
+  const resend = (): boolean => {
+    if (replied || resent || done || s === null || !lateSockets.has(s)) return false;
+    resent = true;
+    s.off("data", onData).off("error", onError).off("close", onClose);
+    s.destroy();
+    s = null;
+    start(true);
+    return true;
+  };
+  const onError = (e: unknown) => void (resend() || finish(e));
   // A body framed by the connection's end ends here; any other is cut short.
   const onClose = () =>
-    finish(p.endsWithClose() ? null : Object.assign(new Error("the connection was closed before the whole reply arrived"), { code: "ECONNRESET" }));
+    void (resend() ||
+      finish(p.endsWithClose() ? null : Object.assign(new Error("the connection was closed before the whole reply arrived"), { code: "ECONNRESET" })));
   let paused = false;
   let woken = false;
-  const start = () => {
+  const start = (fresh = false) => {
     waiter = null;
     if (done) return;
-    s = acquire(o);
+    s = acquire(o, fresh);
     if (s === null) {
-      waiter = start;
-      if (woken) waiters.unshift(start); // keeps its place when another exchange took the socket first
-      else waiters.push(start);
+      waiter = () => start(fresh);
+      if (woken) waiters.unshift(waiter); // keeps its place when another exchange took the socket first
+      else waiters.push(waiter);
       woken = true;
       return;
     }
-    s.on("data", onData).on("error", finish).on("close", onClose);
+    s.on("data", onData).on("error", onError).on("close", onClose);
     if (paused) s.pause();
     s.write(head + body);
   };

@@ -506,6 +506,10 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
       }
     })();
   });
+  // Idle keep-alive connections stay 30 s (Node's default is 5): clients retire theirs after 4 s
+  // (src/engine/http.ts), and a client whose event loop runs late must not send on a connection the
+  // server is closing at that moment.
+  server.keepAliveTimeout = 30_000;
   server.on("clientError", (_err, socket) => {
     if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
     else socket.destroy();

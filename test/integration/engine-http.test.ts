@@ -103,6 +103,36 @@ describe("engine HTTP transport", () => {
     expect(connections).toBe(3);
   });
 
+  it("sends a request again, once, on a new connection when a socket reused late in its idle time ends before any byte of the reply", async () => {
+    // A server that closes each connection as its second request arrives, unanswered: the keep-alive
+    // race, where the server closes an idle connection as the client sends on it.
+    let connections = 0;
+    let answered = 0;
+    const server = createNetServer((sock) => {
+      connections++;
+      let n = 0;
+      sock.on("error", () => {});
+      sock.on("data", () => {
+        if (++n === 2) return void sock.destroy();
+        answered++;
+        // timeout=2: the client keeps the socket 1 s, and re-sends on one it reused after 0.5 s or more
+        sock.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nkeep-alive: timeout=2\r\n\r\nok");
+      });
+    });
+    const url = await listen(server);
+    for (let i = 0; i < 3; i++) {
+      expect((await requestText(url, get())).text).toBe("ok");
+      await new Promise((r) => setTimeout(r, 600));
+    }
+    expect({ connections, answered }).toEqual({ connections: 3, answered: 3 });
+    // reused at once, a reset is the server's answer: nothing is sent again
+    await requestText(url, get());
+    expect((await rejection(requestText(url, get()))).code).toBe("ECONNRESET");
+    // A new connection that ends unanswered is the caller's to handle: nothing is sent again.
+    const mute = await listen(raw((sock) => sock.destroy()));
+    expect((await rejection(requestText(mute, get()))).code).toBe("ECONNRESET");
+  });
+
   it("reads a body framed by the connection's end, skips an interim 100, and refuses a reply that is not HTTP", async () => {
     const closeFramed = await listen(raw((s) => s.end("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end")));
     expect(await requestText(closeFramed, get())).toEqual({ status: 200, text: "until the end" });

@@ -209,7 +209,12 @@ let openSockets = 0;
  */
 const lateSockets = new WeakSet<Socket>();
 /** Exchanges waiting for a socket, oldest first. */
-const waiters: (() => void)[] = [];
+interface Waiter {
+  /** The origin it waits to reach. */
+  key: string;
+  wake: () => void;
+}
+const waiters: Waiter[] = [];
 
 /** The socket budget for a configured value (an env string) and the process's soft open-files limit (null: unknown). */
 export function socketBudget(configured: string | undefined, openFiles: number | null): number {
@@ -242,7 +247,7 @@ export function setSocketBudget(n: number): number {
   if (!Number.isInteger(n) || n < 1) throw new Error(`socket budget must be a positive integer, got ${n}`);
   const was = budget;
   budget = n;
-  while (waiters.length > 0 && openSockets < budget) waiters.shift()!();
+  while (waiters.length > 0 && openSockets < budget) waiters.shift()!.wake();
   return was;
 }
 
@@ -275,7 +280,7 @@ function acquire(o: Origin, fresh = false): Socket | null {
   openSockets++;
   s.once("close", () => {
     openSockets--;
-    waiters.shift()?.();
+    waiters.shift()?.wake();
   });
   s.setNoDelay(true);
   return s;
@@ -283,9 +288,16 @@ function acquire(o: Origin, fresh = false): Socket | null {
 
 /** Keeps a socket whose exchange ended cleanly for the next request to the origin. */
 function release(o: Origin, socket: Socket, idleMs: number): void {
+  // An exchange waiting for a socket takes this one if it goes to the same server; else the socket
+  // is closed, and its close makes a place for the oldest waiter.
+  let handOver: Waiter | null = null;
   if (waiters.length > 0) {
-    socket.destroy(); // an exchange waits for a place: its close makes one
-    return;
+    const i = waiters.findIndex((w) => w.key === o.key);
+    if (i < 0) {
+      socket.destroy();
+      return;
+    }
+    handOver = waiters.splice(i, 1)[0]!;
   }
   let list = idle.get(o.key);
   if (!list) idle.set(o.key, (list = []));
@@ -305,6 +317,7 @@ function release(o: Origin, socket: Socket, idleMs: number): void {
   socket.setTimeout(idleMs);
   socket.unref();
   list.push(it);
+  handOver?.wake();
 }
 
 /** Where a URL goes: parsed once per URL (an engine client sends to a handful). */
@@ -365,7 +378,7 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
     signal?.removeEventListener("abort", onAbort);
     if (waiter !== null) {
       // still waiting for a socket: leave the queue (and pass on a wake-up meant for it)
-      const i = waiters.indexOf(waiter);
+      const i = waiters.findIndex((w) => w.wake === waiter);
       if (i >= 0) waiters.splice(i, 1);
     }
     if (s === null) {
@@ -422,8 +435,9 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
     s = acquire(o, fresh);
     if (s === null) {
       waiter = () => start(fresh);
-      if (woken) waiters.unshift(waiter); // keeps its place when another exchange took the socket first
-      else waiters.push(waiter);
+      const w = { key: o.key, wake: waiter };
+      if (woken) waiters.unshift(w); // keeps its place when another exchange took the socket first
+      else waiters.push(w);
       woken = true;
       return;
     }

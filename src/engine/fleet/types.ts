@@ -194,6 +194,8 @@ export interface ReqState {
   userAborted: boolean;
   attempt: Attempt | null;
   acc: PartialRollout;
+  /** Ends the request's current wait (set while it waits): its abort wakes it alone. */
+  wake: (() => void) | null;
 }
 
 /** Normalises an engine URL: scheme added when missing, trailing slashes removed. */

@@ -214,7 +214,37 @@ interface Waiter {
   key: string;
   wake: () => void;
 }
-const waiters: Waiter[] = [];
+/**
+ * Exchanges waiting for a socket: oldest first overall, and by origin (a released socket goes to the
+ * oldest waiter for its server). Sets, so that every operation is O(1): at a rollout's 8,000
+ * requests in flight thousands wait at once, and a scan of them per released socket was 16 % of
+ * its CPU (Nov 30).
+ */
+class WaitQueue {
+  private readonly all = new Set<Waiter>();
+  private readonly byKey = new Map<string, Set<Waiter>>();
+  get length(): number {
+    return this.all.size;
+  }
+  push(w: Waiter): void {
+    this.all.add(w);
+    let set = this.byKey.get(w.key);
+    if (!set) this.byKey.set(w.key, (set = new Set()));
+    set.add(w);
+  }
+  delete(w: Waiter): void {
+    this.all.delete(w);
+    const set = this.byKey.get(w.key);
+    if (set?.delete(w) && set.size === 0) this.byKey.delete(w.key);
+  }
+  /** Takes the oldest waiter, or the oldest for origin `key`. */
+  shift(key?: string): Waiter | undefined {
+    const w = (key === undefined ? this.all : this.byKey.get(key))?.values().next().value;
+    if (w !== undefined) this.delete(w);
+    return w;
+  }
+}
+const waiters = new WaitQueue();
 
 /** The socket budget for a configured value (an env string) and the process's soft open-files limit (null: unknown). */
 export function socketBudget(configured: string | undefined, openFiles: number | null): number {
@@ -292,12 +322,11 @@ function release(o: Origin, socket: Socket, idleMs: number): void {
   // is closed, and its close makes a place for the oldest waiter.
   let handOver: Waiter | null = null;
   if (waiters.length > 0) {
-    const i = waiters.findIndex((w) => w.key === o.key);
-    if (i < 0) {
+    handOver = waiters.shift(o.key) ?? null;
+    if (handOver === null) {
       socket.destroy();
       return;
     }
-    handOver = waiters.splice(i, 1)[0]!;
   }
   let list = idle.get(o.key);
   if (!list) idle.set(o.key, (list = []));
@@ -370,16 +399,15 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
   let s: Socket | null = null;
   let done = false;
   let timer: NodeJS.Timeout | undefined;
-  let waiter: (() => void) | null = null;
+  let waiter: Waiter | null = null;
   const finish = (e: unknown | null) => {
     if (done) return;
     done = true;
     clearTimeout(timer);
     signal?.removeEventListener("abort", onAbort);
     if (waiter !== null) {
-      // still waiting for a socket: leave the queue (and pass on a wake-up meant for it)
-      const i = waiters.findIndex((w) => w.wake === waiter);
-      if (i >= 0) waiters.splice(i, 1);
+      // still waiting for a socket: leave the queue
+      waiters.delete(waiter);
     }
     if (s === null) {
       sink.fail(e ?? new Error("the exchange ended before it had a socket"));
@@ -428,17 +456,13 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
     void (resend() ||
       finish(p.endsWithClose() ? null : Object.assign(new Error("the connection was closed before the whole reply arrived"), { code: "ECONNRESET" })));
   let paused = false;
-  let woken = false;
   const start = (fresh = false) => {
     waiter = null;
     if (done) return;
     s = acquire(o, fresh);
     if (s === null) {
-      waiter = () => start(fresh);
-      const w = { key: o.key, wake: waiter };
-      if (woken) waiters.unshift(w); // keeps its place when another exchange took the socket first
-      else waiters.push(w);
-      woken = true;
+      waiter = { key: o.key, wake: () => start(fresh) };
+      waiters.push(waiter);
       return;
     }
     s.on("data", onData).on("error", onError).on("close", onClose);

@@ -10,10 +10,9 @@
 // are closed after 4 s, or 1 s before the timeout a server announces in `Keep-Alive: timeout=N`,
 // before servers close theirs (Node and uvicorn: 5 s). A request is sent again only where a socket
 // reused after idling at least half its time ends before any byte of the reply, once, on a new
-// connection: the server closed the idle
-// connection as the request went out (a client whose event loop runs late retires its idle sockets
-// late; at 1,024 simulated engines thousands of requests a minute met that). Any other reset is the
-// caller's to handle (the fleet retries /generate elsewhere, counting it). The caller's signal
+// connection: the server closed the idle connection as the request went out (a client whose event
+// loop runs late retires its idle sockets late; at 1,024 simulated engines thousands of requests a
+// minute met that). Any other reset is the caller's to handle (the fleet retries /generate elsewhere, counting it). The caller's signal
 // aborts an exchange; `timeoutMs` bounds a whole one. Sockets are counted against a process-wide
 // budget (below).
 import { connect as netConnect, type Socket } from "node:net";
@@ -208,7 +207,7 @@ let openSockets = 0;
  * the server's close of the idle connection (on one reused sooner, a reset is the server's answer).
  */
 const lateSockets = new WeakSet<Socket>();
-/** Exchanges waiting for a socket, oldest first. */
+/** An exchange waiting for a socket. */
 interface Waiter {
   /** The origin it waits to reach. */
   key: string;

@@ -582,24 +582,25 @@ export class Fleet {
 
   /** Waits for a change (a join, the end of an update, close), `st`'s abort, or `ms`. */
   private changed(ms: number, st: ReqState | null = null): Promise<void> {
-    return this.sleep(ms, st, true);
+    return this.sleep(ms, st, this.waiters);
   }
 
   /**
-   * Waits `ms`, ending early at `st`'s abort or the fleet's close, and, when `onChange`, at any
-   * change (notify). A backoff waits for no change: at 8,000 requests in flight, every engine that
-   * joined or left woke each waiting request, thousands of timers and promises at once (Nov 30).
+   * Waits `ms`, ending early at `st`'s abort or when one of `wakers` is called: `waiters` (any
+   * change, notify) or `sleepers` (only the fleet's close). A backoff waits for no change: at 8,000
+   * requests in flight, every engine that joined or left woke each waiting request, thousands of
+   * timers and promises at once (Nov 30).
    */
-  private sleep(ms: number, st: ReqState | null, onChange: boolean): Promise<void> {
+  private sleep(ms: number, st: ReqState | null, wakers: Set<() => void>): Promise<void> {
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(t);
-        (onChange ? this.waiters : this.sleepers).delete(done);
+        wakers.delete(done);
         if (st !== null && st.wake === done) st.wake = null;
         resolve();
       };
       const t = setTimeout(done, Math.max(1, ms));
-      (onChange ? this.waiters : this.sleepers).add(done);
+      wakers.add(done);
       if (st !== null) st.wake = done;
     });
   }
@@ -735,7 +736,7 @@ export class Fleet {
   /** Waits `ms` before a retry on the same engine; ends early when the request is aborted or the fleet closes. */
   private async backoff(ms: number, st: ReqState): Promise<void> {
     const until = Date.now() + ms;
-    while (!st.userAborted && !this.closed && Date.now() < until) await this.sleep(until - Date.now(), st, false);
+    while (!st.userAborted && !this.closed && Date.now() < until) await this.sleep(until - Date.now(), st, this.sleepers);
   }
 
   private healthTick(): void {

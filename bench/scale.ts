@@ -36,8 +36,10 @@
 // slower, and the timeouts and health checks that count in engine time are S times longer. Every
 // ratio (fully_async_vs_sync, _vs_bound, CPU per sample) is that of the real-speed fleet as long as
 // the machine keeps up with the slowed one; samples/s are on the slowed clock (× S for real time).
-// Default S: enough that the sizes' samples need at most half the cores, at most 40 (the fleet's
-// 30 s limit on a control request bounds a weight update to 20 s of slowed time).
+// Default S: enough that the sizes' samples need at most half the cores. A weight update then takes
+// update-ms × S: the fleet's deadline on a control request (`controlTimeoutMs`) and the weight-sync's
+// on an update of the whole fleet (`updateTimeoutMs`) are raised to match (until Dec 1 they stayed at
+// 30 s, which capped S at 40).
 //
 // Steady state: each mode trains `warmup` steps and then a window of `window` steps; its figures are
 // over that window. Defaults: fully_async max-staleness + 1 and 3 × max-staleness (at least 3); sync
@@ -153,7 +155,7 @@ const slowdownArg = arg("slowdown", "");
 /** CPU seconds a sample costs all processes together on this machine (measured at N = 8 and 32: 9–10 ms). */
 const CPU_S_PER_SAMPLE = 0.012;
 const slowdownOf = (n: number) =>
-  Math.max(1, perSize(slowdownArg, n, (k) => Math.min(40, Math.ceil(((k * tpsPerEngine) / (4 * turnTokens)) * CPU_S_PER_SAMPLE / (0.5 * availableParallelism())))));
+  Math.max(1, perSize(slowdownArg, n, (k) => Math.ceil(((k * tpsPerEngine) / (4 * turnTokens)) * CPU_S_PER_SAMPLE / (0.5 * availableParallelism()))));
 const simProcessesOf = (n: number) => Math.max(1, perSize(simProcessesArg, n, (k) => Math.ceil(k / 128)));
 const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
 const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens };
@@ -355,6 +357,8 @@ async function snapshot(bus: Bus, job: string, nodePids: readonly number[], simP
 
 /** The fleet's engine-time settings S times longer (progress deadlines, health checks). */
 const slowFleet = (slow: number) => ({ progressTimeoutMs: 10_000 * slow, progressTimeoutPerTokenMs: 50 * slow, healthIntervalMs: 5_000 * slow });
+/** Deadlines of a weight update on the slowed clock: one engine's control request, and the whole fleet's update (their defaults plus twice the slowed update). */
+const slowUpdate = (slow: number) => ({ controlTimeoutMs: 30_000 + 2 * updateMs * slow, updateTimeoutMs: 120_000 + 2 * updateMs * slow });
 
 /** The job's topology: the rollout in this process (k = 1), or k rollout actors each on an external host of its own. */
 function topologyFile(n: number, k: number, urls: readonly string[], mode: string): string {
@@ -369,7 +373,11 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
     JSON.stringify({
       name: `scale-${n}-${mode.replace("_", "-")}`,
       hosts: [{ name: "main" }, ...(k === 1 ? [] : Array.from({ length: k }, (_, i) => ({ name: `r${i}`, start: "external" })))],
-      actors: [{ name: "fleet", kind: "fleet", config: { engines: urls, healthIntervalMs: config.healthIntervalMs } }, ...rollouts],
+      actors: [
+        { name: "fleet", kind: "fleet", config: { engines: urls, healthIntervalMs: config.healthIntervalMs, controlTimeoutMs: slowUpdate(slow).controlTimeoutMs } },
+        { name: "weight-sync", kind: "train.weight-sync", config: { updateTimeoutMs: slowUpdate(slow).updateTimeoutMs } },
+        ...rollouts,
+      ],
       train: {
         mode, task, taskConfig, preset: "tiny", steps, promptsPerStep: prompts, samplesPerPrompt: samples, checkpointEvery: 1000, maxStaleness, lateGroups, keepCacheOnUpdate: keepCache, pauseOnUpdate: pauseInPlace ? "in_place" : "abort",
         ...(inflightSteps === null ? {} : { maxInflightGroups: Math.max(1, Math.round(inflightSteps * prompts)) }),

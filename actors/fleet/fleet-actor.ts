@@ -27,12 +27,15 @@ import { LocalWeights } from "./local-weights.ts";
 import { hasWeights } from "../../native/model-dir.ts";
 import { fleetMsg, type FleetMsg, type FleetReply } from "../protocol/fleet-messages.ts";
 import { watchFleet } from "../protocol/loop-metrics.ts";
+import { eachLimit } from "../../src/each-limit.ts";
 
 /** The fleet actor's `config` in a topology. */
 export const fleetConfig = z.looseObject({
   routing: z.enum(["round_robin", "least_load", "cache_aware"]).optional(),
   healthIntervalMs: z.number().int().min(0).optional(),
   healthTimeoutMs: z.number().int().positive().optional(),
+  /** Deadline of one control request to an engine (weight update, pause, continue), ms (default 30 000). */
+  controlTimeoutMs: z.number().int().positive().optional(),
   unhealthyAfter: z.number().int().positive().optional(),
   /** Stream generations (keeps tokens across an engine's death; costs more). */
   stream: z.boolean().optional(),
@@ -179,6 +182,7 @@ export function fleetActor(system: ActorSystem) {
       if (cfg.routing) opts.routing = cfg.routing;
       if (cfg.healthIntervalMs !== undefined) opts.healthIntervalMs = cfg.healthIntervalMs;
       if (cfg.healthTimeoutMs !== undefined) opts.healthTimeoutMs = cfg.healthTimeoutMs;
+      if (cfg.controlTimeoutMs !== undefined) opts.controlTimeoutMs = cfg.controlTimeoutMs;
       if (cfg.unhealthyAfter !== undefined) opts.unhealthyAfter = cfg.unhealthyAfter;
       if (cfg.stream !== undefined) opts.stream = cfg.stream;
       if (cfg.requestTimeoutMs !== undefined) opts.requestTimeoutMs = cfg.requestTimeoutMs;
@@ -212,11 +216,15 @@ export function fleetActor(system: ActorSystem) {
           const urls = await Promise.all(embedded.map((x) => x.start()));
           for (const url of urls) await fleet.attach(url, { source: "topology" });
         }
-        for (const spec of cfg.engines) {
+        const attach = async (spec: (typeof cfg.engines)[number]) => {
           const url = typeof spec === "string" ? spec : spec.url;
           const entry = await fleet.attach(url, { source: "topology", allowUnreachable: true });
           if (!entry.healthy) ctx.log.warn(`fleet: engine ${entry.url} is not reachable yet (${entry.lastError ?? "no answer"}); it joins when healthy`);
-        }
+        };
+        // The first alone (the model it serves is the one the others must serve), then 16 at once: a
+        // topology may list a thousand engines, each asked two questions as it joins.
+        if (cfg.engines.length > 0) await attach(cfg.engines[0]!);
+        await eachLimit(cfg.engines.slice(1), 16, attach);
       } catch (err) {
         await Promise.all(embedded.map((x) => x.stop()));
         for (const x of embedded) if (x.url) await registry?.removeProcess(x.url).catch(() => {});

@@ -25,6 +25,7 @@ import { loadTask } from "../environment/task-loader.ts";
 import { rolloutRange } from "./rollout.ts";
 import { engineShare, RolloutMembers } from "./shard.ts";
 import { startAgentRollout, type AgentRollout } from "../environment/agent/rollout-hook.ts";
+import { eachLimit } from "../../src/each-limit.ts";
 
 /** The rollout actor's `config`. */
 export const rolloutActorConfig = z.object({
@@ -58,6 +59,9 @@ export const rolloutActorConfig = z.object({
    */
   holdGroup: z.number().int().min(0).optional(),
 });
+
+/** Engines joined (or detached) at once when the share changes. */
+const ATTACH_CONCURRENCY = 16;
 
 interface RolloutState {
   consumer: StreamConsumer;
@@ -104,8 +108,10 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
       }
       if (stopped) return;
       const have = new Set(fleet.list().map((e) => e.id));
-      for (const url of have) if (!want.has(url)) await fleet.detach(url);
-      for (const url of want) if (!have.has(url)) await fleet.attach(url, { allowUnreachable: true });
+      // Joins ask each engine two questions: one engine at a time, taking over 500 engines took a
+      // pass most of a minute on a loaded machine (Dec 1), and the share it reads is stale meanwhile.
+      await eachLimit([...have].filter((url) => !want.has(url)), ATTACH_CONCURRENCY, (url) => fleet.detach(url));
+      await eachLimit([...want].filter((url) => !have.has(url)), ATTACH_CONCURRENCY, (url) => fleet.attach(url, { allowUnreachable: true }));
     } catch (e) {
       if (!stopped) log(`rollout: following the engines registry: ${(e as Error).message}`);
     }
@@ -190,7 +196,9 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
       let agents: AgentRollout | null = null;
       try {
         if (served) gen.fleet.followVersion(served.version);
-        for (const url of urls) await gen.fleet.attach(url, { allowUnreachable: true });
+        // (the first alone: the model it serves is the one the others must serve)
+        if (urls.length > 0) await gen.fleet.attach(urls[0]!, { allowUnreachable: true });
+        await eachLimit(urls.slice(1), ATTACH_CONCURRENCY, (url) => gen.fleet.attach(url, { allowUnreachable: true }));
         await ensureTrainStreams(bus, names, train);
         // train.agent: episodes are agent processes talking to a gateway over this fleet (actors/environment/agent)
         if (agent) agents = await startAgentRollout({ ...train, agent }, env.baseDir, gen.countingFleet(), (l) => ctx.log.warn(l));

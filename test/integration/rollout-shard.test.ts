@@ -51,7 +51,7 @@ describe("rollout instances share the engines", () => {
   it("two split them, a third joins and takes a share, one stopping gives its share back", async () => {
     const a = await instance("rollout-a/0");
     const b = await instance("rollout-b/0");
-    const diag = () => [...a.log, ...b.log].slice(-20).join("\n");
+    const diag = () => [...a.log, ...b.log].slice(-20).join("\n") + `\nshares: a ${ids(a).length}, b ${ids(b).length}`;
     try {
       await waitUntil(() => split([a, b]), { timeoutMs: 20_000, what: "two disjoint covering shares", diagnostics: diag });
       const c = await instance("rollout-c/0");

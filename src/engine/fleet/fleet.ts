@@ -63,6 +63,7 @@ export class Fleet {
   private readonly sleepers = new Set<() => void>();
   private readonly healthIntervalMs: number;
   private readonly healthTimeoutMs: number;
+  private readonly controlTimeoutMs: number;
   private readonly unhealthyAfter: number;
   private readonly requestTimeoutMs: number;
   /** lengthLimits()'s answer; undefined: to be worked out. */
@@ -93,6 +94,7 @@ export class Fleet {
     this.router = new Router({ policy: opts.routing ?? "cache_aware" });
     this.healthIntervalMs = opts.healthIntervalMs ?? 5000;
     this.healthTimeoutMs = opts.healthTimeoutMs ?? 30_000;
+    this.controlTimeoutMs = opts.controlTimeoutMs ?? 30_000;
     this.unhealthyAfter = Math.max(1, opts.unhealthyAfter ?? 3);
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 300_000;
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs ?? 120_000;
@@ -544,7 +546,7 @@ export class Fleet {
       source,
       attachedAt,
       gen: new EngineClient(id, { retries: 0, streamIdleTimeoutMs: this.streamIdleTimeoutMs }),
-      ctl: new EngineClient(id, { retries: 2, timeoutMs: 30_000 }),
+      ctl: new EngineClient(id, { retries: 2, timeoutMs: this.controlTimeoutMs }),
       probe: new EngineClient(id, { retries: 0, timeoutMs: this.healthTimeoutMs }),
       healthy: false,
       detached: false,

@@ -84,6 +84,12 @@ export interface FleetOptions {
    * gives its own one-token health generation, so a busy engine answers 503 rather than nothing).
    */
   healthTimeoutMs?: number;
+  /**
+   * Deadline of one control request to an engine (pause, weight update, continue, model info), ms
+   * (default 30 000). A weight update must finish within it: raise it for engines whose updates take
+   * longer (large checkpoints from disk, or a simulated fleet on a slowed clock).
+   */
+  controlTimeoutMs?: number;
   /** Failed checks in a row that take an engine out of routing (default 3; a failed request takes it out at once). */
   unhealthyAfter?: number;
   /** Longest a request may wait for a healthy engine, over all its dispatches, ms (default 300 000). */

@@ -197,6 +197,10 @@ export class Fleet {
     const id = normalizeEngineUrl(url);
     const have = this.engines.get(id);
     if (have) {
+      if (have.draining) {
+        have.draining = false;
+        this.log(`fleet: ${id} attached again while draining: it stays`);
+      }
       if (!have.healthy) await this.join(have, true).catch(() => {});
       return this.entryOf(have);
     }
@@ -234,6 +238,31 @@ export class Fleet {
     if (this.registry) await (await this.registry).remove(id);
     if (this.external) await this.external.remove(id).catch((err) => this.log(`fleet: ${errText(err)}`));
     this.log(`fleet: detached ${id}`);
+  }
+
+  /**
+   * Takes an engine out of routing without cutting its requests in flight: no new dispatch goes to
+   * it, and it is detached once the ones running there end (at once when none are). attach() before
+   * then keeps it. For handing an engine over to another router (a rollout instance's share moving
+   * to another instance): detach() would re-dispatch every request on it.
+   */
+  drain(url: string): void {
+    const id = normalizeEngineUrl(url);
+    const e = this.engines.get(id);
+    if (!e) throw new OozeError("ACTOR_NOT_FOUND", `fleet: engine ${id} is not attached`);
+    if (e.draining) return;
+    e.draining = true;
+    if (e.healthy) {
+      e.healthy = false;
+      this.router.removeEngine(e.id);
+    }
+    this.detachDrained(e);
+  }
+
+  /** Detaches a draining engine with nothing left in flight. */
+  private detachDrained(e: Engine): void {
+    if (!e.draining || e.attempts.size > 0 || e.detached || this.engines.get(e.id) !== e) return;
+    void this.detach(e.id).catch((err) => this.log(`fleet: ${errText(err)}`));
   }
 
   /** Every attached engine. */
@@ -405,6 +434,7 @@ export class Fleet {
           e.attempts.delete(attempt);
           st.attempt = null;
           if (attempt.epoch === e.epoch && e.healthy) this.router.release(e.id);
+          if (e.draining) this.detachDrained(e);
         }
         if ("done" in outcome) {
           const f = outcome.done;
@@ -550,6 +580,7 @@ export class Fleet {
       probe: new EngineClient(id, { retries: 0, timeoutMs: this.healthTimeoutMs }),
       healthy: false,
       detached: false,
+      draining: false,
       model: null,
       limits: null,
       weightVersion: null,
@@ -569,6 +600,7 @@ export class Fleet {
       id: e.id,
       url: e.url,
       healthy: e.healthy,
+      draining: e.draining,
       inFlight: e.attempts.size,
       weightVersion: e.weightVersion,
       source: e.source,
@@ -665,7 +697,7 @@ export class Fleet {
           throw new OozeError("ENGINE_UNAVAILABLE", `fleet: ${e.id} serves weight version ${e.weightVersion ?? "unknown"} and the job is at ${followed}; it joins routing once it is brought to that version`, { retryable: true });
         }
         await this.locked(async () => {
-          if (e.detached || this.closed || e.healthy) return;
+          if (e.detached || e.draining || this.closed || e.healthy) return;
           const cur = this.current;
           if (cur && e.weightVersion !== cur.version) await updateEngine(e, cur.modelDir, cur.version, "abort", this.log);
           e.healthy = true;
@@ -799,6 +831,7 @@ export class Fleet {
     if (e.detached || this.closed) return;
     if (ok) {
       e.failures = 0;
+      if (e.draining) return;
       if (!e.healthy) await this.join(e, false);
       else await this.checkVersion(e);
       return;

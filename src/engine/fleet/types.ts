@@ -62,6 +62,8 @@ export interface EngineEntry {
   url: string;
   /** In the routing set. */
   healthy: boolean;
+  /** Leaving: out of routing, detached once its requests in flight end (Fleet.drain). */
+  draining: boolean;
   /** Fleet requests running on it now. */
   inFlight: number;
   weightVersion: string | null;
@@ -178,6 +180,8 @@ export interface Engine {
   probe: EngineClient;
   healthy: boolean;
   detached: boolean;
+  /** Out of routing, detached once its dispatches end (Fleet.drain); attach() takes it back. */
+  draining: boolean;
   model: ModelSignature | null;
   /** Its length limits as it reports them (limits.ts), or null: requests to it are sized to them. */
   limits: LengthLimits | null;

@@ -38,7 +38,7 @@
 // the machine keeps up with the slowed one; samples/s are on the slowed clock (× S for real time).
 // Default S: enough that the sizes' samples need at most half the cores. A weight update then takes
 // update-ms × S: the fleet's deadline on a control request (`controlTimeoutMs`) and the weight-sync's
-// on an update of the whole fleet (`updateTimeoutMs`) are raised to match (until Dec 1 they stayed at
+// on an update of the whole fleet (`updateTimeoutMs`) are raised to match (until Nov 30 they stayed at
 // 30 s, which capped S at 40).
 //
 // Steady state: each mode trains `warmup` steps and then a window of `window` steps; its figures are

@@ -25,13 +25,18 @@ import { ContinuousFeeder, failedOf, statsOf, type FeederStart } from "./continu
 import { agentsUnproductive, emptyRoundReason } from "./empty-rounds.ts";
 import { GroupBuffer } from "./groups.ts";
 import { slotsPerPrompt } from "../protocol/agent-config.ts";
+import { fullyAsyncLimits } from "../protocol/config.ts";
 import { z } from "zod";
 
 /** The buffer actor's `config`. */
 export const bufferActorConfig = z.object({
   ackWaitMs: z.number().int().min(500).default(30_000),
-  /** Group messages held unacked until their batch is published, at most (≥ a step's groups, refills included). */
-  maxAckPending: z.number().int().min(1).default(10_000),
+  /**
+   * Group messages held unacked until their batch is published, at most. Default: 10,000, or the
+   * groups the loop may hold undecided at once where that is more (heldGroups). Below that the
+   * consumer stops delivering the groups a batch waits for, and the job trains no further step.
+   */
+  maxAckPending: z.number().int().min(1).optional(),
   /**
    * Rounds in a row that may yield no trainable sample (every episode failed, every group filtered)
    * before the job stops with the reason (AGENTS_UNPRODUCTIVE, exit status non-zero). Each such round
@@ -280,6 +285,19 @@ async function startingPosition(env: LoopEnv, log: (l: string) => void): Promise
   return from;
 }
 
+/**
+ * Group messages the buffer may hold unacked at once: every undecided group (fully_async with
+ * lateGroups wait: the room, bound + 1 batches' worth; with requeue: what may generate plus a
+ * batch; otherwise a step's worth), plus a batch's worth of slack for refills and redeliveries.
+ * A 1,024-engine run with bound 16 (17,408 undecided groups) stalled at the old fixed 10,000 (Nov 30).
+ */
+export function heldGroups(train: LoopEnv["train"]): number {
+  const P = train.promptsPerStep;
+  if (train.mode !== "fully_async") return 3 * P;
+  const { maxStaleness, maxInflightGroups } = fullyAsyncLimits(train);
+  return (train.lateGroups === "wait" ? (maxStaleness + 1) * P : maxInflightGroups + P) + P;
+}
+
 /** The buffer actor definition for a node's system and topology. */
 export function bufferActor(system: ActorSystem, topology: Topology) {
   return defineLoopActor(system, topology, {
@@ -287,6 +305,13 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
     config: bufferActorConfig,
     async init(env, cfg, ctx, fail): Promise<BufferState> {
       await ensureTrainStreams(env.bus, env.names, env.train);
+      const held = heldGroups(env.train);
+      if (cfg.maxAckPending !== undefined && cfg.maxAckPending < held)
+        throw new OozeError(
+          "CONFIG_INVALID",
+          `buffer: config.maxAckPending ${cfg.maxAckPending} is below the ${held} group messages this loop may hold unacked (${env.train.promptsPerStep} prompts a step, mode ${env.train.mode}); the batches would wait for groups the consumer no longer delivers: raise it, or leave it unset`,
+        );
+      const maxAckPending = cfg.maxAckPending ?? Math.max(10_000, held);
       const log = (l: string) => ctx.log.info(l);
       const feeder =
         env.train.mode === "fully_async"
@@ -302,7 +327,7 @@ export function bufferActor(system: ActorSystem, topology: Topology) {
       const stopWatch = await versions.watch((r) => void feeder.run((f) => f.onVersion(r)).catch((e: unknown) => fail(e)));
       const consumer = consumeStream({
         bus: env.bus, names: env.names, stream: env.names.streamSamples, subject: env.names.trainSamples, durable: env.names.consumer("train_buffer"),
-        registry: groupRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, maxAckPending: cfg.maxAckPending, prefetch: 64, log: (l) => ctx.log.warn(l),
+        registry: groupRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, maxAckPending, prefetch: 64, log: (l) => ctx.log.warn(l),
         // A failure half-way (a publish while NATS is away) leaves the bookkeeping unsure: crash, and
         // let the restarted buffer recover from BATCHES and the redelivered samples.
         handle: (msg, info) =>

@@ -126,7 +126,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
   const running = new Set<Promise<void>>();
   // Heartbeats: one timer beats every message being handled and every deferred one (held), so that
   // the beats of a tick leave in one write. A timer per message sent each beat in a write of its own:
-  // at 1,024 groups in flight that was 15 % of a rollout process's CPU (Dec 1). Held messages lose
+  // at 1,024 groups in flight that was 15 % of a rollout process's CPU (Nov 30). Held messages lose
   // their beat when stop() begins; a handler still running when stop()'s grace ends loses its beat
   // then, so its message comes back after ack_wait.
   const handling = new Set<JsMsg>();

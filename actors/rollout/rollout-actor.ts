@@ -121,11 +121,11 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
       // flight finish here, and only new dispatches go elsewhere. An instance that read another as
       // gone for a moment (its beats late behind a stalled event loop) took its engines and gave them
       // back, and each detach re-dispatched every request on them: 7,751 in 8 minutes at 1,024
-      // engines (Dec 1).
+      // engines (Nov 30).
       const have = new Set(fleet.list().flatMap((e) => (e.draining ? [] : [e.id])));
       for (const url of have) if (!want.has(url)) fleet.drain(url);
       // Joins ask each engine two questions: one engine at a time, taking over 500 engines took a
-      // pass most of a minute on a loaded machine (Dec 1), and the share it reads is stale meanwhile.
+      // pass most of a minute on a loaded machine (Nov 30), and the share it reads is stale meanwhile.
       await eachLimit([...want].filter((url) => !have.has(url)), ATTACH_CONCURRENCY, (url) => fleet.attach(url, { allowUnreachable: true }));
     } catch (e) {
       if (!stopped) log(`rollout: following the engines registry: ${(e as Error).message}`);

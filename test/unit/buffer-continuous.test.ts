@@ -7,6 +7,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ContinuousFeeder } from "../../actors/buffer/continuous.ts";
+import { heldGroups } from "../../actors/buffer/buffer-actor.ts";
 import { trainSchema } from "../../actors/protocol/config.ts";
 import type { BatchBody, GroupBody, PendingGroup, VersionRecord } from "../../actors/protocol/messages.ts";
 import { SampleBuilder } from "../../src/sample.ts";
@@ -71,6 +72,8 @@ async function simulate(s: Script, log: string[] = []): Promise<{ batches: Batch
     const f = feeder as unknown as { live: Map<number, { complete: boolean; superseded: boolean }>; generating: number; trainable: number };
     const live = [...f.live.values()];
     expect([f.generating, f.trainable]).toEqual([live.filter((l) => !l.complete).length, live.filter((l) => !l.superseded).length]);
+    // every undecided group's message is held unacked: the buffer's consumer must allow them all (and a batch's worth more)
+    expect(live.length).toBeLessThanOrEqual(heldGroups(train) - train.promptsPerStep);
   };
   await feeder.start({ batches: 0, nextPrompt: 0, nextSample: 0, pending: [], floor: 0, inStreams: [] });
   await feeder.onVersion(record(0, 0));

@@ -147,7 +147,13 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     try {
       msg = decodeMessage(m.data.length > 0 ? m.data : await o.bus.payload(m), o.registry);
     } catch (e) {
-      if (e instanceof OozeError && e.code === "TRANSPORT") return void m.nak(1_000);
+      // The body could not be fetched (a large payload's chunk read timed out or failed): the
+      // message is fine, the transport is not. Until Nov 30 a timeout here was taken for a malformed
+      // message and dead-lettered: a 1,024-engine run lost its first batch so, and never trained.
+      if (e instanceof OozeError && (e.code === "TRANSPORT" || e.code === "TIMEOUT")) {
+        o.log(`fetching the body of a message on ${m.subject} failed (delivery ${m.info.deliveryCount}; retrying): ${e.message}`);
+        return void m.nak(1_000);
+      }
       stats.malformed++;
       o.log(`malformed message on ${m.subject} dead-lettered to ${o.names.deadLetter(subjectOf(o.actor))}: ${(e as Error).message}`);
       await deadLetter(o.bus, o.names, subjectOf(o.actor), m.data, e, m.subject);

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { consumeStream, VersionsKv } from "../../actors/protocol/streams.ts";
 import { createRegistry, defineMessage } from "../../src/codec/index.ts";
-import { OozeError } from "../../src/errors.ts";
+import { OozeError, TimeoutError } from "../../src/errors.ts";
 import { processMetrics } from "../../src/metrics.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { useNats, waitUntil } from "../harness/index.ts";
@@ -51,6 +51,36 @@ describe("consumeStream", () => {
       expect(text).toMatch(/^ooze_jetstream_redeliveries_total\{stream="STREAMS_TEST",consumer="worker"\} 1$/m);
     } finally {
       await second.stop();
+    }
+  }, 30_000);
+
+  it("a large payload whose fetch times out is delivered again, not dead-lettered as malformed", async () => {
+    const bus = await nats.connect({ name: "streams-large" });
+    const names = jobNames("streams-large");
+    const Big = defineMessage({ kind: "test.big", v: 1, schema: z.object({ n: z.number(), pad: z.string() }) });
+    await bus.ensureStream("STREAMS_LARGE", ["sl.work"], { retention: "workqueue" } as never);
+    // larger than the server's max_payload: the body goes to the object store, the message carries a reference
+    await bus.jsPublish("sl.work", Big.encode({ n: 9, pad: "x".repeat(9 * 1024 * 1024) }, { id: "b9", sender: "test" }), { msgID: "b9" });
+    // The first fetch of the body times out, as a chunk read did on a loaded machine (Nov 30).
+    let fetches = 0;
+    const flaky = Object.create(bus) as typeof bus;
+    flaky.payload = async (m) => {
+      if (fetches++ === 0) throw new TimeoutError("reading chunk 1 of 2 of large payload: timed out");
+      return bus.payload(m);
+    };
+    const seen: Array<{ n: number; deliveryCount: number }> = [];
+    const log: string[] = [];
+    const c = consumeStream({
+      bus: flaky, names, stream: "STREAMS_LARGE", subject: "sl.work", durable: "worker", registry: createRegistry(Big), actor: "worker", ackWaitMs: 5_000, log: (l) => log.push(l),
+      handle: async (msg, info) => void seen.push({ n: msg.body.n, deliveryCount: info.deliveryCount }),
+    });
+    try {
+      await waitUntil(() => seen.length > 0, { timeoutMs: 15_000, what: "the message handled once its body could be fetched", diagnostics: () => log.join("\n") });
+      expect(seen).toEqual([{ n: 9, deliveryCount: 2 }]);
+      expect(c.stats.malformed).toBe(0);
+      expect(log.join("\n")).toMatch(/fetching the body of a message on sl\.work failed \(delivery 1; retrying\): reading chunk 1 of 2 of large payload: timed out/);
+    } finally {
+      await c.stop();
     }
   }, 30_000);
 

@@ -148,7 +148,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
       msg = decodeMessage(m.data.length > 0 ? m.data : await o.bus.payload(m), o.registry);
     } catch (e) {
       // The body could not be fetched (a large payload's chunk read timed out or failed): the
-      // message is fine, the transport is not. Until Nov 30 a timeout here was taken for a malformed
+      // message is fine, the transport is not. Until Dec 1 a timeout here was taken for a malformed
       // message and dead-lettered: a 1,024-engine run lost its first batch so, and never trained.
       if (e instanceof OozeError && (e.code === "TRANSPORT" || e.code === "TIMEOUT")) {
         o.log(`fetching the body of a message on ${m.subject} failed (delivery ${m.info.deliveryCount}; retrying): ${e.message}`);
@@ -212,7 +212,8 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
             m.nak(); // back to the next consumer at once, not after ack_wait
             continue;
           }
-          const p: Promise<void> = one(m).finally(() => {
+          // (one() handles its own failures; what escapes it, e.g. a nak on a closed connection, is logged)
+          const p: Promise<void> = one(m).catch((e: unknown) => o.log(`consumer ${o.durable} on ${o.stream}: ${(e as Error).message}`)).finally(() => {
             running.delete(p);
             freed?.();
             freed = null;

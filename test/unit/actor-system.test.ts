@@ -1,5 +1,6 @@
 // Unit tests of the actor system on nact: tell/ask, replies, ask deadlines, restart keeps the
 // mailbox and the ref, one_for_all, escalation to the root with a readable error, ps info, drain.
+import { execFile } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
 import { createSystem, defineActor, type ActorSystem, type LifecycleEvent } from "../../src/actor/index.ts";
 import { OozeError, TimeoutError } from "../../src/errors.ts";
@@ -186,6 +187,21 @@ describe("actor system", () => {
     expect(sys.list()).toEqual([]);
     r.tell(99);
     expect(((await r.ask(1).catch((x: unknown) => x)) as OozeError).code).toBe("ACTOR_STOPPED");
+  });
+});
+
+describe("drain while an actor restarts", () => {
+  it("waits for the restart on the event loop: the restart's timers run and drain returns", async () => {
+    // In a child process under a small heap: before the fix, the drain loop raced the restarting
+    // actor's whenIdle (resolved at once) and never let a timer run — the restart never finished,
+    // and the process ran out of memory in about two seconds (a job under test did so in CI).
+    const { stdout, code } = await new Promise<{ stdout: string; code: number | null }>((resolve) => {
+      const child = execFile(process.execPath, ["--max-old-space-size=64", "--import", "tsx", "test/fixtures/drain-restarting.ts"], { timeout: 30_000 }, (_e, out) =>
+        resolve({ stdout: String(out), code: child.exitCode }),
+      );
+    });
+    expect(stdout.trim()).toBe("drained true after 2 inits");
+    expect(code).toBe(0);
   });
 });
 

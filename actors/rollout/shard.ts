@@ -6,7 +6,11 @@
 //
 // Membership: every instance beats an entry into the job's actors KV bucket (names.kvActors, entries
 // expire after MEMBER_TTL_MS without a beat, so a SIGKILLed instance drops out on its own; a stopped one
-// deletes its entry). Shares: rendezvous (highest-random-weight) hashing of engine URL against member,
+// marks its entry as left). A reader counts a member it has seen until the member has been missing
+// from the bucket for MEMBER_GRACE_MS and for MEMBER_MISSED_READS reads in a row: when the machine
+// stalls every process at once (two cores at 1,024 simulated engines, Dec 1), each instance's entry
+// expires, each read the others as gone and took every engine, and the hand-overs and re-attaches
+// that followed failed thousands of episodes. A stopped instance's "left" entry is believed at once. Shares: rendezvous (highest-random-weight) hashing of engine URL against member,
 // so that a member joining or leaving moves only the engines it gains or loses; an instance left
 // without an engine (more instances than engines) takes the one it scores highest, shared.
 import { createHash } from "node:crypto";
@@ -17,7 +21,18 @@ import { kvJsonValues } from "../../src/transport/stored.ts";
 
 /** An entry unrenewed for this long expires (the bucket's max age). */
 export const MEMBER_TTL_MS = 10_000;
+/** A member seen before is still counted until it has been missing from the bucket this long (this reader's clock)… */
+export const MEMBER_GRACE_MS = 10_000;
+/** …and for this many reads in a row (a reader that itself stalled past the grace reads again before it believes). */
+export const MEMBER_MISSED_READS = 3;
 const PREFIX = "rollout.";
+
+/** Membership timings (the defaults above; tests shorten them). */
+export interface MembershipOptions {
+  ttlMs?: number;
+  graceMs?: number;
+  missedReads?: number;
+}
 
 /** Rendezvous score of an engine for a member (the first 48 bits of SHA-1 of both). */
 function score(member: string, url: string): number {
@@ -45,48 +60,76 @@ const text = new TextEncoder();
 
 /** A rollout instance's membership: beat() keeps it listed, members() lists the live ones. */
 export class RolloutMembers {
+  /** Members this reader has seen: when it last saw each, and the reads in a row that missed it since. */
+  private readonly seen = new Map<string, { at: number; missed: number }>();
+
   private constructor(
     private readonly kv: KV,
     private readonly bus: Bus,
     private readonly bucket: string,
     readonly self: string,
+    private readonly graceMs: number,
+    private readonly missedReads: number,
   ) {}
 
   /** Opens (creating if needed) the job's actors bucket for member `self` (the actor's path). */
-  static async open(bus: Bus, job: string, self: string): Promise<RolloutMembers> {
+  static async open(bus: Bus, job: string, self: string, opts: MembershipOptions = {}): Promise<RolloutMembers> {
     const bucket = jobNames(job).kvActors;
-    return new RolloutMembers(await bus.kv(bucket, { history: 1, ttl: MEMBER_TTL_MS }), bus, bucket, self);
+    const kv = await bus.kv(bucket, { history: 1, ttl: opts.ttlMs ?? MEMBER_TTL_MS });
+    return new RolloutMembers(kv, bus, bucket, self, opts.graceMs ?? MEMBER_GRACE_MS, opts.missedReads ?? MEMBER_MISSED_READS);
   }
 
   private key(member: string): string {
     return PREFIX + Buffer.from(member, "utf8").toString("base64url");
   }
 
+  private async put(left: boolean): Promise<void> {
+    await this.kv.put(this.key(this.self), text.encode(JSON.stringify({ member: this.self, at: Date.now(), ...(left ? { left: true } : {}) })));
+  }
+
   /** Renews this member's entry. */
   async beat(): Promise<void> {
     try {
-      await this.kv.put(this.key(this.self), text.encode(JSON.stringify({ member: this.self, at: Date.now() })));
+      await this.put(false);
     } catch (e) {
       throw toTransportError(e, `writing rollout member ${this.self} to KV bucket '${this.bucket}'`);
     }
   }
 
-  /** Every live member (from the bucket's stream info and one get each: no consumer, src/transport/stored.ts). */
+  /**
+   * Every live member: those in the bucket (from its stream info and one get each: no consumer,
+   * src/transport/stored.ts), and those this reader saw that have been missing for less than the
+   * grace period or fewer reads than `missedReads`; a member whose entry says it left is gone at once.
+   */
   async members(): Promise<string[]> {
+    let values: ({ member?: unknown; left?: unknown } | null)[];
     try {
-      const values = (await kvJsonValues(this.bus, this.kv, this.bucket, PREFIX)) as ({ member?: unknown } | null)[];
-      return values.flatMap((v) => (typeof v?.member === "string" ? [v.member] : [])).sort();
+      values = (await kvJsonValues(this.bus, this.kv, this.bucket, PREFIX)) as typeof values;
     } catch (e) {
       throw toTransportError(e, `reading rollout members from KV bucket '${this.bucket}'`);
     }
+    const now = performance.now();
+    const listed = new Set<string>();
+    for (const v of values) {
+      if (typeof v?.member !== "string") continue;
+      if (v.left === true) this.seen.delete(v.member);
+      else listed.add(v.member);
+    }
+    for (const m of listed) this.seen.set(m, { at: now, missed: 0 });
+    for (const [m, s] of this.seen) {
+      if (listed.has(m)) continue;
+      s.missed++;
+      if (s.missed >= this.missedReads && now - s.at >= this.graceMs) this.seen.delete(m);
+    }
+    return [...this.seen.keys()].sort();
   }
 
-  /** Removes this member's entry, so the others take over its engines at their next pass. */
+  /** Marks this member's entry as left (it expires like any other), so the others take over its engines at their next pass. */
   async leave(): Promise<void> {
     try {
-      await this.kv.delete(this.key(this.self));
+      await this.put(true);
     } catch (e) {
-      throw toTransportError(e, `deleting rollout member ${this.self} from KV bucket '${this.bucket}'`);
+      throw toTransportError(e, `marking rollout member ${this.self} as left in KV bucket '${this.bucket}'`);
     }
   }
 }

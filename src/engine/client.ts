@@ -147,6 +147,7 @@ function errorMessageOf(text: string): string {
   } catch {
     // not JSON: use the text
   }
+  if (text.trim() === "") return "(the reply has no body)";
   return text.length > 300 ? `${text.slice(0, 300)}…` : text;
 }
 

@@ -1,6 +1,8 @@
 // Rollout instances sharing the job's engines (actors/rollout/shard.ts) on a real nats-server and
 // real simulated engines: two followers of the engines registry split it between them, disjoint and
 // covering; a third joining takes its share; one stopping hands its engines back at the others' next pass.
+// Membership on its own: a member whose entry expired still counts for a grace period and three reads
+// (so that a machine-wide stall does not make every instance take every engine), one that left does not.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { FleetRegistry } from "../../src/engine/fleet/registry.ts";
@@ -66,4 +68,29 @@ describe("rollout instances share the engines", () => {
       await b.stop().catch(() => undefined);
     }
   }, 90_000);
+});
+
+describe("rollout membership", () => {
+  it("counts a member whose entry expired until the grace has passed and three reads missed it; one that left is gone at once", async () => {
+    const job = "shard-grace";
+    const opts = { ttlMs: 1_000, graceMs: 1_500, missedReads: 3 };
+    const reader = await RolloutMembers.open(bus, job, "r", opts);
+    const a = await RolloutMembers.open(bus, job, "a", opts);
+    const b = await RolloutMembers.open(bus, job, "b", opts);
+    await a.beat();
+    await b.beat();
+    expect(await reader.members()).toEqual(["a", "b"]);
+    await b.leave();
+    expect(await reader.members()).toEqual(["a"]);
+    // a stops beating: its entry expires at the server (a reader that never saw it lists nobody)…
+    await waitUntil(async () => (await (await RolloutMembers.open(bus, job, "fresh", opts)).members()).length === 0, { timeoutMs: 20_000, what: "a's entry expired" });
+    // …but this reader saw it, so two reads that miss it still count it, whatever the time
+    expect(await reader.members()).toEqual(["a"]);
+    expect(await reader.members()).toEqual(["a"]);
+    await new Promise((r) => setTimeout(r, opts.graceMs));
+    expect(await reader.members()).toEqual([]);
+    // a member back before the grace ends was never gone
+    await a.beat();
+    expect(await reader.members()).toEqual(["a"]);
+  }, 60_000);
 });

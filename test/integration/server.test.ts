@@ -397,12 +397,30 @@ describe("engine server: bad requests and garbage", () => {
     expect(await nf.json()).toEqual({ detail: "Not Found" });
     expect((await fetch(`${server.url}/generate`)).status).toBe(405);
     expect((await post("/pause_generation", { mode: "sideways" })).status).toBe(400);
-    await new Promise<void>((resolve) => {
-      const s = connect(server.port, "127.0.0.1", () => s.write("\x00\x01GARBAGE\r\n\r\n\xff\xfe"));
-      s.on("data", () => undefined);
-      s.on("close", () => resolve());
-      s.on("error", () => resolve());
-    });
+    // raw bytes on a connection: what comes back before the server closes it
+    const exchange = (...writes: string[]) =>
+      new Promise<string>((resolve) => {
+        let got = "";
+        const s = connect(server.port, "127.0.0.1", async () => {
+          for (const w of writes) {
+            s.write(w);
+            await new Promise((r) => setTimeout(r, 200));
+          }
+        });
+        s.on("data", (d) => (got += d.toString("latin1")));
+        s.on("close", () => resolve(got));
+        s.on("error", () => resolve(got));
+      });
+    // a fresh connection's garbage: a 400 that says why
+    const fresh = await exchange("\x00\x01GARBAGE\r\n\r\n\xff\xfe");
+    expect(fresh).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+    expect(fresh).toMatch(/the server could not read the request \(HPE_[A-Z_]+\)/);
+    // garbage after a response on a kept-alive connection: closed, no 400 the client could take for its next answer
+    const body = JSON.stringify({ input_ids: [1], sampling_params: { max_new_tokens: 2 } });
+    const ok = `POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+    const used = await exchange(ok, "\x00\x01GARBAGE\r\n\r\n");
+    expect(used).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(used).not.toContain(" 400 ");
     const r = await client.generate({ inputIds: [1], sampling: { max_new_tokens: 2 } });
     expect(r.outputIds.length).toBeGreaterThan(0);
     expect(await client.health()).toBe(true);

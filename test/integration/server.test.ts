@@ -426,6 +426,30 @@ describe("engine server: bad requests and garbage", () => {
     expect(await client.health()).toBe(true);
   });
 
+  it("a request whose head arrives slowly is answered; past requestReadTimeoutMs, 408 with the reason", async () => {
+    const body = JSON.stringify({ input_ids: [1], sampling_params: { max_new_tokens: 2 } });
+    const slow = (port: number) =>
+      new Promise<string>((resolve) => {
+        let got = "";
+        const s = connect(port, "127.0.0.1", () => {
+          s.write("POST /generate HTTP/1.1\r\nhost: x\r\n");
+          setTimeout(() => s.writable && s.write(`content-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`), 1_200);
+        });
+        s.on("data", (d) => (got += d.toString("latin1")));
+        s.on("close", () => resolve(got));
+        s.on("error", () => resolve(got));
+      });
+    expect(await slow(server.port)).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    const strict = await startEngineServer({ backend, requestReadTimeoutMs: 400 });
+    try {
+      const got = await slow(strict.port);
+      expect(got).toMatch(/^HTTP\/1\.1 408 Request Timeout\r\n/);
+      expect(got).toContain("the server could not read the request (ERR_HTTP_REQUEST_TIMEOUT)");
+    } finally {
+      await strict.close();
+    }
+  });
+
   it("the client surfaces a 400 as ENGINE_REJECTED", async () => {
     const e = await client.generate({ inputIds: [1], sampling: { top_p: 2 } }).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(OozeError);

@@ -6,13 +6,14 @@
 //
 // Membership: every instance beats an entry into the job's actors KV bucket (names.kvActors, entries
 // expire after MEMBER_TTL_MS without a beat, so a SIGKILLed instance drops out on its own; a stopped one
-// marks its entry as left). A reader counts a member it has seen until the member has been missing
-// from the bucket for MEMBER_GRACE_MS and for MEMBER_MISSED_READS reads in a row: when the machine
-// stalls every process at once (two cores at 1,024 simulated engines, Dec 1), each instance's entry
-// expires, each read the others as gone and took every engine, and the hand-overs and re-attaches
-// that followed failed thousands of episodes. A stopped instance's "left" entry is believed at once. Shares: rendezvous (highest-random-weight) hashing of engine URL against member,
-// so that a member joining or leaving moves only the engines it gains or loses; an instance left
-// without an engine (more instances than engines) takes the one it scores highest, shared.
+// marks its entry as left, which the others believe at once). A reader counts a member it has seen
+// until the member has been missing from the bucket for MEMBER_GRACE_MS and for MEMBER_MISSED_READS
+// reads in a row: when the machine stalled every process at once (two cores at 1,024 simulated
+// engines, Dec 1), every entry expired, each instance read the others as gone and took every engine,
+// and the hand-overs that followed failed thousands of episodes.
+// Shares: rendezvous (highest-random-weight) hashing of engine URL against member, so that a member
+// joining or leaving moves only the engines it gains or loses; an instance left without an engine
+// (more instances than engines) takes the one it scores highest, shared.
 import { createHash } from "node:crypto";
 import type { KV } from "@nats-io/kv";
 import { toTransportError, type Bus } from "../../src/transport/bus.ts";

@@ -349,6 +349,22 @@ describe("engine server: SGLang fidelity (flush with pending requests, stale pre
   });
 });
 
+/** Raw bytes written to a fresh connection, `gapMs` apart: what comes back before the server closes it. */
+function rawExchange(port: number, writes: string[], gapMs = 200): Promise<string> {
+  return new Promise<string>((resolve) => {
+    let got = "";
+    const s = connect(port, "127.0.0.1", async () => {
+      for (const [i, w] of writes.entries()) {
+        if (i > 0) await new Promise((r) => setTimeout(r, gapMs));
+        if (s.writable) s.write(w);
+      }
+    });
+    s.on("data", (d) => (got += d.toString("latin1")));
+    s.on("close", () => resolve(got));
+    s.on("error", () => resolve(got));
+  });
+}
+
 describe("engine server: bad requests and garbage", () => {
   const bad: [string, unknown][] = [
     ["both text and input_ids", { text: "a", input_ids: [1] }],
@@ -397,28 +413,14 @@ describe("engine server: bad requests and garbage", () => {
     expect(await nf.json()).toEqual({ detail: "Not Found" });
     expect((await fetch(`${server.url}/generate`)).status).toBe(405);
     expect((await post("/pause_generation", { mode: "sideways" })).status).toBe(400);
-    // raw bytes on a connection: what comes back before the server closes it
-    const exchange = (...writes: string[]) =>
-      new Promise<string>((resolve) => {
-        let got = "";
-        const s = connect(server.port, "127.0.0.1", async () => {
-          for (const w of writes) {
-            s.write(w);
-            await new Promise((r) => setTimeout(r, 200));
-          }
-        });
-        s.on("data", (d) => (got += d.toString("latin1")));
-        s.on("close", () => resolve(got));
-        s.on("error", () => resolve(got));
-      });
     // a fresh connection's garbage: a 400 that says why
-    const fresh = await exchange("\x00\x01GARBAGE\r\n\r\n\xff\xfe");
+    const fresh = await rawExchange(server.port, ["\x00\x01GARBAGE\r\n\r\n\xff\xfe"]);
     expect(fresh).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
     expect(fresh).toMatch(/the server could not read the request \(HPE_[A-Z_]+\)/);
     // garbage after a response on a kept-alive connection: closed, no 400 the client could take for its next answer
     const body = JSON.stringify({ input_ids: [1], sampling_params: { max_new_tokens: 2 } });
     const ok = `POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
-    const used = await exchange(ok, "\x00\x01GARBAGE\r\n\r\n");
+    const used = await rawExchange(server.port, [ok, "\x00\x01GARBAGE\r\n\r\n"]);
     expect(used).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
     expect(used).not.toContain(" 400 ");
     const r = await client.generate({ inputIds: [1], sampling: { max_new_tokens: 2 } });
@@ -428,17 +430,9 @@ describe("engine server: bad requests and garbage", () => {
 
   it("a request whose head arrives slowly is answered; past requestReadTimeoutMs, 408 with the reason", async () => {
     const body = JSON.stringify({ input_ids: [1], sampling_params: { max_new_tokens: 2 } });
-    const slow = (port: number) =>
-      new Promise<string>((resolve) => {
-        let got = "";
-        const s = connect(port, "127.0.0.1", () => {
-          s.write("POST /generate HTTP/1.1\r\nhost: x\r\n");
-          setTimeout(() => s.writable && s.write(`content-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`), 1_200);
-        });
-        s.on("data", (d) => (got += d.toString("latin1")));
-        s.on("close", () => resolve(got));
-        s.on("error", () => resolve(got));
-      });
+    const head = "POST /generate HTTP/1.1\r\nhost: x\r\n";
+    const rest = `content-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`;
+    const slow = (port: number) => rawExchange(port, [head, rest], 1_200);
     expect(await slow(server.port)).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
     const strict = await startEngineServer({ backend, requestReadTimeoutMs: 400 });
     try {

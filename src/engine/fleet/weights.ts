@@ -24,14 +24,18 @@ export interface WeightUpdateReport {
 /**
  * Walks one engine through pause_generation(mode) → update_weights_from_disk → continue_generation
  * and checks /get_weight_version; with `load` (a delta format), an engine that refuses it loads the
- * full model directory instead (recorded in `fallbacks`). Its in-flight dispatches are marked as
- * having crossed the update.
+ * full model directory instead (recorded in `fallbacks`). The dispatches running at the pause are
+ * marked as having crossed the update.
  */
 export async function updateEngine(
   e: Engine, modelDir: string, version: string, mode: "abort" | "in_place", log: (line: string) => void,
   load: { format: string; fullModelDir: string } | null = null, fallbacks: WeightUpdateReport["fullFallbacks"] = [], flushCache = true,
 ): Promise<void> {
   await e.ctl.pauseGeneration(mode);
+  // Every dispatch running now crosses this update, and is recorded under the version it started on.
+  // Marked here, not after the version check: a reply that landed between continue_generation and
+  // the check carried the newer version (a fresh-clone failure of the partial-rollout test, Dec 1).
+  for (const a of e.attempts) a.crossed = true;
   let updated = false;
   const flush = flushCache ? {} : { flushCache: false };
   try {
@@ -54,5 +58,4 @@ export async function updateEngine(
   const v = await e.ctl.weightVersion();
   if (v !== version) throw new OozeError("ENGINE_PROTOCOL", `${e.id}: reports weight version '${String(v)}' after an update to '${version}'`);
   e.weightVersion = v;
-  for (const a of e.attempts) a.crossed = true;
 }

@@ -29,7 +29,10 @@ import { eachLimit } from "../../src/each-limit.ts";
 
 /** The rollout actor's `config`. */
 export const rolloutActorConfig = z.object({
-  /** Prompt groups generated at once by this instance (default: a step's prompts; fully_async: maxInflightGroups). */
+  /**
+   * Prompt groups generated at once by this instance (default: a step's prompts, or in fully_async
+   * maxInflightGroups, divided among the topology's rollout instances: see rolloutConcurrency).
+   */
   concurrency: z.number().int().min(1).optional(),
   /**
    * A group's prompt comes back to another consumer after this long without a heartbeat (the handler
@@ -156,6 +159,24 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
   };
 }
 
+/** The topology's rollout instances (its `train.rollout` actors, each `count` times). */
+export function rolloutInstances(topology: Topology): number {
+  return topology.actors.reduce((n, a) => n + (a.kind === "train.rollout" ? a.count : 0), 0);
+}
+
+/**
+ * Prompt groups one rollout instance generates at once, by default: the job's limit (a step's
+ * prompts; fully_async: maxInflightGroups) divided among `instances`, rounded up. Each instance
+ * pulls up to its concurrency from the shared PROMPTS consumer, so with the job's whole limit each,
+ * the first to pull took most of the groups: at 1,024 engines one of four instances held up to
+ * 16,000 sequences against a socket budget of 15,872, its health checks waited behind them for a
+ * socket, and the engines they failed left routing (Dec 1, docs/experiments/scale.md).
+ */
+export function rolloutConcurrency(train: TrainConfig, instances: number): number {
+  const job = train.mode === "fully_async" ? fullyAsyncLimits(train).maxInflightGroups : train.promptsPerStep;
+  return Math.max(1, Math.ceil(job / Math.max(1, instances)));
+}
+
 /** Engine URLs from the job's engines KV bucket, waiting up to `waitMs` for the first one. */
 async function engineUrls(registry: FleetRegistry, waitMs: number): Promise<string[]> {
   const deadline = Date.now() + waitMs;
@@ -221,7 +242,7 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
         await gen.close();
         throw e;
       }
-      const concurrency = cfg.concurrency ?? (train.mode === "fully_async" ? fullyAsyncLimits(train).maxInflightGroups : train.promptsPerStep);
+      const concurrency = cfg.concurrency ?? rolloutConcurrency(train, rolloutInstances(topology));
       const consumer = consumeStream({
         bus, names, stream: names.streamPrompts, subject: names.trainPrompts, durable: names.consumer("train_rollout"),
         registry: promptRegistry, actor: ctx.path, concurrency, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),

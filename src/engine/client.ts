@@ -63,6 +63,11 @@ export interface EngineClientOptions {
   retryBaseMs?: number;
   /** Random source for jitter (tests). */
   random?: () => number;
+  /**
+   * Its non-streamed calls are control or health calls that must not wait behind generations for a
+   * socket (http.ts, PRIORITY_SOCKETS): the fleet's control and probe clients.
+   */
+  priority?: boolean;
 }
 
 /** One generation request. `sampling` uses SGLang's field names. */
@@ -197,6 +202,7 @@ export class EngineClient {
   private readonly retries: number;
   private readonly retryBaseMs: number;
   private readonly random: () => number;
+  private readonly priority: boolean;
 
   constructor(url: string, opts: EngineClientOptions = {}) {
     this.url = url.replace(/\/+$/, "");
@@ -206,6 +212,7 @@ export class EngineClient {
     this.retries = opts.retries ?? 3;
     this.retryBaseMs = opts.retryBaseMs ?? 100;
     this.random = opts.random ?? Math.random;
+    this.priority = opts.priority ?? false;
   }
 
   /** Generates from `inputIds`; ids and logprobs come exactly as the server returned them. */
@@ -335,6 +342,14 @@ export class EngineClient {
 
   /** true when GET /health answers 200; false when it answers 503 or cannot be reached after retries. */
   async health(opts: { generate?: boolean; timeoutMs?: number } = {}): Promise<boolean> {
+    return (await this.healthCheck(opts)) === "ok";
+  }
+
+  /**
+   * GET /health: "ok" (200), "down" (an error status, or no connection after retries) or "silent"
+   * (no whole answer within the deadline: down, or busy, or this process too late to read it).
+   */
+  async healthCheck(opts: { generate?: boolean; timeoutMs?: number } = {}): Promise<"ok" | "down" | "silent"> {
     try {
       await this.call({
         method: "GET",
@@ -342,9 +357,10 @@ export class EngineClient {
         idempotent: true,
         ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
       });
-      return true;
+      return "ok";
     } catch (e) {
-      if (e instanceof OozeError && (e.code === "ENGINE_UNAVAILABLE" || e.code === "TIMEOUT")) return false;
+      if (e instanceof OozeError && e.code === "TIMEOUT") return "silent";
+      if (e instanceof OozeError && e.code === "ENGINE_UNAVAILABLE") return "down";
       throw e;
     }
   }
@@ -502,6 +518,7 @@ export class EngineClient {
         method: spec.method,
         headers,
         timeoutMs: ms,
+        priority: this.priority,
         ...(spec.signal ? { signal: spec.signal } : {}),
         ...(spec.body !== undefined ? { body: JSON.stringify(spec.body) } : {}),
       });

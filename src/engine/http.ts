@@ -41,6 +41,11 @@ export interface HttpRequest {
   signal?: AbortSignal;
   /** The whole exchange's limit, ms: past it the exchange fails with an HttpTimeoutError. */
   timeoutMs?: number;
+  /**
+   * A control or health exchange: past the socket budget it opens one of PRIORITY_SOCKETS more
+   * instead of waiting in line behind the generations.
+   */
+  priority?: boolean;
 }
 
 /** An exchange ran past its `timeoutMs`. */
@@ -203,6 +208,14 @@ function stopIdling({ socket, drop }: Idle): void {
 let budget = socketBudget(process.env.OOZE_HTTP_MAX_SOCKETS, readOpenFilesLimit());
 let openSockets = 0;
 /**
+ * Sockets past the budget that priority exchanges (health checks, aborts, weight updates) may open.
+ * Waiting in line, a health check to a busy engine waited its whole deadline for one of that
+ * engine's sockets to free, and engines that answered every request left routing as "failed 3
+ * health checks in a row": 698 of them in 20 minutes at 1,024 engines (Dec 1). The budget leaves a
+ * fifth of the open-files limit to the rest of the process, so this fits in it.
+ */
+export const PRIORITY_SOCKETS = 256;
+/**
  * Sockets taken from the idle pool after idling at least half their time: a request on one may meet
  * the server's close of the idle connection (on one reused sooner, a reset is the server's answer).
  */
@@ -282,9 +295,10 @@ export function setSocketBudget(n: number): number {
 
 /**
  * An idle socket to the origin (unless `fresh`), or a new one; null while the budget is spent (an
- * idle socket elsewhere is then closed to make room). Sockets reused late are marked in `lateSockets`.
+ * idle socket elsewhere is then closed to make room; a `priority` exchange has PRIORITY_SOCKETS more).
+ * Sockets reused late are marked in `lateSockets`.
  */
-function acquire(o: Origin, fresh = false): Socket | null {
+function acquire(o: Origin, fresh = false, priority = false): Socket | null {
   const list = fresh ? undefined : idle.get(o.key);
   for (let it = list?.pop(); it !== undefined; it = list!.pop()) {
     stopIdling(it);
@@ -293,7 +307,7 @@ function acquire(o: Origin, fresh = false): Socket | null {
     if (Date.now() - it.since >= it.idleMs / 2) lateSockets.add(it.socket);
     return it.socket;
   }
-  if (openSockets >= budget) {
+  if (openSockets >= budget + (priority ? PRIORITY_SOCKETS : 0)) {
     for (const l of idle.values()) {
       const oldest = l[0];
       if (oldest) {
@@ -458,7 +472,7 @@ function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
   const start = (fresh = false) => {
     waiter = null;
     if (done) return;
-    s = acquire(o, fresh);
+    s = acquire(o, fresh, req.priority === true);
     if (s === null) {
       waiter = { key: o.key, wake: () => start(fresh) };
       waiters.push(waiter);

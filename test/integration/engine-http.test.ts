@@ -308,6 +308,32 @@ describe("the process's socket budget", () => {
     }
   });
 
+  it("a priority exchange (a health check) opens a socket past the budget; a plain one waits in line", async () => {
+    const held: (() => void)[] = [];
+    const server = createHttpServer((req, res) => {
+      if (req.url === "/health") res.end("up");
+      else held.push(() => res.end("ok"));
+    });
+    const url = await listen(server);
+    const was = setSocketBudget(1);
+    try {
+      const a = requestText(`${url}/x`, { method: "POST", headers: {}, body: "{}" });
+      await expect.poll(() => held.length).toBe(1);
+      const b = requestText(`${url}/x`, { method: "POST", headers: {}, body: "{}" });
+      await expect.poll(() => socketStats().waiting).toBe(1);
+      const plain = requestText(`${url}/health`, { method: "GET", headers: {}, timeoutMs: 500 });
+      expect((await requestText(`${url}/health`, { method: "GET", headers: {}, priority: true })).text).toBe("up");
+      // The priority exchange's socket went on to the oldest waiter for the server (b); the plain
+      // health check still waits behind the held requests, and times out there.
+      await expect.poll(() => held.length).toBe(2);
+      expect(await rejection(plain)).toBeInstanceOf(HttpTimeoutError);
+      for (const f of held.splice(0)) f();
+      expect((await Promise.all([a, b])).map((r) => r.text)).toEqual(["ok", "ok"]);
+    } finally {
+      setSocketBudget(was);
+    }
+  });
+
   it("closes an idle socket to another server to make room", async () => {
     const a = await listen(createHttpServer((_req, res) => res.end("a")));
     const b = await listen(createHttpServer((_req, res) => res.end("b")));

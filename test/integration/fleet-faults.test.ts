@@ -15,7 +15,7 @@ import { Fleet } from "../../src/engine/fleet/fleet.ts";
 import { ProgressDeadlines, backoffMs, type RetrySettings } from "../../src/engine/fleet/retry.ts";
 import { startEngineServer, type EngineServer } from "../../src/engine/server.ts";
 import { GatedBackend } from "../fixtures/gated-backend.ts";
-import { startEngineFaultProxy, withDeadline, type EngineFaultProxy } from "../harness/index.ts";
+import { startEngineFaultProxy, waitUntil, withDeadline, type EngineFaultProxy } from "../harness/index.ts";
 
 const root = mkdtempSync(join(tmpdir(), "ooze-fleet-faults-"));
 let gated: GatedBackend;
@@ -99,6 +99,34 @@ describe("fleet: progress deadlines and retries", () => {
     expect((err as Error).message).toMatch(/request x-1 failed 3 dispatches \(http-503 ×3\), retries exhausted \(maxRetries 2\); last: .*answered 503/);
     expect((bad.stats().faulted["http-503"] ?? 0) - before).toBe(3);
     expect(alone.list()[0]!.healthy).toBe(true); // the only engine stays in routing
+  });
+});
+
+describe("fleet: health checks of a busy engine", () => {
+  it("a health check left unanswered does not count against an engine that answers its dispatches; once idle, it does", async () => {
+    // At 1,024 simulated engines the health checks of busy engines went unanswered in time (the
+    // rollout process's own event loop stalled past their deadline), and engines that answered every
+    // request left routing, each leave re-dispatching its requests (docs/experiments/scale.md, Dec 1).
+    const p = await startEngineFaultProxy(servers[1]!.url, { kind: null });
+    proxies.push(p);
+    const f = fleet({ healthIntervalMs: 300, healthTimeoutMs: 100 });
+    await f.attach(p.url);
+    p.setFault({ kind: "hang", paths: ["/health"] });
+    const short = { max_new_tokens: 4, temperature: 0, ignore_eos: true };
+    let answered = 0;
+    const loop = async () => {
+      while ((p.stats().faulted.hang ?? 0) < 6) {
+        await f.generate({ inputIds: prompt, sampling: short });
+        answered++;
+      }
+    };
+    await withDeadline(Promise.all([loop(), loop()]), 60_000, "six unanswered health checks during traffic");
+    const e = f.list().find((x) => x.url === p.url)!;
+    expect(answered).toBeGreaterThan(0);
+    expect(e.healthy).toBe(true);
+    // Idle, the same unanswered checks take it out of routing.
+    const gone = await waitUntil(() => f.list().find((x) => x.url === p.url && !x.healthy), { what: "the idle engine to leave routing" });
+    expect(gone.lastError).toMatch(/failed 3 health checks in a row/);
   });
 });
 

@@ -3,6 +3,9 @@
 // left without an engine takes one.
 import { describe, expect, it } from "vitest";
 import { engineShare } from "../../actors/rollout/shard.ts";
+import { rolloutConcurrency, rolloutInstances } from "../../actors/rollout/rollout-actor.ts";
+import { trainConfigOf } from "../../actors/protocol/config.ts";
+import { topologySchema } from "../../src/topology/schema.ts";
 
 const urls = Array.from({ length: 256 }, (_, i) => `http://127.0.0.1:${20000 + i}`);
 const members = (k: number) => Array.from({ length: k }, (_, i) => `rollout-${i}/0`);
@@ -41,5 +44,28 @@ describe("engineShare", () => {
     const shares = m.map((self) => engineShare(few, m, self));
     for (const s of shares) expect(s.length).toBeGreaterThanOrEqual(1);
     expect(new Set(shares.flat())).toEqual(new Set(few));
+  });
+});
+
+describe("rolloutConcurrency", () => {
+  it("divides the job's groups in flight among the topology's rollout instances, rounded up", () => {
+    const topo = topologySchema.parse({
+      name: "t",
+      actors: [
+        { name: "rollout", kind: "train.rollout", count: 2 },
+        { name: "rollout-b", kind: "train.rollout" },
+        { name: "buffer", kind: "train.buffer" },
+      ],
+    });
+    expect(rolloutInstances(topo)).toBe(3);
+    const train = (t: Record<string, unknown>) => trainConfigOf({ train: t, engines: undefined, file: "t.yaml" }).train;
+    // fully_async: maxInflightGroups (given, or a step's prompts × the bound)
+    expect(rolloutConcurrency(train({ mode: "fully_async", promptsPerStep: 8, maxInflightGroups: 4096 }), 4)).toBe(1024);
+    expect(rolloutConcurrency(train({ mode: "fully_async", promptsPerStep: 8, maxStaleness: 4 }), 3)).toBe(11);
+    // the other modes: a step's prompts
+    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 8 }), 3)).toBe(3);
+    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 8 }), 1)).toBe(8);
+    // never below one
+    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 2 }), 5)).toBe(1);
   });
 });

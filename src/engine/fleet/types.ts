@@ -190,6 +190,10 @@ export interface Engine {
   failures: number;
   /** Failed dispatches in a row, reset by a dispatch that succeeds. */
   dispatchFailures: number;
+  /** When (performance.now) a dispatch on it last ended with the engine's answer; -1 before the first. */
+  answeredAt: number;
+  /** When its last health check began; -1 before the first. */
+  checkedAt: number;
   checking: boolean;
   joining: Promise<void> | null;
   attempts: Set<Attempt>;

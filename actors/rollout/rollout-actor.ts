@@ -160,21 +160,22 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
 }
 
 /** The topology's rollout instances (its `train.rollout` actors, each `count` times). */
-export function rolloutInstances(topology: Topology): number {
+export function rolloutInstances(topology: Pick<Topology, "actors">): number {
   return topology.actors.reduce((n, a) => n + (a.kind === "train.rollout" ? a.count : 0), 0);
 }
 
 /**
- * Prompt groups one rollout instance generates at once, by default: the job's limit (a step's
- * prompts; fully_async: maxInflightGroups) divided among `instances`, rounded up. Each instance
- * pulls up to its concurrency from the shared PROMPTS consumer, so with the job's whole limit each,
- * the first to pull took most of the groups: at 1,024 engines one of four instances held up to
- * 16,000 sequences against a socket budget of 15,872, its health checks waited behind them for a
- * socket, and the engines they failed left routing (Dec 1, docs/experiments/scale.md).
+ * Prompt groups generated at once: by the whole job (a step's prompts; fully_async:
+ * maxInflightGroups), which is the shared PROMPTS consumer's max_ack_pending, and by one rollout
+ * instance by default, the job's divided among `instances`, rounded up. Each instance pulls up to
+ * its own from the shared consumer; with the job's whole number each, the first to pull took most of
+ * the groups: at 1,024 engines one of four instances held up to 16,000 sequences against a socket
+ * budget of 15,872, its health checks waited behind them for a socket, and the engines they failed
+ * left routing (Dec 1, docs/experiments/scale.md).
  */
-export function rolloutConcurrency(train: TrainConfig, instances: number): number {
+export function rolloutConcurrency(train: TrainConfig, instances: number): { job: number; instance: number } {
   const job = train.mode === "fully_async" ? fullyAsyncLimits(train).maxInflightGroups : train.promptsPerStep;
-  return Math.max(1, Math.ceil(job / Math.max(1, instances)));
+  return { job, instance: Math.max(1, Math.ceil(job / Math.max(1, instances))) };
 }
 
 /** Engine URLs from the job's engines KV bucket, waiting up to `waitMs` for the first one. */
@@ -242,10 +243,11 @@ export function rolloutActor(system: ActorSystem, topology: Topology) {
         await gen.close();
         throw e;
       }
-      const concurrency = cfg.concurrency ?? rolloutConcurrency(train, rolloutInstances(topology));
+      const groups = rolloutConcurrency(train, rolloutInstances(topology));
+      const concurrency = cfg.concurrency ?? groups.instance;
       const consumer = consumeStream({
         bus, names, stream: names.streamPrompts, subject: names.trainPrompts, durable: names.consumer("train_rollout"),
-        registry: promptRegistry, actor: ctx.path, concurrency, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
+        registry: promptRegistry, actor: ctx.path, concurrency, maxAckPending: Math.max(groups.job, concurrency), ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
         async handle(msg, info) {
           const p = msg.body;
           const r = agents

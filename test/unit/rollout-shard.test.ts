@@ -60,12 +60,12 @@ describe("rolloutConcurrency", () => {
     expect(rolloutInstances(topo)).toBe(3);
     const train = (t: Record<string, unknown>) => trainConfigOf({ train: t, engines: undefined, file: "t.yaml" }).train;
     // fully_async: maxInflightGroups (given, or a step's prompts × the bound)
-    expect(rolloutConcurrency(train({ mode: "fully_async", promptsPerStep: 8, maxInflightGroups: 4096 }), 4)).toBe(1024);
-    expect(rolloutConcurrency(train({ mode: "fully_async", promptsPerStep: 8, maxStaleness: 4 }), 3)).toBe(11);
+    expect(rolloutConcurrency(train({ mode: "fully_async", promptsPerStep: 8, maxInflightGroups: 4096 }), 4)).toEqual({ job: 4096, instance: 1024 });
+    expect(rolloutConcurrency(train({ mode: "fully_async", promptsPerStep: 8, maxStaleness: 4 }), 3)).toEqual({ job: 32, instance: 11 });
     // the other modes: a step's prompts
-    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 8 }), 3)).toBe(3);
-    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 8 }), 1)).toBe(8);
+    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 8 }), 3)).toEqual({ job: 8, instance: 3 });
+    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 8 }), 1)).toEqual({ job: 8, instance: 8 });
     // never below one
-    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 2 }), 5)).toBe(1);
+    expect(rolloutConcurrency(train({ mode: "sync", promptsPerStep: 2 }), 5)).toEqual({ job: 2, instance: 1 });
   });
 });

@@ -366,7 +366,10 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
   const file = join(root, `scale-${n}-${mode}.yaml`);
   const prompts = Math.max(1, Math.round((perEngine * n) / samples));
   const slow = slowdownOf(n);
-  const config = slowFleet(slow);
+  // A rollout's prompt comes back to another instance after ackWaitMs without a beat. At 1,024
+  // engines on two cores a process stalled longer than the default 10 s, and most groups in flight
+  // were generated twice (Dec 1, docs/experiments/scale.md): the bench gives them a minute.
+  const config = { ...slowFleet(slow), ackWaitMs: 60_000 };
   const rollouts = k === 1 ? [{ name: "rollout", kind: "train.rollout", config }] : Array.from({ length: k }, (_, i) => ({ name: `rollout-${i}`, kind: "train.rollout", placement: `r${i}`, config }));
   writeFileSync(
     file,

@@ -14,6 +14,9 @@ import { isJetStreamTransient, PULL_OPTIONS, settleWithin, toTransportError, whi
 import type { JobNames } from "../../src/transport/names.ts";
 import { versionRecord, type VersionRecord } from "./messages.ts";
 
+/** Sequences a consumer remembers as handled, to ack a late redelivery of one without handling it again. */
+const DONE_MEMORY = 65_536;
+
 /** Duplicate window of the data streams: longer than any redelivery after a killed rollout. */
 const DEDUP_NS = 15 * 60 * 1e9;
 
@@ -129,13 +132,42 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
   // at 1,024 groups in flight that was 15 % of a rollout process's CPU (Nov 30). Held messages lose
   // their beat when stop() begins; a handler still running when stop()'s grace ends loses its beat
   // then, so its message comes back after ack_wait.
-  const handling = new Set<JsMsg>();
-  const held = new Set<JsMsg>();
+  // Both are keyed by stream sequence and hold the message's latest delivery (see `again`).
+  const handling = new Map<number, JsMsg>();
+  const held = new Map<number, JsMsg>();
   let beatHeld = true;
   const beat = setInterval(() => {
-    for (const m of handling) m.working();
-    if (beatHeld) for (const m of held) if (!handling.has(m)) m.working();
+    for (const m of handling.values()) m.working();
+    if (beatHeld) for (const [seq, m] of held) if (!handling.has(seq)) m.working();
   }, Math.max(100, ackWaitMs / 3));
+  // Sequences whose handler finished (acked, or its ack deferred), the most recent DONE_MEMORY.
+  const done = new Set<number>();
+  /**
+   * A message delivered again while this consumer still handles it, or after its handler finished:
+   * its beats came later than ack_wait (the process stalled), and the server sent it again. It is
+   * not handled a second time. A redelivered rollout prompt was generated twice: at 1,024 engines
+   * 3,995 of 4,060 groups in flight were (Dec 1, docs/experiments/scale.md). The latest delivery
+   * takes the earlier one's place for the beats and the ack. Returns whether `m` was such a one.
+   */
+  const again = (m: JsMsg): boolean => {
+    const seq = m.info.streamSequence;
+    if (handling.has(seq) || held.has(seq)) {
+      countDelivery(o.stream, o.durable, m.info.deliveryCount);
+      if (handling.has(seq)) handling.set(seq, m);
+      if (held.has(seq)) held.set(seq, m);
+      return true;
+    }
+    if (done.has(seq)) {
+      countDelivery(o.stream, o.durable, m.info.deliveryCount);
+      m.ack();
+      return true;
+    }
+    return false;
+  };
+  const finished = (seq: number) => {
+    done.add(seq);
+    if (done.size > DONE_MEMORY) done.delete(done.values().next().value!);
+  };
   /** Resolves the pull loop's wait for a free handler slot. */
   let freed: (() => void) | null = null;
   let stopped = false;
@@ -143,44 +175,51 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
 
   const one = async (m: JsMsg): Promise<void> => {
     countDelivery(o.stream, o.durable, m.info.deliveryCount);
-    let msg: MessageOf<D>;
+    const seq = m.info.streamSequence;
+    handling.set(seq, m);
+    /** The message's latest delivery (a redelivery while it is handled replaces it: see `again`). */
+    const latest = () => handling.get(seq) ?? held.get(seq) ?? m;
     try {
-      msg = decodeMessage(m.data.length > 0 ? m.data : await o.bus.payload(m), o.registry);
-    } catch (e) {
-      // The body could not be fetched (a large payload's chunk read timed out or failed): the
-      // message is fine, the transport is not. Until Dec 1 a timeout here was taken for a malformed
-      // message and dead-lettered: a 1,024-engine run lost its first batch so, and never trained.
-      if (e instanceof OozeError && (e.code === "TRANSPORT" || e.code === "TIMEOUT")) {
-        o.log(`fetching the body of a message on ${m.subject} failed (delivery ${m.info.deliveryCount}; retrying): ${e.message}`);
-        return void m.nak(1_000);
+      let msg: MessageOf<D>;
+      try {
+        msg = decodeMessage(m.data.length > 0 ? m.data : await o.bus.payload(m), o.registry);
+      } catch (e) {
+        // The body could not be fetched (a large payload's chunk read timed out or failed): the
+        // message is fine, the transport is not. Until Dec 1 a timeout here was taken for a malformed
+        // message and dead-lettered: a 1,024-engine run lost its first batch so, and never trained.
+        if (e instanceof OozeError && (e.code === "TRANSPORT" || e.code === "TIMEOUT")) {
+          o.log(`fetching the body of a message on ${m.subject} failed (delivery ${m.info.deliveryCount}; retrying): ${e.message}`);
+          return void latest().nak(1_000);
+        }
+        stats.malformed++;
+        o.log(`malformed message on ${m.subject} dead-lettered to ${o.names.deadLetter(subjectOf(o.actor))}: ${(e as Error).message}`);
+        await deadLetter(o.bus, o.names, subjectOf(o.actor), m.data, e, m.subject);
+        return void latest().term();
       }
-      stats.malformed++;
-      o.log(`malformed message on ${m.subject} dead-lettered to ${o.names.deadLetter(subjectOf(o.actor))}: ${(e as Error).message}`);
-      await deadLetter(o.bus, o.names, subjectOf(o.actor), m.data, e, m.subject);
-      return void m.term();
-    }
-    handling.add(m);
-    let deferred = false;
-    const defer = () => {
-      deferred = true;
-      held.add(m);
-      return () => {
-        if (held.delete(m)) m.ack();
+      let deferred = false;
+      const defer = () => {
+        deferred = true;
+        held.set(seq, latest());
+        return () => {
+          const d = held.get(seq);
+          if (d !== undefined && held.delete(seq)) d.ack();
+        };
       };
-    };
-    try {
-      await o.handle(msg, { deliveryCount: m.info.deliveryCount, defer });
-      if (!deferred) await confirmAck(m, () => stopped, ackWaitMs);
-      stats.handled++;
-    } catch (e) {
-      stats.failed++;
-      held.delete(m);
-      if (stopped) return; // redelivered after ack_wait to whoever consumes next
-      const n = m.info.deliveryCount;
-      o.log(`handling ${msg.kind} ${msg.id} failed (delivery ${n}; retrying): ${toOozeError(e).message}`);
-      m.nak(Math.min(5_000, 200 * 2 ** Math.max(0, n - 1)));
+      try {
+        await o.handle(msg, { deliveryCount: m.info.deliveryCount, defer });
+        if (!deferred) await confirmAck(latest(), () => stopped, ackWaitMs);
+        finished(seq);
+        stats.handled++;
+      } catch (e) {
+        stats.failed++;
+        held.delete(seq);
+        if (stopped) return; // redelivered after ack_wait to whoever consumes next
+        const n = m.info.deliveryCount;
+        o.log(`handling ${msg.kind} ${msg.id} failed (delivery ${n}; retrying): ${toOozeError(e).message}`);
+        latest().nak(Math.min(5_000, 200 * 2 ** Math.max(0, n - 1)));
+      }
     } finally {
-      handling.delete(m);
+      handling.delete(seq);
     }
   };
 
@@ -212,6 +251,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
             m.nak(); // back to the next consumer at once, not after ack_wait
             continue;
           }
+          if (again(m)) continue;
           // (one() handles its own failures; what escapes it, e.g. a nak on a closed connection, is logged)
           const p: Promise<void> = one(m).catch((e: unknown) => o.log(`consumer ${o.durable} on ${o.stream}: ${(e as Error).message}`)).finally(() => {
             running.delete(p);

@@ -54,6 +54,37 @@ describe("consumeStream", () => {
     }
   }, 30_000);
 
+  it("a message delivered again while its handler still runs (its beats were late: the process stalled) is not handled twice, and is acked", async () => {
+    // At 1,024 simulated engines most rollout prompts in flight were delivered again after stalls
+    // longer than the ack wait, and each copy was generated again (docs/experiments/scale.md, Dec 1).
+    const bus = await nats.connect({ name: "streams-again" });
+    const names = jobNames("streams-again");
+    await bus.ensureStream("STREAMS_AGAIN", ["sa.work"], { retention: "workqueue" } as never);
+    await bus.jsPublish("sa.work", Work.encode({ n: 1 }, { id: "a1", sender: "test" }), { msgID: "a1" });
+    const deliveries: number[] = [];
+    const c = consumeStream({
+      bus, names, stream: "STREAMS_AGAIN", subject: "sa.work", durable: "worker", registry, actor: "worker", ackWaitMs: 600, concurrency: 4, log: () => {},
+      handle: async (_msg, info) => {
+        deliveries.push(info.deliveryCount);
+        // The event loop stalls past the ack wait: no beat goes out, and the server delivers the message again.
+        const until = Date.now() + 1_500;
+        while (Date.now() < until);
+        await new Promise((r) => setTimeout(r, 1_500)); // still handling when the copy is read
+      },
+    });
+    try {
+      await waitUntil(() => c.stats.handled === 1, { timeoutMs: 20_000, what: "the message handled" });
+      const jsm = await bus.jsm();
+      await waitUntil(async () => (await jsm.streams.info("STREAMS_AGAIN")).state.messages === 0, { timeoutMs: 10_000, what: "the message acked (gone from the work queue)" });
+      const text = await processMetrics().metrics();
+      expect(text).toMatch(/^ooze_jetstream_redeliveries_total\{stream="STREAMS_AGAIN",consumer="worker"\} [1-9]/m);
+      await new Promise((r) => setTimeout(r, 1_500)); // two more ack waits: no copy handled late either
+      expect(deliveries).toEqual([1]);
+    } finally {
+      await c.stop();
+    }
+  }, 40_000);
+
   it("a large payload whose fetch times out is delivered again, not dead-lettered as malformed", async () => {
     const bus = await nats.connect({ name: "streams-large" });
     const names = jobNames("streams-large");

@@ -387,8 +387,8 @@ export async function connectBus(opts: BusOptions): Promise<Bus> {
       // The client would otherwise build two Error objects (stack traces captured) for every request
       // and JetStream publish, to point a later timeout at its caller: a third of a publishing
       // process's CPU in `bench bus`. ooze's own errors name the operation and subject instead.
-      // OOZE_NATS_ASYNC_TRACES=1 turns them back on, to find the caller of a stray timeout (an
-      // unhandled TimeoutError ended a 1,024-engine bench's job process on Dec 1, caller unknown).
+      // OOZE_NATS_ASYNC_TRACES=1 turns them back on, to find the caller of a raw TimeoutError whose
+      // stack names only the client's timer.
       noAsyncTraces: process.env.OOZE_NATS_ASYNC_TRACES !== "1",
     });
   } catch (e) {

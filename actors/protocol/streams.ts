@@ -78,7 +78,7 @@ export interface ConsumeOptions<D extends AnyMessageDef> {
   concurrency?: number;
   /** Messages delivered and not acked, at most (default `concurrency`; raise it when handlers defer acks). */
   maxAckPending?: number;
-  /** Messages pulled ahead of the handlers (default `concurrency`); a serial consumer of many small messages wants more. */
+  /** Messages held at once, handled or pulled and waiting for a handler (default `concurrency`); a serial consumer of many small messages wants more. */
   prefetch?: number;
   /** Redelivery after this long without ack or heartbeat (a killed consumer's messages come back). Default 30 s. */
   ackWaitMs?: number;
@@ -135,9 +135,12 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
   // Both are keyed by stream sequence and hold the message's latest delivery (see `again`).
   const handling = new Map<number, JsMsg>();
   const held = new Map<number, JsMsg>();
+  /** Pulled and waiting for a free handler, oldest first (beaten too: see the pull loop). */
+  const queued = new Map<number, JsMsg>();
   let beatHeld = true;
   const beat = setInterval(() => {
     for (const m of handling.values()) m.working();
+    for (const m of queued.values()) m.working();
     if (beatHeld) for (const [seq, m] of held) if (!handling.has(seq)) m.working();
   }, Math.max(100, ackWaitMs / 3));
   // Sequences whose handler finished (acked, or its ack deferred), the most recent DONE_MEMORY.
@@ -151,10 +154,11 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
    */
   const again = (m: JsMsg): boolean => {
     const seq = m.info.streamSequence;
-    if (handling.has(seq) || held.has(seq)) {
+    if (handling.has(seq) || held.has(seq) || queued.has(seq)) {
       countDelivery(o.stream, o.durable, m.info.deliveryCount);
       if (handling.has(seq)) handling.set(seq, m);
       if (held.has(seq)) held.set(seq, m);
+      if (queued.has(seq)) queued.set(seq, m);
       return true;
     }
     if (done.has(seq)) {
@@ -223,14 +227,35 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     }
   };
 
+  /** Starts handlers for queued messages while there are free ones. */
+  const pump = () => {
+    while (running.size < concurrency && queued.size > 0) {
+      const [seq, m] = queued.entries().next().value!;
+      queued.delete(seq);
+      // (one() handles its own failures; what escapes it, e.g. a nak on a closed connection, is logged)
+      const p: Promise<void> = one(m).catch((e: unknown) => o.log(`consumer ${o.durable} on ${o.stream}: ${(e as Error).message}`)).finally(() => {
+        running.delete(p);
+        pump();
+        freed?.();
+        freed = null;
+      });
+      running.add(p);
+    }
+  };
+
   // After a reconnect the server may have lost the pull requests in flight (a restarted nats-server
-  // has), and nats.js's own re-pull can back off for its whole expiry (30 s) when its first consumer
-  // info fails while JetStream restores: the consumer stalled that long (docs/reliability.md,
-  // finding 5). Pulling anew from a fresh iterator on every reconnect bounds that by the loop's pause.
+  // has): the fetch in flight is ended, and the loop pulls anew (docs/reliability.md, finding 5).
   const offStatus = o.bus.onStatus((s) => {
     if (s.type === "reconnect") iter?.stop();
   });
   const start = o.startSeq === undefined ? {} : { deliver_policy: "by_start_sequence", opt_start_seq: o.startSeq };
+  // The loop pulls only what it has room for: `concurrency` handlers, or `prefetch` messages when
+  // more. nats.js's consume() pulls again as messages arrive, handled or not, so its buffer grew to
+  // the consumer's max_ack_pending, unbeaten, and the server delivered the waiting messages again
+  // after ack_wait: at 1,024 engines with a 60-s ack wait, 2,847 rollout prompts in 7 minutes, each
+  // generated twice (Dec 1, docs/experiments/scale.md). Each fetch asks for the free room, and what
+  // it brings waits in `queued`, beaten, for a handler.
+  const room = Math.max(concurrency, o.prefetch ?? concurrency);
   void (async () => {
     if (o.startSeq !== undefined) await (await o.bus.jsm()).consumers.delete(o.stream, o.durable).catch(() => false);
     while (!stopped) {
@@ -242,26 +267,26 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
           max_deliver: -1,
           ...start,
         } as never);
-        const msgs = await consumer.consume({ ...PULL_OPTIONS, max_messages: Math.max(concurrency, o.prefetch ?? concurrency) });
-        iter = msgs;
-        // Stopped while consume() was starting: this iterator must not take a message nobody handles.
-        if (stopped) msgs.stop();
-        for await (const m of msgs) {
-          if (stopped) {
-            m.nak(); // back to the next consumer at once, not after ack_wait
+        while (!stopped) {
+          const want = room - running.size - queued.size;
+          if (want <= 0) {
+            await new Promise<void>((r) => (freed = r));
             continue;
           }
-          if (again(m)) continue;
-          // (one() handles its own failures; what escapes it, e.g. a nak on a closed connection, is logged)
-          const p: Promise<void> = one(m).catch((e: unknown) => o.log(`consumer ${o.durable} on ${o.stream}: ${(e as Error).message}`)).finally(() => {
-            running.delete(p);
-            freed?.();
-            freed = null;
-          });
-          running.add(p);
-          // (not Promise.race(running): that adds a reaction to every running handler at each
-          // message, which they keep until they settle — quadratic memory at thousands in flight)
-          while (running.size >= concurrency) await new Promise<void>((r) => (freed = r));
+          const msgs = await consumer.fetch({ ...PULL_OPTIONS, max_messages: want });
+          iter = msgs;
+          // Stopped while fetch() was starting: this pull must not take a message nobody handles.
+          if (stopped) msgs.stop();
+          for await (const m of msgs) {
+            if (stopped) {
+              m.nak(); // back to the next consumer at once, not after ack_wait
+              continue;
+            }
+            if (again(m)) continue;
+            queued.set(m.info.streamSequence, m);
+            pump();
+          }
+          iter = null;
         }
       } catch (e) {
         if (!stopped) o.log(`consumer ${o.durable} on ${o.stream}: ${(e as Error).message}; reconnecting`);
@@ -279,6 +304,10 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
       beatHeld = false;
       offStatus();
       iter?.stop();
+      freed?.();
+      // never started: back to the next consumer at once
+      for (const m of queued.values()) m.nak();
+      queued.clear();
       let timer: NodeJS.Timeout | undefined;
       const grace = new Promise<void>((r) => (timer = setTimeout(r, graceMs)));
       // The pull loop ends by itself (it takes nothing once stopped): only handlers in flight are waited for.

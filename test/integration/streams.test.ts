@@ -85,6 +85,40 @@ describe("consumeStream", () => {
     }
   }, 40_000);
 
+  it("a consumer whose handlers are busy takes no more messages than it has room for: none waits unbeaten past its ack wait", async () => {
+    // The rollout instances share one durable whose max_ack_pending is the job's (4,096 groups) while
+    // each handles its share (1,024). nats.js's consume() kept asking for a full batch, so the server
+    // sent a busy instance up to a thousand groups more than it could start; they waited unbeaten, and
+    // after the ack wait the server sent them again: 732 copies in the first 3 minutes at 1,024
+    // engines with a 60-s ack wait (Dec 1, docs/experiments/scale.md).
+    const bus = await nats.connect({ name: "streams-room" });
+    const names = jobNames("streams-room");
+    await bus.ensureStream("STREAMS_ROOM", ["sr.work"], { retention: "workqueue" } as never);
+    for (let n = 0; n < 48; n++) await bus.jsPublish("sr.work", Work.encode({ n }, { id: `r${n}`, sender: "test" }), { msgID: `r${n}` });
+    const seen: { by: string; n: number; deliveryCount: number }[] = [];
+    const consumer = (by: string) =>
+      consumeStream({
+        bus, names, stream: "STREAMS_ROOM", subject: "sr.work", durable: "worker", registry, actor: by,
+        ackWaitMs: 600, concurrency: 8, maxAckPending: 64, log: () => {},
+        handle: async (msg, info) => {
+          seen.push({ by, n: msg.body.n, deliveryCount: info.deliveryCount });
+          await new Promise((r) => setTimeout(r, 1_500)); // longer than the ack wait: the handler's beats keep it
+        },
+      });
+    const a = consumer("a");
+    const b = consumer("b");
+    try {
+      await waitUntil(() => a.stats.handled + b.stats.handled === 48, { timeoutMs: 30_000, what: "the 48 messages handled" });
+      expect(seen.map((x) => x.n).sort((x, y) => x - y)).toEqual(Array.from({ length: 48 }, (_, i) => i));
+      expect(seen.filter((x) => x.deliveryCount > 1)).toEqual([]);
+      const text = await processMetrics().metrics();
+      expect(text).not.toMatch(/^ooze_jetstream_redeliveries_total\{stream="STREAMS_ROOM"/m);
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  }, 40_000);
+
   it("a large payload whose fetch times out is delivered again, not dead-lettered as malformed", async () => {
     const bus = await nats.connect({ name: "streams-large" });
     const names = jobNames("streams-large");

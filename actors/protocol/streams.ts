@@ -206,7 +206,9 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
         held.set(seq, latest());
         return () => {
           const d = held.get(seq);
-          if (d !== undefined && held.delete(seq)) d.ack();
+          if (d === undefined) return;
+          held.delete(seq);
+          d.ack();
         };
       };
       try {

@@ -16,6 +16,16 @@ const nats = useNats();
 const Work = defineMessage({ kind: "test.work", v: 1, schema: z.object({ n: z.number() }) });
 const registry = createRegistry(Work);
 
+/** A work-queue stream STREAMS_<TAG> on subject <tag>.work holding `count` Work messages (n = 0, 1, …), and a connection for it. */
+async function workQueue(tag: string, count: number) {
+  const bus = await nats.connect({ name: `streams-${tag}` });
+  const stream = `STREAMS_${tag.toUpperCase()}`;
+  const subject = `${tag}.work`;
+  await bus.ensureStream(stream, [subject], { retention: "workqueue" } as never);
+  for (let n = 0; n < count; n++) await bus.jsPublish(subject, Work.encode({ n }, { id: `${tag}${n}`, sender: "test" }), { msgID: `${tag}${n}` });
+  return { bus, names: jobNames(`streams-${tag}`), stream, subject };
+}
+
 describe("consumeStream", () => {
   it("a handler still running when stop's grace ends loses its heartbeat: the message goes to the next consumer", async () => {
     const bus = await nats.connect({ name: "streams" });
@@ -57,13 +67,10 @@ describe("consumeStream", () => {
   it("a message delivered again while its handler still runs (its beats were late: the process stalled) is not handled twice, and is acked", async () => {
     // At 1,024 simulated engines most rollout prompts in flight were delivered again after stalls
     // longer than the ack wait, and each copy was generated again (docs/experiments/scale.md, Dec 1).
-    const bus = await nats.connect({ name: "streams-again" });
-    const names = jobNames("streams-again");
-    await bus.ensureStream("STREAMS_AGAIN", ["sa.work"], { retention: "workqueue" } as never);
-    await bus.jsPublish("sa.work", Work.encode({ n: 1 }, { id: "a1", sender: "test" }), { msgID: "a1" });
+    const { bus, names, stream, subject } = await workQueue("again", 1);
     const deliveries: number[] = [];
     const c = consumeStream({
-      bus, names, stream: "STREAMS_AGAIN", subject: "sa.work", durable: "worker", registry, actor: "worker", ackWaitMs: 600, concurrency: 4, log: () => {},
+      bus, names, stream, subject, durable: "worker", registry, actor: "worker", ackWaitMs: 600, concurrency: 4, log: () => {},
       handle: async (_msg, info) => {
         deliveries.push(info.deliveryCount);
         // The event loop stalls past the ack wait: no beat goes out, and the server delivers the message again.
@@ -75,7 +82,7 @@ describe("consumeStream", () => {
     try {
       await waitUntil(() => c.stats.handled === 1, { timeoutMs: 20_000, what: "the message handled" });
       const jsm = await bus.jsm();
-      await waitUntil(async () => (await jsm.streams.info("STREAMS_AGAIN")).state.messages === 0, { timeoutMs: 10_000, what: "the message acked (gone from the work queue)" });
+      await waitUntil(async () => (await jsm.streams.info(stream)).state.messages === 0, { timeoutMs: 10_000, what: "the message acked (gone from the work queue)" });
       const text = await processMetrics().metrics();
       expect(text).toMatch(/^ooze_jetstream_redeliveries_total\{stream="STREAMS_AGAIN",consumer="worker"\} [1-9]/m);
       await new Promise((r) => setTimeout(r, 1_500)); // two more ack waits: no copy handled late either
@@ -91,14 +98,11 @@ describe("consumeStream", () => {
     // sent a busy instance up to a thousand groups more than it could start; they waited unbeaten, and
     // after the ack wait the server sent them again: 732 copies in the first 3 minutes at 1,024
     // engines with a 60-s ack wait (Dec 1, docs/experiments/scale.md).
-    const bus = await nats.connect({ name: "streams-room" });
-    const names = jobNames("streams-room");
-    await bus.ensureStream("STREAMS_ROOM", ["sr.work"], { retention: "workqueue" } as never);
-    for (let n = 0; n < 48; n++) await bus.jsPublish("sr.work", Work.encode({ n }, { id: `r${n}`, sender: "test" }), { msgID: `r${n}` });
+    const { bus, names, stream, subject } = await workQueue("room", 48);
     const seen: { by: string; n: number; deliveryCount: number }[] = [];
     const consumer = (by: string) =>
       consumeStream({
-        bus, names, stream: "STREAMS_ROOM", subject: "sr.work", durable: "worker", registry, actor: by,
+        bus, names, stream, subject, durable: "worker", registry, actor: by,
         ackWaitMs: 600, concurrency: 8, maxAckPending: 64, log: () => {},
         handle: async (msg, info) => {
           seen.push({ by, n: msg.body.n, deliveryCount: info.deliveryCount });

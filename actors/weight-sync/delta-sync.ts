@@ -16,7 +16,7 @@ import { loadNative } from "../../native/load.ts";
 import { encodeDelta, isBf16Exact, roundToBf16, tensorLayout, type DeltaWire, type EncodeOptions, type TensorSlot } from "./delta.ts";
 import { DirDeltaStore, type DeltaStore } from "./delta-store.ts";
 import { DELTA_LOAD_FORMAT } from "./engine-loader.ts";
-import { assertIncreasing, loadFull, type WeightTarget } from "./full.ts";
+import { assertIncreasing, loadFull, type PushOptions, type WeightTarget } from "./full.ts";
 import { directFullStore, type FullStore } from "./full-store.ts";
 
 /** Options of DeltaWeightSync. */
@@ -108,8 +108,8 @@ export class DeltaWeightSync {
     return s;
   }
 
-  /** Loads `modelDir` (the trainer's checkpoint of `version`) on every engine; full updates are retried up to `attempts` times. */
-  async push(modelDir: string, version: number, attempts = 20): Promise<PushRecord> {
+  /** Loads `modelDir` (the trainer's checkpoint of `version`) on every engine; full updates are retried (see PushOptions). */
+  async push(modelDir: string, version: number, opts: PushOptions = {}): Promise<PushRecord> {
     assertIncreasing(version, this.last);
     const t0 = performance.now();
     const native = loadNative();
@@ -144,12 +144,13 @@ export class DeltaWeightSync {
         for (const f of rec.fallbacks) this.log(`weight sync: ${f.engine} loaded version ${version} in full (delta refused: ${f.reason})`);
         done = true;
       } catch (e) {
+        if (opts.signal?.aborted) throw e;
         const reason = (e as Error).message;
         rec.fallbacks = [{ engine: "*", reason }];
         this.log(`weight sync: delta update to version ${version} failed (${reason}); loading the full checkpoint ${fullLocation ?? fullDir} on every engine`);
       }
     } else if (this.base) rec.fallbacks = [{ engine: "*", reason: "the model's tensor layout changed" }];
-    if (!done) await loadFull(this.target, this.fullStore, fullDir, version, attempts, this.log, fullLocation);
+    if (!done) await loadFull(this.target, this.fullStore, fullDir, version, this.log, { ...opts, location: fullLocation });
     this.base = { version, params, layout };
     this.last = version;
     this.history.push(rec);

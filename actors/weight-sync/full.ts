@@ -22,25 +22,51 @@ function storedCopyBad(e: unknown): boolean {
   return e instanceof OozeError && e.code === "CHECKPOINT_INVALID";
 }
 
+/** How a push goes: its tries, and the signal that ends it (its actor stopping). */
+export interface PushOptions {
+  /** Tries of a full update before the push fails (default 20). */
+  attempts?: number;
+  /** Aborted when the push's owner stops: no further try, and the push rejects with ACTOR_STOPPED. */
+  signal?: AbortSignal;
+}
+
+/** Rejects with ACTOR_STOPPED when `signal` is aborted. */
+function throwIfStopped(signal: AbortSignal | undefined, version: number): void {
+  if (signal?.aborted) throw new OozeError("ACTOR_STOPPED", `weight sync to version ${version}: stopped`);
+}
+
 /**
  * Loads the model directory `dir` as `version` on every engine of `target` through `store`, retrying
- * up to `attempts` times. `location`, when given, is where `store` already holds it; it is stored
- * (again) when it is not, or when the target found the stored copy missing or corrupt.
+ * up to `attempts` times, but not once `signal` is aborted nor after a failure that cannot pass (a
+ * connection closed for good: a non-retryable TRANSPORT error). `location`, when given, is where
+ * `store` already holds it; it is stored (again) when it is not, or when the target found the stored
+ * copy missing or corrupt.
  */
 export async function loadFull(
-  target: WeightTarget, store: FullStore, dir: string, version: number, attempts: number, log: (line: string) => void, location: string | null = null,
+  target: WeightTarget, store: FullStore, dir: string, version: number, log: (line: string) => void, opts: PushOptions & { location?: string | null } = {},
 ): Promise<void> {
-  let where = location;
+  const attempts = opts.attempts ?? 20;
+  let where = opts.location ?? null;
   for (let attempt = 1; ; attempt++) {
+    throwIfStopped(opts.signal, version);
     try {
       where ??= await store.put(dir, version);
       await target.updateWeights(where, String(version));
       return;
     } catch (e) {
-      if (attempt >= attempts) throw e;
+      throwIfStopped(opts.signal, version);
+      if (attempt >= attempts || (e instanceof OozeError && e.code === "TRANSPORT" && !e.retryable)) throw e;
       if (storedCopyBad(e)) where = null;
       log(`weight sync to version ${version} failed (${(e as Error).message}); ${where === null ? "storing the checkpoint again and " : ""}retrying`);
-      await new Promise((r) => setTimeout(r, Math.min(2000, 200 * attempt)));
+      await new Promise<void>((r) => {
+        const t = setTimeout(done, Math.min(2000, 200 * attempt));
+        opts.signal?.addEventListener("abort", done, { once: true });
+        function done() {
+          clearTimeout(t);
+          opts.signal?.removeEventListener("abort", done);
+          r();
+        }
+      });
     }
   }
 }
@@ -64,10 +90,10 @@ export class FullWeightSync {
     return this.last;
   }
 
-  /** Loads `dir` as `version` on every engine (retrying up to `attempts` times), then prunes the store (a failure is logged). */
-  async push(dir: string, version: number, attempts = 20): Promise<void> {
+  /** Loads `dir` as `version` on every engine (retried: see PushOptions), then prunes the store (a failure is logged). */
+  async push(dir: string, version: number, opts: PushOptions = {}): Promise<void> {
     assertIncreasing(version, this.last);
-    await loadFull(this.target, this.store, dir, version, attempts, this.log);
+    await loadFull(this.target, this.store, dir, version, this.log, opts);
     this.last = version;
     await this.store.prune(version).catch((e: unknown) => this.log(`weight sync: pruning old full checkpoints failed (${(e as Error).message})`));
   }

@@ -63,6 +63,8 @@ export const weightSyncActorConfig = z.object({
 
 interface WeightSyncState {
   consumer: StreamConsumer;
+  /** Aborted when the actor stops: a push in flight makes no further try (its version comes back to the next consumer). */
+  stopping: AbortController;
 }
 
 /**
@@ -147,6 +149,7 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
           ...base,
         });
       } else sync = new FullWeightSync(target, start, log, fullStore);
+      const stopping = new AbortController();
       const consumer = consumeStream({
         bus: env.bus, names: env.names, stream: env.names.streamWeights, subject: env.names.trainWeights, durable: env.names.consumer("train_weight_sync"),
         registry: weightsRegistry, actor: ctx.path, ackWaitMs: cfg.ackWaitMs, log: (l) => ctx.log.warn(l),
@@ -154,16 +157,19 @@ export function weightSyncActor(system: ActorSystem, topology: Topology) {
           const w = msg.body;
           let sent: VersionRecord["sync"];
           if (w.version > sync.version) {
-            const rec = await sync.push(w.modelDir, w.version);
+            const rec = await sync.push(w.modelDir, w.version, { signal: stopping.signal });
             ctx.log.info(`weight-sync: engines serve version ${w.version} (step ${w.step}${rec ? `; ${describe(rec)}` : ""})`);
             sent = syncOf(rec, w.modelDir);
           }
           if (w.version >= sync.version) await versions.advance({ version: w.version, modelDir: w.modelDir, step: w.step, at: Date.now(), ...(sent ? { sync: sent } : {}) });
         },
       });
-      return { consumer };
+      return { consumer, stopping };
     },
     async onStop(state) {
+      // Before the consumer's grace: a push retrying against engines or a bus that are going away
+      // (the job's end) gives up now, instead of retrying for an hour after its job (Dec 1).
+      state.stopping.abort();
       await state.consumer.stop();
     },
   });

@@ -240,7 +240,8 @@ function makeRemoteRef<M>(bus: Bus, names: JobNames, path: string, defaultTimeou
           if (err.code === "TIMEOUT") {
             throw new TimeoutError(`ask to actor '${path}' on '${subject}' got no reply within ${timeoutMs} ms`, { actor: path, cause: err });
           }
-          if (err.code !== "ACTOR_NOT_FOUND" && err.code !== "TRANSPORT") throw err;
+          // (a TRANSPORT error that is not retryable: the bus is closed for good)
+          if (err.code !== "ACTOR_NOT_FOUND" && !(err.code === "TRANSPORT" && err.retryable)) throw err;
           last = err;
           await new Promise((r) => setTimeout(r, Math.min(Math.max(0, deadline - Date.now()), 10 * 2 ** Math.min(attempt, 5))));
         }

@@ -500,8 +500,19 @@ class NatsBus implements Bus {
     try {
       this.nc.publish(subject, data, { ...(headers ? { headers } : {}), ...(reply !== undefined ? { reply } : {}) });
     } catch (e) {
-      throw toTransportError(e, `publishing ${data.length} bytes to '${subject}'`);
+      throw this.closedError(`publishing ${data.length} bytes to '${subject}'`, e) ?? toTransportError(e, `publishing ${data.length} bytes to '${subject}'`);
     }
+  }
+
+  /**
+   * A failure on a connection closed for good (this bus's close(), or the client gave up): not
+   * retryable, as nothing will carry it again. Until Dec 1 it was a retryable TransportError, and a
+   * weight-sync push still running when its job stopped asked the closed bus again and again until
+   * each ask's deadline (184 s), for an hour. Null while the connection lives or reconnects.
+   */
+  private closedError(what: string, cause?: unknown): OozeError | null {
+    if (!this.nc.isClosed()) return null;
+    return new TransportError(`${what}: the connection to NATS is closed`, { retryable: false, ...(cause === undefined ? {} : { cause }) });
   }
 
   async payload(msg: { data: Uint8Array; headers?: MsgHdrs | undefined }): Promise<Uint8Array> {
@@ -617,6 +628,8 @@ class NatsBus implements Bus {
   }
 
   private async requestOnce(subject: string, data: Uint8Array, opts: RequestOptions): Promise<BusMsg> {
+    const closed = this.closedError(`request to '${subject}'`);
+    if (closed) throw closed;
     const large = this.isLarge(data) ? await this.storeLarge(data) : null;
     const headers = this.hdrs(opts.headers, large);
     let m;
@@ -631,7 +644,7 @@ class NatsBus implements Bus {
       if (noResponders) {
         throw new OozeError("ACTOR_NOT_FOUND", `no responder on '${subject}' (nothing subscribes to it)`, { retryable: true, cause: e });
       }
-      const t = toTransportError(e, `request to '${subject}'`);
+      const t = this.closedError(`request to '${subject}'`, e) ?? toTransportError(e, `request to '${subject}'`);
       if (t instanceof TimeoutError) throw new TimeoutError(`request to '${subject}' got no reply within ${opts.timeoutMs} ms`, { cause: e });
       throw t;
     }

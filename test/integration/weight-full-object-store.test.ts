@@ -390,3 +390,38 @@ describe("LoRA adapters' base through the object store", () => {
     renameSync(`${base}.away`, base);
   });
 });
+
+describe("a weight-sync actor that stops while its push retries", () => {
+  it("makes no further try once stopped, and an ask on a closed bus fails at once", async () => {
+    // A job whose fleet actor never answers: the push of version 1 fails and retries.
+    const name = "full-obj-stop";
+    const names = jobNames(name);
+    const own: string[] = [];
+    const side = createSystem({ name, log: (l) => own.push(l) });
+    const sideBus = await nats.connect();
+    await attachBus(side, sideBus);
+    const topology = { file: join(root, "t.yaml"), hosts: [{ name: "learner" }], actors: [], train: { preset: "tiny" } } as unknown as Topology;
+    await ensureTrainStreams(bus, names, { checkpointEvery: 0 });
+    side.spawn(weightSyncActor(side, topology), { name: "weight-sync", config: { fleet: "nobody", updateTimeoutMs: 1_000 } });
+    const body = { version: 1, modelDir: dirs[1]!, step: 1, position: { nextPrompt: 0, nextSample: 0, pending: [] } };
+    await publish(bus, names.trainWeights, weightsMsg, body, "weights-1", "test");
+    const tries = () => own.filter((l) => l.includes("weight sync to version 1 failed")).length;
+    await waitUntil(() => tries() >= 2, { timeoutMs: 60_000, what: "the push of version 1 retried", diagnostics: () => own.slice(-10).join("\n") });
+
+    const fleetRef = remoteRef<FleetMsg>(side, "fleet");
+    await side.stop();
+    await sideBus.close();
+    const after = tries();
+    // Before Dec 1 the push went on: each try asked the closed bus until its deadline (here 1 s) and
+    // tried again within 2 s, 20 times. Five seconds would see two more tries.
+    await new Promise((r) => setTimeout(r, 5_000));
+    expect(tries(), own.slice(-5).join("\n")).toBe(after);
+
+    // An ask on the closed bus: a TRANSPORT error that is not retryable, at once rather than at its deadline.
+    const e = (await askFleet(fleetRef, { op: "list" }, 600_000).catch((x: unknown) => x)) as OozeError;
+    expect(e).toBeInstanceOf(OozeError);
+    expect(e.code).toBe("TRANSPORT");
+    expect(e.retryable).toBe(false);
+    expect(e.message).toMatch(/the connection to NATS is closed/);
+  }, 90_000);
+});

@@ -123,6 +123,40 @@ describe("consumeStream", () => {
     }
   }, 40_000);
 
+  it("a pull of many messages starts its handlers a few per turn of the event loop, with timers and I/O between", async () => {
+    // A pull's messages arrive as microtasks and each handler runs synchronously up to its first I/O:
+    // a rollout instance started 256 prompt groups (2,048 episodes) in one run of the microtask queue,
+    // 5.5 s of wall time at 1,024 engines in which no heartbeat fired (Dec 1, docs/experiments/scale.md).
+    const { bus, names, stream, subject } = await workQueue("turns", 64);
+    // `turn` counts turns of the event loop: a setImmediate ticker, one step per turn.
+    let turn = 0;
+    let ticking = true;
+    const tick = () => {
+      turn++;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const startedIn: number[] = [];
+    const c = consumeStream({
+      bus, names, stream, subject, durable: "worker", registry, actor: "worker",
+      concurrency: 64, log: () => {},
+      handle: async () => {
+        startedIn.push(turn);
+        await new Promise((r) => setTimeout(r, 200));
+      },
+    });
+    try {
+      await waitUntil(() => c.stats.handled === 64, { timeoutMs: 30_000, what: "the 64 messages handled" });
+      const perTurn = new Map<number, number>();
+      for (const t of startedIn) perTurn.set(t, (perTurn.get(t) ?? 0) + 1);
+      expect(startedIn).toHaveLength(64);
+      expect(Math.max(...perTurn.values())).toBeLessThanOrEqual(16);
+    } finally {
+      ticking = false;
+      await c.stop();
+    }
+  }, 40_000);
+
   it("a large payload whose fetch times out is delivered again, not dead-lettered as malformed", async () => {
     const bus = await nats.connect({ name: "streams-large" });
     const names = jobNames("streams-large");

@@ -28,11 +28,8 @@ async function workQueue(tag: string, count: number) {
 
 describe("consumeStream", () => {
   it("a handler still running when stop's grace ends loses its heartbeat: the message goes to the next consumer", async () => {
-    const bus = await nats.connect({ name: "streams" });
-    const names = jobNames("streams-test");
-    await bus.ensureStream("STREAMS_TEST", ["st.work"], { retention: "workqueue" } as never);
-    await bus.jsPublish("st.work", Work.encode({ n: 7 }, { id: "w7", sender: "test" }), { msgID: "w7" });
-    const common = { bus, names, stream: "STREAMS_TEST", subject: "st.work", durable: "worker", registry, actor: "worker", ackWaitMs: 600, log: () => {} };
+    const { bus, names, stream, subject } = await workQueue("test", 1);
+    const common = { bus, names, stream, subject, durable: "worker", registry, actor: "worker", ackWaitMs: 600, log: () => {} };
 
     let taken = false;
     const first = consumeStream({
@@ -55,7 +52,7 @@ describe("consumeStream", () => {
     try {
       // Without the beat the server redelivers after ack_wait (600 ms); with it, never.
       await waitUntil(() => seen.length > 0, { timeoutMs: 10_000, what: "the message redelivered to the second consumer" });
-      expect(seen[0]).toEqual({ n: 7, deliveryCount: 2 });
+      expect(seen[0]).toEqual({ n: 0, deliveryCount: 2 });
       // counted as a redelivery in this process's metrics (ooze_jetstream_redeliveries_total)
       const text = await processMetrics().metrics();
       expect(text).toMatch(/^ooze_jetstream_redeliveries_total\{stream="STREAMS_TEST",consumer="worker"\} 1$/m);

@@ -17,6 +17,9 @@ import { versionRecord, type VersionRecord } from "./messages.ts";
 /** Sequences a consumer remembers as handled, to ack a late redelivery of one without handling it again. */
 const DONE_MEMORY = 65_536;
 
+/** Handlers a consumer starts in one turn of the event loop, at most (see `pump` in consumeStream). */
+const STARTS_PER_TURN = 16;
+
 /** Duplicate window of the data streams: longer than any redelivery after a killed rollout. */
 const DEDUP_NS = 15 * 60 * 1e9;
 
@@ -87,11 +90,6 @@ export interface ConsumeOptions<D extends AnyMessageDef> {
    * it is acked when the returned function is called (heartbeats keep it until then).
    */
   handle(msg: MessageOf<D>, info: { deliveryCount: number; defer(): () => void }): Promise<void>;
-  /**
-   * Handlers started in one turn of the event loop, at most (default 16); the rest of a pull starts in
-   * the turns after, between which timers (the heartbeats) and I/O run. See `pump`.
-   */
-  startsPerTurn?: number;
   /** Replay from this stream sequence: the durable consumer is created anew, starting there. */
   startSeq?: number;
   log(line: string): void;
@@ -234,11 +232,11 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     }
   };
 
-  const startsPerTurn = Math.max(1, o.startsPerTurn ?? 16);
   /** Handlers started in this turn of the event loop; reset (and the pump run again) by a setImmediate. */
   let startedThisTurn = 0;
   /**
-   * Starts handlers for queued messages while there are free ones, at most `startsPerTurn` a turn.
+   * Starts handlers for queued messages while there are free ones, at most STARTS_PER_TURN a turn
+   * (the rest in the turns after, with timers — the heartbeats — and I/O between).
    * A pull's messages arrive in microtasks, and a handler runs synchronously up to its first real
    * I/O: without the limit a rollout instance started its whole pull (256 prompt groups, 2,048
    * episodes, each routed and written to a socket) in one run of the microtask queue, 5.5 s of wall
@@ -246,7 +244,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
    */
   const pump = () => {
     while (running.size < concurrency && queued.size > 0) {
-      if (startedThisTurn >= startsPerTurn) return;
+      if (startedThisTurn >= STARTS_PER_TURN) return;
       if (startedThisTurn++ === 0)
         setImmediate(() => {
           startedThisTurn = 0;

@@ -4,6 +4,7 @@
 // engine's reported version). Versions only increase; a sync that fails because an engine just died
 // is retried while its replacement comes up, and one that fails because the stored checkpoint is
 // missing or corrupt stores it again first.
+import { setTimeout as sleep } from "node:timers/promises";
 import { OozeError } from "../../src/errors.ts";
 import { directFullStore, type FullStore } from "./full-store.ts";
 
@@ -58,15 +59,8 @@ export async function loadFull(
       if (attempt >= attempts || (e instanceof OozeError && e.code === "TRANSPORT" && !e.retryable)) throw e;
       if (storedCopyBad(e)) where = null;
       log(`weight sync to version ${version} failed (${(e as Error).message}); ${where === null ? "storing the checkpoint again and " : ""}retrying`);
-      await new Promise<void>((r) => {
-        const t = setTimeout(done, Math.min(2000, 200 * attempt));
-        opts.signal?.addEventListener("abort", done, { once: true });
-        function done() {
-          clearTimeout(t);
-          opts.signal?.removeEventListener("abort", done);
-          r();
-        }
-      });
+      // (an abort ends the pause early; the loop's check then rejects)
+      await sleep(Math.min(2000, 200 * attempt), undefined, opts.signal ? { signal: opts.signal } : {}).catch(() => {});
     }
   }
 }

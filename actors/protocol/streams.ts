@@ -11,6 +11,7 @@ import { deadLetter, decodeMessage, type AnyMessageDef, type BodyOf, type Messag
 import { OozeError, toOozeError } from "../../src/errors.ts";
 import { countDelivery } from "../../src/metrics.ts";
 import { isJetStreamTransient, PULL_OPTIONS, settleWithin, toTransportError, whileElecting, type Bus } from "../../src/transport/bus.ts";
+import { defaultStallLimitMs, type Heartbeats } from "../../src/transport/heartbeats.ts";
 import type { JobNames } from "../../src/transport/names.ts";
 import { versionRecord, type VersionRecord } from "./messages.ts";
 
@@ -86,6 +87,12 @@ export interface ConsumeOptions<D extends AnyMessageDef> {
   /** Redelivery after this long without ack or heartbeat (a killed consumer's messages come back). Default 30 s. */
   ackWaitMs?: number;
   /**
+   * The heartbeats (sent from a worker thread: src/transport/heartbeats.ts) stop when this process's
+   * event loop has not run for this long, taken for hung: its messages then come back after
+   * ack_wait. Default three ack waits, at least a minute.
+   */
+  stallLimitMs?: number;
+  /**
    * Handles one message; it is acked when this resolves, unless the handler called `defer()`: then
    * it is acked when the returned function is called (heartbeats keep it until then).
    */
@@ -124,28 +131,85 @@ async function confirmAck(m: JsMsg, stopped: () => boolean, ackWaitMs: number): 
   }
 }
 
+/**
+ * The reply subject of a delivery, where its acks and beats go. nats.js's JsMsg type does not name
+ * it; its implementation has it (checked, so a client that drops it fails loudly, not silently unbeaten).
+ */
+function replyOf(m: JsMsg): string {
+  const reply = (m as unknown as { reply?: unknown }).reply;
+  if (typeof reply !== "string" || reply === "") throw new OozeError("TRANSPORT", `a JetStream message on ${m.subject} has no reply subject to beat`);
+  return reply;
+}
+
+/**
+ * Messages by stream sequence, each beaten while it is in the map (a delivery's beats go with it when
+ * a later delivery of the same message takes its place). `silence()` stops the beats and keeps the
+ * messages (to ack them later).
+ */
+class Beaten {
+  private readonly m = new Map<number, JsMsg>();
+  private silent = false;
+  constructor(
+    private readonly beats: Heartbeats,
+    private readonly ackWaitMs: number,
+    private readonly stallLimitMs: number,
+  ) {}
+  get size(): number {
+    return this.m.size;
+  }
+  has(seq: number): boolean {
+    return this.m.has(seq);
+  }
+  get(seq: number): JsMsg | undefined {
+    return this.m.get(seq);
+  }
+  values(): IterableIterator<JsMsg> {
+    return this.m.values();
+  }
+  first(): [number, JsMsg] | undefined {
+    return this.m.entries().next().value;
+  }
+  set(seq: number, msg: JsMsg): void {
+    const old = this.m.get(seq);
+    if (old === msg) return;
+    if (old !== undefined && !this.silent) this.beats.release(replyOf(old));
+    if (!this.silent) this.beats.hold(replyOf(msg), this.ackWaitMs, this.stallLimitMs);
+    this.m.set(seq, msg);
+  }
+  delete(seq: number): void {
+    const old = this.m.get(seq);
+    if (old === undefined) return;
+    if (!this.silent) this.beats.release(replyOf(old));
+    this.m.delete(seq);
+  }
+  silence(): void {
+    if (!this.silent) for (const msg of this.m.values()) this.beats.release(replyOf(msg));
+    this.silent = true;
+  }
+  clear(): void {
+    this.silence();
+    this.m.clear();
+  }
+}
+
 /** Consumes a stream with a durable pull consumer; see the file comment for the delivery rules. */
 export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): StreamConsumer {
   const concurrency = o.concurrency ?? 1;
   const ackWaitMs = o.ackWaitMs ?? 30_000;
   const stats = { handled: 0, failed: 0, malformed: 0 };
   const running = new Set<Promise<void>>();
-  // Heartbeats: one timer beats every message being handled and every deferred one (held), so that
-  // the beats of a tick leave in one write. A timer per message sent each beat in a write of its own:
-  // at 1,024 groups in flight that was 15 % of a rollout process's CPU (Nov 30). Held messages lose
-  // their beat when stop() begins; a handler still running when stop()'s grace ends loses its beat
-  // then, so its message comes back after ack_wait.
-  // Both are keyed by stream sequence and hold the message's latest delivery (see `again`).
-  const handling = new Map<number, JsMsg>();
-  const held = new Map<number, JsMsg>();
+  // Heartbeats: every message being handled, deferred (held) or pulled and waiting (queued) is
+  // beaten, from the bus's heartbeat worker, so that a stalled event loop here does not stop the
+  // beats (up to the stall limit). Held messages lose their beat when stop() begins; a handler still
+  // running when stop()'s grace ends loses its beat then, so its message comes back after ack_wait.
+  // All three are keyed by stream sequence and hold the message's latest delivery (see `again`).
+  const beats = o.bus.heartbeats();
+  const offBeatErrors = beats.onError((e) => o.log(`consumer ${o.durable} on ${o.stream}: ${e}`));
+  const beaten = () => new Beaten(beats, ackWaitMs, o.stallLimitMs ?? defaultStallLimitMs(ackWaitMs));
+  const handling = beaten();
+  const held = beaten();
   /** Pulled and waiting for a free handler, oldest first (beaten too: see the pull loop). */
-  const queued = new Map<number, JsMsg>();
-  let beatHeld = true;
-  const beat = setInterval(() => {
-    for (const m of handling.values()) m.working();
-    for (const m of queued.values()) m.working();
-    if (beatHeld) for (const [seq, m] of held) if (!handling.has(seq)) m.working();
-  }, Math.max(100, ackWaitMs / 3));
+  const queued = beaten();
   // Sequences whose handler finished (acked, or its ack deferred), the most recent DONE_MEMORY.
   const done = new Set<number>();
   /**
@@ -250,7 +314,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
           startedThisTurn = 0;
           if (!stopped) pump();
         });
-      const [seq, m] = queued.entries().next().value!;
+      const [seq, m] = queued.first()!;
       queued.delete(seq);
       // (one() handles its own failures; what escapes it, e.g. a nak on a closed connection, is logged)
       const p: Promise<void> = one(m).catch((e: unknown) => o.log(`consumer ${o.durable} on ${o.stream}: ${(e as Error).message}`)).finally(() => {
@@ -321,7 +385,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
     async stop(graceMs = 10_000) {
       if (stopped) return;
       stopped = true;
-      beatHeld = false;
+      held.silence();
       offStatus();
       iter?.stop();
       freed?.();
@@ -335,8 +399,8 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
       clearTimeout(timer);
       // A handler that never settles (it waits on an actor that stopped) must not hold its message for
       // ever: without its beat the server hands it to the next consumer after ack_wait.
-      clearInterval(beat);
       handling.clear();
+      offBeatErrors();
     },
   };
 }

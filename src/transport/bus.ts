@@ -20,6 +20,7 @@ import { type KV, type KvOptions, Kvm } from "@nats-io/kv";
 import { type ObjectStore, type ObjectStoreOptions, Objm, setSha256Backend } from "@nats-io/obj";
 import { OozeError, TimeoutError, TransportError, toTransportError } from "../errors.ts";
 import { readObjectBytes } from "./stored.ts";
+import { type HeartbeatConnect, type Heartbeats, startHeartbeats } from "./heartbeats.ts";
 
 export { toTransportError };
 
@@ -174,6 +175,11 @@ export interface Bus {
   onStatus(listener: (status: BusStatus) => void): () => void;
   /** True while connected (not reconnecting, not closed). */
   isConnected(): boolean;
+  /**
+   * The heartbeats of held JetStream messages, beaten from a worker thread over a connection of its
+   * own (started at the first call; closed with the bus): see heartbeats.ts.
+   */
+  heartbeats(): Heartbeats;
   /** Drains and closes the connection. Idempotent. */
   close(): Promise<void>;
   /** Resolves when the connection is closed for good (the error, if it closed because of one). */
@@ -370,10 +376,22 @@ export async function connectBus(opts: BusOptions): Promise<Bus> {
       throw new OozeError("CONFIG_INVALID", `cannot read the NATS credentials file ${sec.credsFile} (OOZE_NATS_CREDS): ${(e as Error).message}`, { cause: e });
     }
   }
+  const servers = target.urls.map((u) => u.replace(/^tls:\/\//, "nats://"));
+  // The heartbeat worker's connection: the same servers and credentials (see heartbeats.ts).
+  const beats: HeartbeatConnect = {
+    servers,
+    tls: wantsTls ? (sec.tls ?? {}) : null,
+    creds,
+    token,
+    user,
+    pass,
+    name: `${opts.name ?? "ooze"} heartbeats`,
+    reconnectTimeWait: opts.reconnectWaitMs ?? 250,
+  };
   let nc: NatsConnection;
   try {
     nc = await connect({
-      servers: target.urls.map((u) => u.replace(/^tls:\/\//, "nats://")),
+      servers,
       ...(wantsTls ? { tls: sec.tls ?? {} } : {}),
       ...(creds !== null ? { authenticator: credsAuthenticator(creds) } : {}),
       ...(token !== null ? { token } : {}),
@@ -397,7 +415,7 @@ export async function connectBus(opts: BusOptions): Promise<Bus> {
       { cause: e },
     );
   }
-  return new NatsBus(nc, shown, opts);
+  return new NatsBus(nc, shown, opts, beats);
 }
 
 class NatsBus implements Bus {
@@ -412,8 +430,14 @@ class NatsBus implements Bus {
   private jsmP: Promise<JetStreamManager> | null = null;
   private readonly stores = new Map<string, Promise<ObjectStore>>();
   private connected = true;
+  private beats: Heartbeats | null = null;
 
-  constructor(nc: NatsConnection, url: string, opts: BusOptions) {
+  constructor(
+    nc: NatsConnection,
+    url: string,
+    opts: BusOptions,
+    private readonly beatsConnect: HeartbeatConnect,
+  ) {
     this.nc = nc;
     this.url = url;
     this.js = jetstream(nc, { timeout: JS_API_TIMEOUT_MS });
@@ -421,6 +445,8 @@ class NatsBus implements Bus {
     this.largeTtlMs = opts.largeTtlMs ?? LARGE_TTL_MS;
     this.replicas = opts.replicas ?? 1;
     this.closed = nc.closed().then((e) => (e instanceof Error ? e : null));
+    // a connection closed for good (not by close()) takes its heartbeats with it
+    void this.closed.then(() => this.beats?.close());
     void this.watchStatus();
   }
 
@@ -755,7 +781,13 @@ class NatsBus implements Bus {
     return p;
   }
 
+  heartbeats(): Heartbeats {
+    this.beats ??= startHeartbeats(this.beatsConnect);
+    return this.beats;
+  }
+
   async close(): Promise<void> {
+    await this.beats?.close();
     if (this.nc.isClosed()) return;
     try {
       await this.nc.drain();

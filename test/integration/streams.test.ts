@@ -67,10 +67,11 @@ describe("consumeStream", () => {
     const { bus, names, stream, subject } = await workQueue("again", 1);
     const deliveries: number[] = [];
     const c = consumeStream({
-      bus, names, stream, subject, durable: "worker", registry, actor: "worker", ackWaitMs: 600, concurrency: 4, log: () => {},
+      bus, names, stream, subject, durable: "worker", registry, actor: "worker", ackWaitMs: 600, stallLimitMs: 300, concurrency: 4, log: () => {},
       handle: async (_msg, info) => {
         deliveries.push(info.deliveryCount);
-        // The event loop stalls past the ack wait: no beat goes out, and the server delivers the message again.
+        // The event loop stalls past the stall limit and the ack wait: the heartbeat worker stops
+        // beating (the process is taken for hung), and the server delivers the message again.
         const until = Date.now() + 1_500;
         while (Date.now() < until);
         await new Promise((r) => setTimeout(r, 1_500)); // still handling when the copy is read
@@ -84,6 +85,42 @@ describe("consumeStream", () => {
       expect(text).toMatch(/^ooze_jetstream_redeliveries_total\{stream="STREAMS_AGAIN",consumer="worker"\} [1-9]/m);
       await new Promise((r) => setTimeout(r, 1_500)); // two more ack waits: no copy handled late either
       expect(deliveries).toEqual([1]);
+    } finally {
+      await c.stop();
+    }
+  }, 40_000);
+
+  it("a stall of the event loop longer than the ack wait (and shorter than the stall limit) does not lose the messages' beats", async () => {
+    // The beats go out from the bus's heartbeat worker, whose event loop does not stall with this
+    // one. When they ran here, a rollout process stalled 10–52 s by the responses that come back
+    // together after a weight update's pause let the server deliver hundreds of held prompt groups
+    // again (60-s ack wait, 1,024 engines; Dec 1, docs/experiments/scale.md).
+    const { bus, names, stream, subject } = await workQueue("stall", 3);
+    const seen: { n: number; deliveryCount: number }[] = [];
+    let deferredAck: (() => void) | null = null;
+    const c = consumeStream({
+      bus, names, stream, subject, durable: "worker", registry, actor: "worker", ackWaitMs: 600, concurrency: 2, prefetch: 3, log: () => {},
+      handle: async (msg, info) => {
+        seen.push({ n: msg.body.n, deliveryCount: info.deliveryCount });
+        if (msg.body.n === 0) {
+          deferredAck = info.defer(); // held (deferred), acked after the stall
+          return;
+        }
+        if (msg.body.n !== 1) return;
+        // Five ack waits of a blocked event loop while message 0 is held, 1 handled and 2 queued.
+        const until = Date.now() + 3_000;
+        while (Date.now() < until);
+        await new Promise((r) => setTimeout(r, 100));
+      },
+    });
+    try {
+      await waitUntil(() => c.stats.handled === 3, { timeoutMs: 20_000, what: "the three messages handled" });
+      (deferredAck as (() => void) | null)?.();
+      const jsm = await bus.jsm();
+      await waitUntil(async () => (await jsm.streams.info(stream)).state.messages === 0, { timeoutMs: 10_000, what: "the messages acked" });
+      expect(seen.sort((x, y) => x.n - y.n)).toEqual([0, 1, 2].map((n) => ({ n, deliveryCount: 1 })));
+      const text = await processMetrics().metrics();
+      expect(text).not.toMatch(/^ooze_jetstream_redeliveries_total\{stream="STREAMS_STALL"/m);
     } finally {
       await c.stop();
     }

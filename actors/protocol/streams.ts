@@ -342,6 +342,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
   const room = Math.max(concurrency, o.prefetch ?? concurrency);
   void (async () => {
     if (o.startSeq !== undefined) await (await o.bus.jsm()).consumers.delete(o.stream, o.durable).catch(() => false);
+    await beats.ready; // nothing is taken before it can be beaten
     while (!stopped) {
       try {
         const consumer = await o.bus.ensureConsumer(o.stream, o.durable, {

@@ -35,6 +35,11 @@ export interface Heartbeats {
    */
   hold(reply: string, ackWaitMs: number, stallLimitMs: number): void;
   release(reply: string): void;
+  /**
+   * Resolves when the worker's connection is up (or the worker failed for good: `onError` says why).
+   * A consumer takes no message before it, so none waits unbeaten while the worker starts.
+   */
+  readonly ready: Promise<void>;
   /** Hears the worker's failures (to connect at all, e.g. bad credentials; to start); returns the unsubscribe function. */
   onError(listener: (message: string) => void): () => void;
   /** Stops the beats and closes the worker's connection. Idempotent. */
@@ -112,6 +117,7 @@ connect({
   async (conn) => {
     if (closing) return void conn.close();
     nc = conn;
+    parentPort.postMessage({ ready: true });
     // a beat the server refuses (a permissions violation) is reported once per distinct message
     const told = new Set();
     for await (const s of conn.status()) {
@@ -141,11 +147,15 @@ export function startHeartbeats(connect: HeartbeatConnect): Heartbeats {
   const onError = (message: string) => {
     for (const l of listeners) l(message);
   };
-  worker.on("message", (m: { error?: string }) => {
+  let isReady: () => void = () => {};
+  const ready = new Promise<void>((r) => (isReady = r));
+  worker.on("message", (m: { ready?: true; error?: string }) => {
+    if (m.ready || m.error !== undefined) isReady();
     if (m.error !== undefined) onError(`heartbeat connection: ${m.error}`);
   });
   worker.on("error", (e) => onError(`heartbeat worker: ${e.message}`));
   const exited = new Promise<void>((r) => worker.once("exit", () => r()));
+  void exited.then(isReady);
 
   // Holds are counted here (a message can be held twice: handled and deferred), and the worker is
   // told of the first hold and the last release at once: a handler that blocks the event loop right
@@ -156,6 +166,7 @@ export function startHeartbeats(connect: HeartbeatConnect): Heartbeats {
     if (!closed) worker.postMessage(op);
   };
   return {
+    ready,
     hold(reply, ackWaitMs, stallLimitMs) {
       const n = counts.get(reply) ?? 0;
       counts.set(reply, n + 1);

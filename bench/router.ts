@@ -17,6 +17,8 @@ const flag = (name: string, fallback: string) => {
 const sizes = flag("sizes", "32,256,1024").split(",").map(Number);
 const routes = Number(flag("routes", "200000"));
 const policy = flag("policy", "cache_aware") as RoutingPolicy;
+/** Episodes in flight: 16 an engine by default; a fixed number (`--episodes N`) keeps the working set the same at every size. */
+const episodesFlag = flag("episodes", "");
 
 const GROUP = 8, SYSTEM = 64, TASK = 64, SAMPLED = 32, TOOL = 16, MAX_TURNS = 8, PER_ENGINE = 16;
 
@@ -43,7 +45,7 @@ function run(engines: number): number {
     group.left--;
     return { key: `ep-${episodes++}`, ids: [...group.prompt], turnsLeft: 1 + Math.floor(rand() * MAX_TURNS), engine: null };
   };
-  const active = Array.from({ length: engines * PER_ENGINE }, fresh);
+  const active = Array.from({ length: episodesFlag === "" ? engines * PER_ENGINE : Number(episodesFlag) }, fresh);
   const step = () => {
     const i = Math.floor(rand() * active.length);
     let ep = active[i]!;

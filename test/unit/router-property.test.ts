@@ -3,7 +3,7 @@
 // FAST_CHECK_RUNS raises the number of cases; a failure prints fast-check's seed and shrunk sequence.
 import fc from "fast-check";
 import { describe, it } from "vitest";
-import { Router, type RoutingPolicy } from "../../src/engine/fleet/router.ts";
+import { ApproxPrefixTree, Router, type RoutingPolicy } from "../../src/engine/fleet/router.ts";
 
 type Op =
   | { op: "add"; id: number }
@@ -67,6 +67,74 @@ describe.each(["round_robin", "least_load", "cache_aware"] as RoutingPolicy[])("
         return r.engines().every((e) => set.has(e)) && set.size === r.engines().length;
       }),
       { numRuns: runs },
+    );
+  });
+});
+
+describe("Router cache_aware (property)", () => {
+  // The router finds the least and most loaded engines and the best-matching ones from indexes
+  // (cost independent of the engines in the set); this checks each decision against SGLang's rules
+  // applied by visiting every engine: an imbalance goes to a least loaded engine, else a match
+  // above the threshold to the least loaded of the longest-matching engines, else to a smallest tree.
+  // Ties may go to any of the tied engines.
+  type CacheOp = { op: "add"; id: number } | { op: "remove"; id: number } | { op: "release"; id: number } | { op: "route"; ids: number[]; avoid: number | null };
+  // few engines and a two-token alphabet, so that prefixes are shared, often by every engine
+  const cacheOp: fc.Arbitrary<CacheOp> = fc.oneof(
+    { arbitrary: fc.record({ op: fc.constant("add" as const), id: fc.integer({ min: 0, max: 3 }) }), weight: 2 },
+    { arbitrary: fc.record({ op: fc.constant("remove" as const), id: fc.integer({ min: 0, max: 3 }) }), weight: 1 },
+    { arbitrary: fc.record({ op: fc.constant("release" as const), id: fc.integer({ min: 0, max: 3 }) }), weight: 3 },
+    {
+      arbitrary: fc.record({
+        op: fc.constant("route" as const),
+        ids: fc.array(fc.integer({ min: 0, max: 1 }), { minLength: 1, maxLength: 8 }),
+        avoid: fc.option(fc.integer({ min: 0, max: 3 }), { nil: null }),
+      }),
+      weight: 6,
+    },
+  );
+
+  it("each decision is one the rules allow, checked against every engine", () => {
+    fc.assert(
+      fc.property(fc.array(cacheOp, { maxLength: 120 }), (ops) => {
+        const opts = { maxTreeTokens: 24, balanceAbsThreshold: 2, balanceRelThreshold: 1.5, cacheThreshold: 0.3 };
+        const r = new Router({ policy: "cache_aware", ...opts });
+        const tree = new ApproxPrefixTree(); // the router's tree, mirrored
+        for (const o of ops) {
+          if (o.op === "add") r.addEngine(`e${o.id}`);
+          else if (o.op === "remove") {
+            r.removeEngine(`e${o.id}`);
+            tree.removeEngine(`e${o.id}`);
+          } else if (o.op === "release") r.release(`e${o.id}`);
+          else {
+            const all = r.engines();
+            if (all.length === 0) continue;
+            const avoid = o.avoid === null ? undefined : `e${o.avoid}`;
+            const set = avoid !== undefined && all.length > 1 ? all.filter((e) => e !== avoid) : all;
+            const loads = set.map((e) => r.load(e));
+            const min = Math.min(...loads);
+            const max = Math.max(...loads);
+            const matched = tree.match(o.ids);
+            const best = Math.max(...set.map((e) => matched.get(e) ?? 0));
+            let allowed: string[];
+            if (max - min > opts.balanceAbsThreshold && max > opts.balanceRelThreshold * min) allowed = set.filter((e) => r.load(e) === min);
+            else if (best / o.ids.length > opts.cacheThreshold) {
+              const holders = set.filter((e) => (matched.get(e) ?? 0) === best);
+              const least = Math.min(...holders.map((e) => r.load(e)));
+              allowed = holders.filter((e) => r.load(e) === least);
+            } else {
+              const smallest = Math.min(...set.map((e) => tree.size(e)));
+              allowed = set.filter((e) => tree.size(e) === smallest);
+            }
+            const got = r.route(avoid === undefined ? { inputIds: o.ids } : { inputIds: o.ids, avoid });
+            if (!allowed.includes(got)) return false;
+            tree.insert(o.ids, got);
+            if (tree.size(got) > opts.maxTreeTokens) tree.evict(got, Math.floor(opts.maxTreeTokens * 0.9));
+            if (r.treeSize(got) !== tree.size(got)) return false;
+          }
+        }
+        return true;
+      }),
+      { numRuns: 10 * runs } // cheap (a few ms a hundred), and the shared-prefix cases are a few percent,
     );
   });
 });

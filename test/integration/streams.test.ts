@@ -213,11 +213,16 @@ describe("consumeStream", () => {
     });
     try {
       await waitUntil(() => seen.length > 0, { timeoutMs: 15_000, what: "the message handled once its body could be fetched", diagnostics: () => log.join("\n") });
-      expect(seen).toEqual([{ n: 9, deliveryCount: 2 }]);
+      // Delivered again after the timeout (a second delivery's real fetch may time out too on a loaded
+      // machine: a fresh-clone run saw delivery 3), handled once, never dead-lettered.
+      expect(seen).toHaveLength(1);
+      expect(seen[0]!.n).toBe(9);
+      expect(seen[0]!.deliveryCount).toBeGreaterThanOrEqual(2);
       expect(c.stats.malformed).toBe(0);
       expect(log.join("\n")).toMatch(/fetching the body of a message on sl\.work failed \(delivery 1; retrying\): reading chunk 1 of 2 of large payload: timed out/);
     } finally {
       await c.stop();
+      await flaky.heartbeats().close(); // the wrapper started a heartbeat worker of its own
     }
   }, 30_000);
 

@@ -246,8 +246,7 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
 
   const one = async (m: JsMsg): Promise<void> => {
     countDelivery(o.stream, o.durable, m.info.deliveryCount);
-    const seq = m.info.streamSequence;
-    handling.set(seq, m);
+    const seq = m.info.streamSequence; // in `handling` already (see pump)
     /** The message's latest delivery (a redelivery while it is handled replaces it: see `again`). */
     const latest = () => handling.get(seq) ?? held.get(seq) ?? m;
     try {
@@ -315,6 +314,8 @@ export function consumeStream<D extends AnyMessageDef>(o: ConsumeOptions<D>): St
           if (!stopped) pump();
         });
       const [seq, m] = queued.first()!;
+      // handled before it leaves the queue: its beat goes on, with no release and hold sent to the worker
+      handling.set(seq, m);
       queued.delete(seq);
       // (one() handles its own failures; what escapes it, e.g. a nak on a closed connection, is logged)
       const p: Promise<void> = one(m).catch((e: unknown) => o.log(`consumer ${o.durable} on ${o.stream}: ${(e as Error).message}`)).finally(() => {

@@ -78,8 +78,8 @@ interface RolloutState {
  * replaces or detaches, e.g. after its process restarted) and with the weight version the fleet
  * actor brings them to (an engine back from a restart joins routing only once it serves it);
  * with `members`, it routes over this instance's share of the engines only (shard.ts), renewing its
- * membership every `everyMs` (on a timer of its own, whatever a pass takes). Returns the stop
- * function, which resolves once a pass and a renewal in flight have ended and the membership is
+ * membership every `everyMs` (from the bus's heartbeat worker, whatever a pass takes or the event loop
+ * does). Returns the stop function, which resolves once a pass in flight has ended and the membership is
  * given up: await it before the bus closes, or a request still in flight outlives the connection
  * (docs/reliability.md, finding 10).
  */
@@ -137,23 +137,13 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
   const timer = setInterval(() => {
     pass ??= follow().finally(() => (pass = null));
   }, everyMs);
-  // The membership is renewed on a timer of its own: a pass can take long (attaching many engines to
-  // a loaded fleet), and an instance whose entry expired meanwhile would lose its share to the others
-  // (found at 128 engines: every instance's passes slow, every entry gone).
-  let beat: Promise<void> | null = null;
-  const beatTimer = members
-    ? setInterval(() => {
-        beat ??= members
-          .beat()
-          .catch((e: unknown) => void (!stopped && log(`rollout: ${(e as Error).message}`)))
-          .finally(() => (beat = null));
-      }, everyMs)
-    : null;
+  // The membership is renewed apart from the passes, from the bus's heartbeat worker: a pass can
+  // take long (attaching many engines to a loaded fleet; found at 128 engines, every instance's
+  // passes slow, every entry gone), and the event loop can stall past the entries' TTL (1,024 engines).
+  members?.keep(everyMs, (l) => void (!stopped && log(l)));
   return async () => {
     stopped = true;
     clearInterval(timer);
-    if (beatTimer) clearInterval(beatTimer);
-    await settleWithin(beat, 5_000);
     await settleWithin(pass, 5_000); // a pass stuck behind a reconnecting connection must not hang the stop
     if (members) await settleWithin(members.leave().catch((e: unknown) => log(`rollout: ${(e as Error).message}`)), 5_000);
   };

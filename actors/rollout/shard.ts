@@ -6,7 +6,10 @@
 //
 // Membership: every instance beats an entry into the job's actors KV bucket (names.kvActors, entries
 // expire after MEMBER_TTL_MS without a beat, so a SIGKILLed instance drops out on its own; a stopped one
-// marks its entry as left, which the others believe at once). A reader counts a member it has seen
+// marks its entry as left, which the others believe at once). The beats go out from the bus's
+// heartbeat worker (src/transport/heartbeats.ts), so an instance whose event loop stalls keeps its
+// entry for up to the stall limit (a minute): at 1,024 engines (Dec 1) stalls of 10–57 s expired the
+// entries beaten from the event loop, and the shares changed 12 times in an hour. A reader counts a member it has seen
 // until the member has been missing from the bucket for MEMBER_GRACE_MS and for MEMBER_MISSED_READS
 // reads in a row: when the machine stalled every process at once (two cores at 1,024 simulated
 // engines, Dec 1), every entry expired, each instance read the others as gone and took every engine,
@@ -17,6 +20,7 @@
 import { createHash } from "node:crypto";
 import type { KV } from "@nats-io/kv";
 import { toTransportError, type Bus } from "../../src/transport/bus.ts";
+import { defaultStallLimitMs } from "../../src/transport/heartbeats.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { kvJsonValues } from "../../src/transport/stored.ts";
 
@@ -33,6 +37,8 @@ export interface MembershipOptions {
   ttlMs?: number;
   graceMs?: number;
   missedReads?: number;
+  /** How long the heartbeat worker renews the entry while the event loop does not run (default: defaultStallLimitMs of the TTL, a minute). */
+  stallLimitMs?: number;
 }
 
 /** Rendezvous score of an engine for a member (the first 48 bits of SHA-1 of both). */
@@ -59,10 +65,11 @@ export function engineShare(urls: readonly string[], members: readonly string[],
 
 const text = new TextEncoder();
 
-/** A rollout instance's membership: beat() keeps it listed, members() lists the live ones. */
+/** A rollout instance's membership: beat() lists it, keep() keeps it listed, members() lists the live ones. */
 export class RolloutMembers {
   /** Members this reader has seen: when it last saw each, and the reads in a row that missed it since. */
   private readonly seen = new Map<string, { at: number; missed: number }>();
+  private kept = false;
 
   private constructor(
     private readonly kv: KV,
@@ -71,24 +78,44 @@ export class RolloutMembers {
     readonly self: string,
     private readonly graceMs: number,
     private readonly missedReads: number,
+    private readonly stallLimitMs: number,
   ) {}
 
   /** Opens (creating if needed) the job's actors bucket for member `self` (the actor's path). */
   static async open(bus: Bus, job: string, self: string, opts: MembershipOptions = {}): Promise<RolloutMembers> {
     const bucket = jobNames(job).kvActors;
-    const kv = await bus.kv(bucket, { history: 1, ttl: opts.ttlMs ?? MEMBER_TTL_MS });
-    return new RolloutMembers(kv, bus, bucket, self, opts.graceMs ?? MEMBER_GRACE_MS, opts.missedReads ?? MEMBER_MISSED_READS);
+    const ttlMs = opts.ttlMs ?? MEMBER_TTL_MS;
+    const kv = await bus.kv(bucket, { history: 1, ttl: ttlMs });
+    return new RolloutMembers(kv, bus, bucket, self, opts.graceMs ?? MEMBER_GRACE_MS, opts.missedReads ?? MEMBER_MISSED_READS, opts.stallLimitMs ?? defaultStallLimitMs(ttlMs));
   }
 
   private key(member: string): string {
     return PREFIX + Buffer.from(member, "utf8").toString("base64url");
   }
 
-  private async put(left: boolean): Promise<void> {
-    await this.kv.put(this.key(this.self), text.encode(JSON.stringify({ member: this.self, at: Date.now(), ...(left ? { left: true } : {}) })));
+  /** The subject a put of this member's entry is published to (the KV bucket's stream takes $KV.<bucket>.<key>). */
+  private get subject(): string {
+    return `$KV.${this.bucket}.${this.key(this.self)}`;
   }
 
-  /** Renews this member's entry. */
+  private entry(left: boolean): Uint8Array {
+    return text.encode(JSON.stringify({ member: this.self, ...(left ? { left: true } : {}) }));
+  }
+
+  private async put(left: boolean): Promise<void> {
+    await this.kv.put(this.key(this.self), this.entry(left));
+  }
+
+  /**
+   * Renews this member's entry every `everyMs` from the bus's heartbeat worker, until leave(); the
+   * worker's failures to renew go to `log`.
+   */
+  keep(everyMs: number, log: (line: string) => void): void {
+    this.kept = true;
+    this.bus.heartbeats().keep(this.subject, this.entry(false), everyMs, this.stallLimitMs, (m) => log(`rollout member ${this.self}: ${m}`));
+  }
+
+  /** Writes this member's entry once. */
   async beat(): Promise<void> {
     try {
       await this.put(false);
@@ -127,6 +154,9 @@ export class RolloutMembers {
 
   /** Marks this member's entry as left (it expires like any other), so the others take over its engines at their next pass. */
   async leave(): Promise<void> {
+    // the worker's renewals stop first, and one in flight is answered before the entry says left
+    if (this.kept) await this.bus.heartbeats().unkeep(this.subject);
+    this.kept = false;
     try {
       await this.put(true);
     } catch (e) {

@@ -9,6 +9,11 @@
 // worker stops beating its messages until it runs again, so they come back to another consumer
 // (a killed process loses its worker with it: its messages come back after ack_wait, as before).
 //
+// The same worker renews entries that must outlive such a stall: `keep` republishes a payload to a
+// subject (a JetStream request, e.g. a KV entry's put to $KV.<bucket>.<key>) on a period, under the
+// same rule. A rollout instance's membership entry (actors/rollout/shard.ts, 10-s TTL) expired in
+// stalls of 10–57 s at 1,024 engines, and the instances reshuffled their shares of the engines.
+//
 // The worker is evaluated from a string (plain JavaScript: under tsx on Node 20 a worker cannot load
 // TypeScript) and requires the nats.js client from the path the main thread resolved.
 import { createRequire } from "node:module";
@@ -35,6 +40,18 @@ export interface Heartbeats {
    */
   hold(reply: string, ackWaitMs: number, stallLimitMs: number): void;
   release(reply: string): void;
+  /**
+   * Publishes `payload` to `subject` as a JetStream request every `everyMs` (one at a time), while
+   * the main thread has run within `stallLimitMs`, until `unkeep(subject)`; replaces an earlier keep
+   * of the subject. The worker's failures to renew (no answer, a refusal) go to `onError`, once per
+   * distinct message until a renewal succeeds.
+   */
+  keep(subject: string, payload: Uint8Array, everyMs: number, stallLimitMs: number, onError?: (message: string) => void): void;
+  /**
+   * Stops renewing `subject`; resolves once a renewal in flight has been answered (so a write the
+   * caller makes next is stored after it), or at once when the worker is gone.
+   */
+  unkeep(subject: string): Promise<void>;
   /**
    * Resolves when the worker's connection is up (or the worker failed for good: `onError` says why).
    * A consumer takes no message before it, so none waits unbeaten while the worker starts.
@@ -91,11 +108,55 @@ function release(reply) {
   g.replies.delete(reply);
 }
 
+/** subject -> { payload, stallLimitMs, timeoutMs, timer, inflight, told } */
+const kept = new Map();
+
+function renew(subject, k) {
+  if (nc === null || nc.isClosed() || k.inflight !== null) return;
+  if (Date.now() - Number(Atomics.load(mainRanAt, 0)) > k.stallLimitMs) return;
+  const failed = (error) => {
+    if (error !== k.told) k.told = error, parentPort.postMessage({ keepError: subject, error });
+  };
+  k.inflight = nc.request(subject, k.payload, { timeout: k.timeoutMs }).then(
+    (m) => {
+      let ack = null;
+      try { ack = JSON.parse(new TextDecoder().decode(m.data)); } catch {}
+      if (ack && ack.error) failed(String(ack.error.description || ack.error.code));
+      else k.told = null;
+    },
+    (e) => failed(String(e && e.message)),
+  ).finally(() => (k.inflight = null));
+}
+
+function keep(subject, payload, everyMs, stallLimitMs) {
+  const old = kept.get(subject);
+  if (old !== undefined) clearInterval(old.timer);
+  const k = { payload, stallLimitMs, timeoutMs: Math.max(1000, Math.min(2 * everyMs, 10000)), timer: null, inflight: old ? old.inflight : null, told: null };
+  k.timer = setInterval(() => renew(subject, k), everyMs);
+  kept.set(subject, k);
+}
+
+async function unkeep(subject) {
+  const k = kept.get(subject);
+  if (k !== undefined) {
+    kept.delete(subject);
+    clearInterval(k.timer);
+    if (k.inflight !== null) await k.inflight;
+  }
+  parentPort.postMessage({ unkept: subject });
+}
+
 parentPort.on("message", async (m) => {
-  if (Array.isArray(m)) return void (m[0] === "h" ? hold(m[1], m[2], m[3]) : release(m[1]));
+  if (Array.isArray(m)) {
+    if (m[0] === "h") return void hold(m[1], m[2], m[3]);
+    if (m[0] === "r") return void release(m[1]);
+    if (m[0] === "k") return void keep(m[1], m[2], m[3], m[4]);
+    if (m[0] === "u") return void (await unkeep(m[1]));
+  }
   if (m.close) {
     closing = true;
     for (const g of groups.values()) clearInterval(g.timer);
+    for (const k of kept.values()) clearInterval(k.timer);
     if (nc !== null) await nc.close().catch(() => {});
     parentPort.close();
   }
@@ -149,20 +210,33 @@ export function startHeartbeats(connect: HeartbeatConnect): Heartbeats {
   };
   let isReady: () => void = () => {};
   const ready = new Promise<void>((r) => (isReady = r));
-  worker.on("message", (m: { ready?: true; error?: string }) => {
+  const keepErrors = new Map<string, (message: string) => void>();
+  const unkeeping = new Map<string, (() => void)[]>();
+  const unkept = (subject: string) => {
+    for (const r of unkeeping.get(subject) ?? []) r();
+    unkeeping.delete(subject);
+  };
+  worker.on("message", (m: { ready?: true; error?: string; keepError?: string; unkept?: string }) => {
+    if (m.unkept !== undefined) return unkept(m.unkept);
+    if (m.keepError !== undefined) return keepErrors.get(m.keepError)?.(`renewing ${m.keepError}: ${m.error}`);
     if (m.ready || m.error !== undefined) isReady();
     if (m.error !== undefined) onError(`heartbeat connection: ${m.error}`);
   });
   worker.on("error", (e) => onError(`heartbeat worker: ${e.message}`));
   const exited = new Promise<void>((r) => worker.once("exit", () => r()));
-  void exited.then(isReady);
+  let gone = false;
+  void exited.then(() => {
+    gone = true;
+    isReady();
+    for (const s of [...unkeeping.keys()]) unkept(s);
+  });
 
   // Holds are counted here (a message can be held twice: handled and deferred), and the worker is
   // told of the first hold and the last release at once: a handler that blocks the event loop right
   // after its message was taken must not leave it unknown to the worker.
   const counts = new Map<string, number>();
   let closed = false;
-  const send = (op: ["h", string, number, number] | ["r", string]) => {
+  const send = (op: ["h", string, number, number] | ["r", string] | ["k", string, Uint8Array, number, number] | ["u", string]) => {
     if (!closed) worker.postMessage(op);
   };
   return {
@@ -178,6 +252,18 @@ export function startHeartbeats(connect: HeartbeatConnect): Heartbeats {
       if (n > 1) return void counts.set(reply, n - 1);
       counts.delete(reply);
       send(["r", reply]);
+    },
+    keep(subject, payload, everyMs, stallLimitMs, onKeepError) {
+      if (onKeepError) keepErrors.set(subject, onKeepError);
+      else keepErrors.delete(subject);
+      send(["k", subject, payload, everyMs, stallLimitMs]);
+    },
+    unkeep(subject) {
+      keepErrors.delete(subject);
+      if (closed || gone) return Promise.resolve();
+      const done = new Promise<void>((r) => unkeeping.set(subject, [...(unkeeping.get(subject) ?? []), r]));
+      send(["u", subject]);
+      return done;
     },
     onError(listener) {
       listeners.add(listener);

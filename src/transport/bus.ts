@@ -387,6 +387,9 @@ export async function connectBus(opts: BusOptions): Promise<Bus> {
     pass,
     name: `${opts.name ?? "ooze"} heartbeats`,
     reconnectTimeWait: opts.reconnectWaitMs ?? 250,
+    // (a user limited to the job's subjects may subscribe only under the job's inbox prefix: the
+    // worker's renewals are requests, whose replies come there)
+    inboxPrefix: opts.inboxPrefix ?? null,
   };
   let nc: NatsConnection;
   try {

@@ -30,6 +30,8 @@ export interface HeartbeatConnect {
   pass: string | null;
   name: string;
   reconnectTimeWait: number;
+  /** The main connection's inbox prefix (replies to the worker's requests come under it), or null for the default. */
+  inboxPrefix: string | null;
 }
 
 /** Beats held JetStream deliveries from a worker thread. */
@@ -168,6 +170,7 @@ connect({
   ...(c.creds !== null ? { authenticator: credsAuthenticator(c.creds) } : {}),
   ...(c.token !== null ? { token: c.token } : {}),
   ...(c.user !== null && c.pass !== null ? { user: c.user, pass: c.pass } : {}),
+  ...(c.inboxPrefix !== null ? { inboxPrefix: c.inboxPrefix } : {}),
   name: c.name,
   reconnect: true,
   maxReconnectAttempts: -1,

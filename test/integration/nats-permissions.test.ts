@@ -94,6 +94,13 @@ describe("NATS users confined to a job", () => {
     const kv = await bus.kv(alpha.kvEngines, { history: 1 });
     await kv.put("engine.e1", enc("up"));
     expect(dec((await kv.get("engine.e1"))!.value)).toBe("up");
+    // an entry kept by the heartbeat worker (a rollout's membership): its renewals are requests,
+    // whose replies come under the job's inbox prefix, not `_INBOX`
+    const renewals: string[] = [];
+    bus.heartbeats().keep(`$KV.${alpha.kvEngines}.engine.e2`, enc("kept"), 50, 60_000, (m) => renewals.push(m));
+    await waitUntil(async () => (await kv.get("engine.e2"))?.value.length === 4, { timeoutMs: 10_000, what: "the worker's renewal stored", diagnostics: () => renewals.join("\n") });
+    await bus.heartbeats().unkeep(`$KV.${alpha.kvEngines}.engine.e2`);
+    expect(renewals).toEqual([]);
     const store = await bus.obj(alpha.objWeights);
     await store.putBlob({ name: "full-v1" }, new Uint8Array(300_000).fill(7));
     expect((await store.getBlob("full-v1"))?.length).toBe(300_000);

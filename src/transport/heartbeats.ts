@@ -119,7 +119,7 @@ function renew(subject, k) {
   const failed = (error) => {
     if (error !== k.told) k.told = error, parentPort.postMessage({ keepError: subject, error });
   };
-  k.inflight = nc.request(subject, k.payload, { timeout: k.timeoutMs }).then(
+  track(k, nc.request(subject, k.payload, { timeout: k.timeoutMs }).then(
     (m) => {
       let ack = null;
       try { ack = JSON.parse(new TextDecoder().decode(m.data)); } catch {}
@@ -127,13 +127,21 @@ function renew(subject, k) {
       else k.told = null;
     },
     (e) => failed(String(e && e.message)),
-  ).finally(() => (k.inflight = null));
+  ));
+}
+
+/** k's renewal in flight is p until p settles. */
+function track(k, p) {
+  k.inflight = p;
+  p.finally(() => { if (k.inflight === p) k.inflight = null; });
 }
 
 function keep(subject, payload, everyMs, stallLimitMs) {
   const old = kept.get(subject);
   if (old !== undefined) clearInterval(old.timer);
-  const k = { payload, stallLimitMs, timeoutMs: Math.max(1000, Math.min(2 * everyMs, 10000)), timer: null, inflight: old ? old.inflight : null, told: null };
+  const k = { payload, stallLimitMs, timeoutMs: Math.max(1000, Math.min(2 * everyMs, 10000)), timer: null, inflight: null, told: null };
+  // (a renewal still in flight from the keep this one replaces is waited for like its own)
+  if (old !== undefined && old.inflight !== null) track(k, old.inflight);
   k.timer = setInterval(() => renew(subject, k), everyMs);
   kept.set(subject, k);
 }

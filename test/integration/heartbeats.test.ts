@@ -1,6 +1,7 @@
 // Renewals from the heartbeat worker (src/transport/heartbeats.ts `keep`) against a real
 // nats-server: a payload kept on a subject is republished while the process's event loop is blocked,
-// up to the stall limit and no longer; unkeep stops it before the caller's next write. And the use
+// up to the stall limit and no longer; unkeep stops it before the caller's next write; a keep that
+// replaces another goes on after the other's renewal in flight is answered. And the use
 // it was made for (actors/rollout/shard.ts): a rollout member stays listed through a stall longer
 // than its entry's TTL, and one that leaves is not renewed after.
 import { describe, expect, it } from "vitest";
@@ -51,6 +52,26 @@ describe("heartbeat worker renewals", () => {
       await bus.close();
     }
   }, 60_000);
+
+  it("a keep that replaces one whose renewal is in flight goes on renewing once that one is answered", async () => {
+    const bus = await nats.connect({ name: "keep-again" });
+    try {
+      const beats = bus.heartbeats();
+      await beats.ready;
+      let asked = 0;
+      // a responder that answers each renewal after 300 ms, so the first is in flight when the keep is replaced
+      const sub = bus.subscribe("slow.keep", { handler: (m) => void (asked++, setTimeout(() => m.respond(new TextEncoder().encode("{}")), 300)) });
+      await bus.flush();
+      beats.keep("slow.keep", new Uint8Array(1), 50, 60_000);
+      await waitUntil(() => asked === 1, { timeoutMs: 5_000, what: "the first renewal" });
+      beats.keep("slow.keep", new Uint8Array(2), 50, 60_000);
+      await waitUntil(() => asked >= 3, { timeoutMs: 5_000, what: "renewals after the replaced keep's was answered" });
+      await beats.unkeep("slow.keep");
+      sub.unsubscribe();
+    } finally {
+      await bus.close();
+    }
+  }, 30_000);
 
   it("report a renewal the server refuses, once", async () => {
     const bus = await nats.connect({ name: "keep-refused" });

@@ -16,15 +16,6 @@
 // server's in + out), and the controller's CPU per trained sample (this process: every actor, the
 // fleet and router, the HTTP clients). Progress on stderr; one JSON line last.
 //
-// The controller's CPU a sample mixes work done for each sample with work done on the wall clock
-// (heartbeats, membership beats, registry passes, health checks, metrics), which a slowed clock
-// shares among fewer samples. With sync and fully_async both measured at one size and slowdown, the
-// bench fits controller cores = periodic + rate × work through the two windows
-// (`controller_work_ms_per_sample`, `controller_periodic_cores`): the work a sample, comparable
-// across sizes and slowdowns, on the assumption that a sample costs the same work in both modes (one
-// weight update a step in both; checked at 32 engines against a fit over two slowdowns,
-// docs/experiments/scale.md).
-//
 // Workload: bench/lib/long-tail-task.ts, prompt i asks for k_i turns (discrete Pareto, alpha 1.0, 1 to
 // 16; mean ≈ 3.4) of `turnTokens` sampled tokens (default 128), the environment answering between
 // turns; each turn is a /generate of the whole conversation so far (token-in/token-out), its prefix
@@ -538,13 +529,6 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
   }
 }
 
-/** The line controller cores = periodic + rate × work through two windows (NaN without both). */
-function workFit(a: ModeFigures | undefined, b: ModeFigures | undefined): { workMs: number; periodicCores: number } {
-  if (!a || !b || a.sps === b.sps) return { workMs: NaN, periodicCores: NaN };
-  const work = (b.controller_cores - a.controller_cores) / (b.sps - a.sps);
-  return { workMs: work * 1000, periodicCores: a.controller_cores - work * a.sps };
-}
-
 const load0 = loadavg()[0]!;
 say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; slowdown ${sizes.map(slowdownOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); warm-up + window steps ${modes.map((m) => `${m} ${planOf(m).warmup} + ${planOf(m).window}`).join(", ")}, each step ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
 const result: Record<string, unknown> = { bench: "scale", steps: Object.fromEntries(modes.map((m) => [m, planOf(m)])), per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, inflight_steps: inflightSteps, late_groups: lateGroups, keep_cache: keepCache, pause_on_update: pauseInPlace ? "in_place" : "abort", cores: availableParallelism(), load_before: load0 };
@@ -555,12 +539,9 @@ try {
     for (const mode of modes) figures[mode] = await runMode(n, mode);
     const b = await bound(n);
     const fa = figures.fully_async?.sps ?? NaN;
-    const fit = workFit(figures.sync, figures.fully_async);
     const row = {
       ...Object.fromEntries(modes.map((m) => [m, figures[m]!.sps])),
       fully_async_vs_sync: fa / (figures.sync?.sps ?? NaN),
-      controller_work_ms_per_sample: fit.workMs,
-      controller_periodic_cores: fit.periodicCores,
       ...b,
       fully_async_vs_bound: fa / b.bound,
       engine_utilisation: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_utilisation])),
@@ -582,7 +563,7 @@ try {
       engine_requests_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_requests_per_sample])),
       engine_aborts_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.engine_aborts_per_sample])),
     };
-    say(`N=${n}: fully_async_vs_sync ${row.fully_async_vs_sync.toFixed(2)}, fully_async_vs_bound ${row.fully_async_vs_bound.toFixed(2)}, trainer busy ${(100 * (figures.fully_async?.trainer_busy ?? NaN)).toFixed(0)} % of the fully_async window (tokens a sample: window ${(figures.fully_async?.window_tokens_per_sample ?? NaN).toFixed(0)}, bound ${b.tokens_per_sample.toFixed(0)}); controller work ${fit.workMs.toFixed(2)} ms a sample + ${fit.periodicCores.toFixed(2)} cores periodic (sync and fully_async windows)`);
+    say(`N=${n}: fully_async_vs_sync ${row.fully_async_vs_sync.toFixed(2)}, fully_async_vs_bound ${row.fully_async_vs_bound.toFixed(2)}, trainer busy ${(100 * (figures.fully_async?.trainer_busy ?? NaN)).toFixed(0)} % of the fully_async window (tokens a sample: window ${(figures.fully_async?.window_tokens_per_sample ?? NaN).toFixed(0)}, bound ${b.tokens_per_sample.toFixed(0)})`);
     bySize[String(n)] = row;
   }
 } finally {

@@ -6,6 +6,8 @@
 // than its entry's TTL, and one that leaves is not renewed after.
 import { describe, expect, it } from "vitest";
 import { RolloutMembers } from "../../actors/rollout/shard.ts";
+import type { Bus } from "../../src/transport/bus.ts";
+import type { Heartbeats } from "../../src/transport/heartbeats.ts";
 import { useNats, waitUntil } from "../harness/index.ts";
 
 const nats = useNats();
@@ -15,13 +17,22 @@ function block(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
+/** Runs `body` with a connection of its own and that bus's heartbeat worker, connected; closes both. */
+async function withBeats(name: string, body: (bus: Bus, beats: Heartbeats) => Promise<void>): Promise<void> {
+  const bus = await nats.connect({ name });
+  try {
+    const beats = bus.heartbeats();
+    await beats.ready;
+    await body(bus, beats);
+  } finally {
+    await bus.close();
+  }
+}
+
 describe("heartbeat worker renewals", () => {
   it("republish while the event loop is blocked, up to the stall limit; unkeep stops them", async () => {
-    const bus = await nats.connect({ name: "keep" });
-    try {
+    await withBeats("keep", async (bus, beats) => {
       await bus.ensureStream("KEEPS", ["keep.>"]);
-      const beats = bus.heartbeats();
-      await beats.ready;
       const errors: string[] = [];
       beats.keep("keep.long", new TextEncoder().encode("l"), 100, 60_000, (m) => errors.push(m));
       beats.keep("keep.short", new TextEncoder().encode("s"), 100, 500, (m) => errors.push(m));
@@ -48,16 +59,11 @@ describe("heartbeat worker renewals", () => {
       await new Promise((r) => setTimeout(r, 400));
       expect((await jsm.streams.info("KEEPS")).state.last_seq).toBe(last);
       expect(errors).toEqual([]);
-    } finally {
-      await bus.close();
-    }
+    });
   }, 60_000);
 
   it("a keep that replaces one whose renewal is in flight goes on renewing once that one is answered", async () => {
-    const bus = await nats.connect({ name: "keep-again" });
-    try {
-      const beats = bus.heartbeats();
-      await beats.ready;
+    await withBeats("keep-again", async (bus, beats) => {
       let asked = 0;
       // a responder that answers each renewal after 300 ms, so the first is in flight when the keep is replaced
       const sub = bus.subscribe("slow.keep", { handler: (m) => void (asked++, setTimeout(() => m.respond(new TextEncoder().encode("{}")), 300)) });
@@ -68,16 +74,11 @@ describe("heartbeat worker renewals", () => {
       await waitUntil(() => asked >= 3, { timeoutMs: 5_000, what: "renewals after the replaced keep's was answered" });
       await beats.unkeep("slow.keep");
       sub.unsubscribe();
-    } finally {
-      await bus.close();
-    }
+    });
   }, 30_000);
 
   it("report a renewal the server refuses, once", async () => {
-    const bus = await nats.connect({ name: "keep-refused" });
-    try {
-      const beats = bus.heartbeats();
-      await beats.ready;
+    await withBeats("keep-refused", async (_bus, beats) => {
       const errors: string[] = [];
       beats.keep("nowhere.keep", new Uint8Array(1), 100, 60_000, (m) => errors.push(m)); // no stream takes it (KEEPS above takes keep.>): no responders
       await waitUntil(() => errors.length > 0, { timeoutMs: 10_000, what: "a renewal's failure reported" });
@@ -85,23 +86,19 @@ describe("heartbeat worker renewals", () => {
       await beats.unkeep("nowhere.keep");
       expect(errors).toHaveLength(1);
       expect(errors[0]).toMatch(/^renewing nowhere\.keep: no responders/);
-    } finally {
-      await bus.close();
-    }
+    });
   }, 30_000);
 });
 
 describe("rollout membership renewed from the heartbeat worker", () => {
   it("a member stays listed through a stall past its entry's TTL; one that left is not renewed after", async () => {
-    const bus = await nats.connect({ name: "members" });
-    try {
+    await withBeats("members", async (bus) => {
       const job = "keep-members";
       const opts = { ttlMs: 1_000, graceMs: 0, missedReads: 1 };
       const m = await RolloutMembers.open(bus, job, "m", opts);
       await m.beat();
       const log: string[] = [];
       m.keep(100, (l) => log.push(l));
-      await bus.heartbeats().ready;
       block(3_000); // three TTLs without the event loop
       // a reader that never saw m (no grace) lists it only if its entry is in the bucket
       expect(await (await RolloutMembers.open(bus, job, "fresh", opts)).members()).toEqual(["m"]);
@@ -111,8 +108,6 @@ describe("rollout membership renewed from the heartbeat worker", () => {
       await new Promise((r) => setTimeout(r, 500)); // five renewal periods: none came after the entry said left
       expect(await after.members()).toEqual([]);
       expect(log).toEqual([]);
-    } finally {
-      await bus.close();
-    }
+    });
   }, 60_000);
 });

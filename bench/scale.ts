@@ -1,7 +1,8 @@
 // Scale benchmark (`npm run bench -- scale [--sizes 8,32,128] [--warmup W] [--window S] [--per-engine S]
 // [--controllers K|K1,K2,..] [--sim-processes P|P1,P2,..] [--slowdown S|S1,S2,..]
 // [--turn-tokens T] [--train-tps-per-engine R] [--update-ms U] [--catch-up-ms C] [--modes sync,async,fully_async]
-// [--max-staleness K] [--inflight-steps F] [--late-groups wait|requeue] [--keep-cache] [--pause-in-place]`):
+// [--max-staleness K] [--inflight-steps F] [--late-groups wait|requeue] [--keep-cache] [--pause-in-place]
+// [--max-turns K]`):
 // the loop as it runs under `ooze train` — the real fleet and cache-aware router, the rollout, buffer,
 // trainer and weight-sync actors, their JetStream streams on a real nats-server — against N simulated
 // GPU engines (`ooze sim-engine --count N` in a child process: SGLang's API, timing from the H100
@@ -17,7 +18,7 @@
 // fleet and router, the HTTP clients). Progress on stderr; one JSON line last.
 //
 // Workload: bench/lib/long-tail-task.ts, prompt i asks for k_i turns (discrete Pareto, alpha 1.0, 1 to
-// 16; mean ≈ 3.4) of `turnTokens` sampled tokens (default 128), the environment answering between
+// `--max-turns`, default 16; mean ≈ 3.4) of `turnTokens` sampled tokens (default 128), the environment answering between
 // turns; each turn is a /generate of the whole conversation so far (token-in/token-out), its prefix
 // cached at the engine the router sends the session to. Per step: `perEngine` samples per engine
 // (default 32: 4 prompts × 8 samples each), so the batch grows with the fleet.
@@ -86,6 +87,7 @@ import { loadTopology } from "../src/topology/load.ts";
 import { freePort, startNatsServer } from "../src/transport/nats-server.ts";
 import { jobNames } from "../src/transport/names.ts";
 import { H100_LLAMA_8B } from "../src/engine/sim/perf-model.ts";
+import { cpuGaugeMs } from "./lib/cpu.ts";
 import { generationOnly } from "./lib/generation-only.ts";
 
 function arg(name: string, fallback: string): string {
@@ -157,7 +159,7 @@ const slowdownOf = (n: number) =>
   Math.max(1, perSize(slowdownArg, n, (k) => Math.ceil(((k * tpsPerEngine) / (4 * turnTokens)) * CPU_S_PER_SAMPLE / (0.5 * availableParallelism()))));
 const simProcessesOf = (n: number) => Math.max(1, perSize(simProcessesArg, n, (k) => Math.ceil(k / 128)));
 const task = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
-const taskConfig = { alpha: 1.0, maxTurns: 16, turnTokens };
+const taskConfig = { alpha: 1.0, maxTurns: Number(arg("max-turns", "16")), turnTokens };
 const OOZE = fileURLToPath(new URL("../bin/ooze.mjs", import.meta.url));
 const root = mkdtempSync(join(tmpdir(), "ooze-bench-scale-"));
 const say = (s: string) => process.stderr.write(`[bench scale] ${s}\n`);
@@ -306,6 +308,8 @@ interface Snapshot {
   /** Prompt groups published on the samples stream so far (its last sequence). */
   groups: number;
   engines: Promise<EngineTotals>;
+  /** The CPU gauge read beside the job (bench/lib/cpu.ts), in ms. */
+  gauge: Promise<number>;
 }
 
 interface ModeFigures {
@@ -320,6 +324,13 @@ interface ModeFigures {
   prefix_hit_rate: number;
   nats_msgs_per_s: number;
   controller_cpu_ms_per_sample: number;
+  /**
+   * The CPU gauge (bench/lib/cpu.ts) read at the window's start and end, their mean in ms, and the
+   * controller's CPU a sample as a multiple of it: the figure to compare across runs made at
+   * different hours (this machine's CPU time for the same work varies up to 2× over a day).
+   */
+  cpu_gauge_ms: number;
+  controller_cpu_per_sample_in_gauges: number;
   controller_cores: number;
   sim_cores: number;
   nats_cores: number;
@@ -362,9 +373,11 @@ async function snapshot(job: string, nodePids: readonly number[], simPids: reado
   const sum = (pids: readonly number[]) => pids.reduce((k, pid) => k + procCpu(pid), 0);
   const engines = engineTotals(urls);
   engines.catch(() => {}); // (awaited later, by the caller)
+  const gauge = cpuGaugeMs();
+  gauge.catch(() => {});
   return {
     at: performance.now(), cpu: (u.user + u.system) / 1e6 + sum(nodePids), sim: sum(simPids), nats: procCpu(nats.pid), msgs: await natsMsgs(),
-    groups, engines,
+    groups, engines, gauge,
   };
 }
 
@@ -457,6 +470,7 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
     const ms = readJsonl<StepMetrics>(join(out, "metrics.jsonl"));
     const a = await first!, b = await last!;
     const ea = await a.engines, eb = await b.engines;
+    const gauge = ((await a.gauge) + (await b.gauge)) / 2;
     const wall = (b.at - a.at) / 1000;
     const inWindow = ms.filter((m) => m.step > warmup && m.step <= end);
     const trained = inWindow.reduce((x, m) => x + m.samples, 0);
@@ -475,6 +489,8 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
       prefix_hit_rate: (eb.hit - ea.hit) / Math.max(1, eb.prompt - ea.prompt),
       nats_msgs_per_s: (b.msgs - a.msgs) / wall,
       controller_cpu_ms_per_sample: ((b.cpu - a.cpu) * 1000) / trained,
+      cpu_gauge_ms: gauge,
+      controller_cpu_per_sample_in_gauges: ((b.cpu - a.cpu) * 1000) / trained / gauge,
       controller_cores: (b.cpu - a.cpu) / wall,
       sim_cores: (b.sim - a.sim) / wall,
       nats_cores: (b.nats - a.nats) / wall,
@@ -489,7 +505,7 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
     };
     say(
       `N=${n} ${mode} (${k} rollout process(es), ${f.sim_processes} sim, slowed ${f.slowdown}x): ${f.sps.toFixed(1)} samples/s (step ${f.mean_step_s.toFixed(2)} s; window: ${trained} trained, ${generated} generated), engines ${(100 * f.engine_utilisation).toFixed(0)} % busy, prefix hits ${(100 * f.prefix_hit_rate).toFixed(0)} %, ` +
-        `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}, ` +
+        `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores; ${f.controller_cpu_per_sample_in_gauges.toFixed(4)} of the CPU gauge's ${f.cpu_gauge_ms.toFixed(0)} ms), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}, ` +
         `${f.engine_requests_per_sample.toFixed(2)} engine requests and ${f.engine_aborts_per_sample.toFixed(2)} aborts a generated sample`,
     );
     return f;
@@ -530,8 +546,8 @@ async function bound(n: number): Promise<Record<"generation_only" | "generation_
 }
 
 const load0 = loadavg()[0]!;
-say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; slowdown ${sizes.map(slowdownOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); warm-up + window steps ${modes.map((m) => `${m} ${planOf(m).warmup} + ${planOf(m).window}`).join(", ")}, each step ${perEngine} samples per engine (8 per prompt); turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
-const result: Record<string, unknown> = { bench: "scale", steps: Object.fromEntries(modes.map((m) => [m, planOf(m)])), per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, inflight_steps: inflightSteps, late_groups: lateGroups, keep_cache: keepCache, pause_on_update: pauseInPlace ? "in_place" : "abort", cores: availableParallelism(), load_before: load0 };
+say(`sizes ${sizes.join(", ")} (rollout processes ${sizes.map(controllersOf).join(", ")}; slowdown ${sizes.map(slowdownOf).join(", ")}; sim-engine processes ${sizes.map(simProcessesOf).join(", ")}); warm-up + window steps ${modes.map((m) => `${m} ${planOf(m).warmup} + ${planOf(m).window}`).join(", ")}, each step ${perEngine} samples per engine (8 per prompt); episodes of 1 to ${taskConfig.maxTurns} turns of ${turnTokens} tokens; trainer ${tpsPerEngine} tokens/s per engine; weight update ${updateMs} ms; ${availableParallelism()} cores, load ${load0.toFixed(2)}`);
+const result: Record<string, unknown> = { bench: "scale", steps: Object.fromEntries(modes.map((m) => [m, planOf(m)])), per_engine: perEngine, turn_tokens: turnTokens, train_tps_per_engine: tpsPerEngine, update_ms: updateMs, catch_up_ms: catchUpMs, max_staleness: maxStaleness, max_turns: taskConfig.maxTurns, inflight_steps: inflightSteps, late_groups: lateGroups, keep_cache: keepCache, pause_on_update: pauseInPlace ? "in_place" : "abort", cores: availableParallelism(), load_before: load0 };
 const bySize: Record<string, unknown> = {};
 try {
   for (const n of sizes) {
@@ -553,6 +569,8 @@ try {
       generated_vs_trained: Object.fromEntries(modes.map((m) => [m, figures[m]!.generated_vs_trained])),
       trained_in_window: Object.fromEntries(modes.map((m) => [m, figures[m]!.trained_in_window])),
       controller_cpu_ms_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.controller_cpu_ms_per_sample])),
+      cpu_gauge_ms: Object.fromEntries(modes.map((m) => [m, figures[m]!.cpu_gauge_ms])),
+      controller_cpu_per_sample_in_gauges: Object.fromEntries(modes.map((m) => [m, figures[m]!.controller_cpu_per_sample_in_gauges])),
       controller_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.controller_cores])),
       sim_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.sim_cores])),
       nats_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.nats_cores])),

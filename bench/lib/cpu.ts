@@ -26,3 +26,37 @@ export function cpuBetween(a: CpuTimes | null, b: CpuTimes | null): CpuTimes | n
   return { busy: b.busy - a.busy, total: b.total - a.total };
 }
 
+
+/**
+ * A CPU gauge: the CPU milliseconds a fixed piece of JavaScript work takes in a fresh node process,
+ * the same work every time — JSON bodies of token ids built and parsed (as a /generate exchange is),
+ * typed arrays filled and copied, a Map churned — with nothing else in that process. This machine's
+ * CPU time for one piece of work varies up to 2× over a day (docs/reliability.md: the suite's time
+ * follows the hour), so a figure in CPU time is compared across runs as a multiple of the gauge read
+ * beside it. Resolves with the median of `reads` reads.
+ */
+export async function cpuGaugeMs(reads = 3): Promise<number> {
+  const { execFile } = await import("node:child_process");
+  const { promisify } = await import("node:util");
+  const work = `
+    const t0 = process.cpuUsage();
+    let keep = 0;
+    const seen = new Map();
+    for (let i = 0; i < 400; i++) {
+      const ids = new Int32Array(1024);
+      for (let j = 0; j < ids.length; j++) ids[j] = (i * 7919 + j * 104729) % 32000;
+      const body = JSON.stringify({ input_ids: Array.from(ids), sampling_params: { max_new_tokens: 128, temperature: 1 }, rid: "r" + i });
+      const back = JSON.parse(body);
+      const lp = Float32Array.from(back.input_ids, (x) => -x / 32000);
+      keep += lp[i % lp.length] + back.input_ids.length;
+      seen.set("r" + i, lp.slice(0, 64));
+      if (seen.size > 64) seen.delete(seen.keys().next().value);
+    }
+    const u = process.cpuUsage(t0);
+    process.stdout.write(String((u.user + u.system) / 1000 + (keep === -1 ? 1 : 0)));
+  `;
+  const ms: number[] = [];
+  // (not execFileSync: a bench reads it beside a running job, whose process must not stop meanwhile)
+  for (let i = 0; i < reads; i++) ms.push(Number((await promisify(execFile)(process.execPath, ["-e", work], { encoding: "utf8" })).stdout));
+  return ms.sort((a, b) => a - b)[Math.floor(ms.length / 2)]!;
+}

@@ -87,23 +87,36 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
   let stopped = false;
   let pass: Promise<void> | null = null;
   let lastShare = "";
-  // The engines are listed again only when the bucket changed (a listing is a get per engine: at a
-  // thousand engines, every 2 s, in every rollout instance, that would be most of their work).
-  let listedAt = -1;
+  // The engines are listed again only when an engine's entry changed (a listing is a get per engine:
+  // at a thousand engines, every 2 s, in every rollout instance, that would be most of their work).
+  // The bucket's last sequence also moves with the weight version, which the fleet actor writes
+  // every step: so a moved one is followed by a question whether any engine entry is among the
+  // changes (one request), and the listing only when one is.
+  let seenAt = -1;
+  let listings = 0;
   let urls: string[] = [];
+  // The share is computed again only when the engines or the members changed: it is a SHA-1 per
+  // engine and member (4,096 at 1,024 engines and four instances, every pass, in every instance).
+  let sharedFor = "";
+  let shared: string[] = [];
   const follow = async () => {
     try {
       const seq = await registry.lastSeq();
       const v = await registry.version();
       if (v) fleet.followVersion(v.version);
-      if (seq !== listedAt) {
-        urls = (await registry.entries()).map((e) => normalizeEngineUrl(e.url));
-        listedAt = seq;
+      if (seq !== seenAt) {
+        if (seenAt < 0 || (await registry.enginesChangedAfter(seenAt))) {
+          urls = (await registry.entries()).map((e) => normalizeEngineUrl(e.url));
+          listings++;
+        }
+        seenAt = seq;
       }
       let want = new Set(urls);
       if (members) {
         const all = await members.members();
-        want = new Set(engineShare(urls, all, members.self));
+        const key = `${listings}\n${[...all].sort().join("\n")}`;
+        if (key !== sharedFor) [shared, sharedFor] = [engineShare(urls, all, members.self), key];
+        want = new Set(shared);
         const share = `${want.size} of ${urls.length} engines, ${all.length} rollout instance(s)`;
         // (a lone instance, routing over every engine, says nothing)
         if (share !== lastShare && (all.length > 1 || lastShare !== "")) log(`rollout ${members.self}: routing over ${share}`);

@@ -23,6 +23,15 @@ export async function kvKeys(bus: Bus, bucket: string, prefix = ""): Promise<str
   return subjectsOf(await bus.jsm(), `KV_${bucket}`, `${head}${prefix}>`).then((s) => s.map((subject) => subject.slice(head.length)));
 }
 
+/**
+ * Whether a key of KV bucket `bucket` under `prefix` was written or deleted after stream sequence
+ * `seq`: one message get (the first message on those keys' subjects after `seq`), whatever the
+ * number of keys, where listing them again is a get per key.
+ */
+export async function kvChangedAfter(bus: Bus, bucket: string, prefix: string, seq: number): Promise<boolean> {
+  return (await getMessage(await bus.jsm(), `KV_${bucket}`, { seq: seq + 1, next_by_subj: `$KV.${bucket}.${prefix}>` })) !== null;
+}
+
 const untext = new TextDecoder();
 
 /**

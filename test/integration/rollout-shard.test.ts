@@ -1,7 +1,8 @@
 // Rollout instances sharing the job's engines (actors/rollout/shard.ts) on a real nats-server and
 // real simulated engines: two followers of the engines registry split it between them, disjoint and
 // covering; a third joining takes its share; one stopping hands its engines back at the others' next pass.
-// Membership on its own: a member whose entry expired still counts for a grace period and three reads
+// Following the registry: the engines are listed again when an engine's entry changes, not at each
+// step's weight version. Membership on its own: a member whose entry expired still counts for a grace period and three reads
 // (so that a machine-wide stall does not make every instance take every engine), one that left does not.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Fleet } from "../../src/engine/fleet/fleet.ts";
@@ -78,6 +79,42 @@ describe("rollout instances share the engines", () => {
       await b.stop().catch(() => undefined);
     }
   }, 90_000);
+});
+
+describe("following the engines registry", () => {
+  it("lists the engines again when an engine's entry changes, not at each weight version", async () => {
+    const job = "shard-listings";
+    const registry = await FleetRegistry.open(bus, job);
+    for (const url of engines.urls.slice(0, 4)) await registry.put({ url, source: "topology", attachedAt: Date.now() });
+    // the registry as the instance sees it, counting its listings (a get per engine each)
+    let listings = 0;
+    const counted = Object.assign(Object.create(registry) as FleetRegistry, { entries: () => (listings++, registry.entries()) });
+    const fleet = new Fleet({ healthIntervalMs: 0 });
+    const log: string[] = [];
+    const stop = followRegistry(fleet, counted, (l) => log.push(l), 50);
+    const diag = () => `${log.slice(-10).join("\n")}\nfleet: ${fleet.list().map((e) => e.id).join(", ")}; listings ${listings}`;
+    try {
+      await waitUntil(() => fleet.list().length === 4, { timeoutMs: 20_000, what: "the four engines joined", diagnostics: diag });
+      const before = listings;
+      // a step's weight version moves the bucket's last sequence: the passes that see it ask, and list nothing
+      for (let i = 1; i <= 5; i++) {
+        const seq = await registry.lastSeq();
+        await registry.putVersion({ version: String(i), modelDir: "/nowhere" });
+        await waitUntil(async () => !(await registry.enginesChangedAfter(seq)) && (await counted.lastSeq()) > seq, { timeoutMs: 5_000, what: `version ${i} written` });
+        await new Promise((r) => setTimeout(r, 200)); // four passes
+      }
+      expect(listings, diag()).toBe(before);
+      // an engine added, and one deleted, are each listed at the next pass
+      await registry.put({ url: engines.urls[4]!, source: "runtime", attachedAt: Date.now() });
+      await waitUntil(() => fleet.list().some((e) => e.id === engines.urls[4]), { timeoutMs: 20_000, what: "the added engine joined", diagnostics: diag });
+      await registry.remove(engines.urls[0]!);
+      await waitUntil(() => !fleet.list().some((e) => e.id === engines.urls[0]), { timeoutMs: 20_000, what: "the deleted engine gone", diagnostics: diag });
+      expect(listings).toBeGreaterThanOrEqual(before + 2);
+    } finally {
+      await stop();
+      await fleet.close();
+    }
+  }, 60_000);
 });
 
 describe("rollout membership", () => {

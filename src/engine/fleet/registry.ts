@@ -5,7 +5,7 @@
 import type { KV } from "@nats-io/kv";
 import { toTransportError, type Bus } from "../../transport/bus.ts";
 import { jobNames } from "../../transport/names.ts";
-import { kvJsonValues } from "../../transport/stored.ts";
+import { kvChangedAfter, kvJsonValues } from "../../transport/stored.ts";
 
 /** Where an engine came from: the topology (started or listed by it) or a runtime attach. */
 export type EngineSource = "topology" | "runtime";
@@ -85,6 +85,18 @@ export class FleetRegistry {
   private async values(prefix: string): Promise<unknown[]> {
     try {
       return await kvJsonValues(this.bus, this.kv, this.bucket, prefix);
+    } catch (e) {
+      throw toTransportError(e, `reading KV bucket '${this.bucket}'`);
+    }
+  }
+
+  /**
+   * Whether an engine's entry was written or deleted after the bucket's sequence `seq` (one request;
+   * the weight version and the process entries, which share the bucket, do not count).
+   */
+  async enginesChangedAfter(seq: number): Promise<boolean> {
+    try {
+      return await kvChangedAfter(this.bus, this.bucket, ENGINE_PREFIX, seq);
     } catch (e) {
       throw toTransportError(e, `reading KV bucket '${this.bucket}'`);
     }

@@ -15,7 +15,9 @@
 // each mode's measured window, the engines' utilisation (simulated GPU time / wall time), the
 // routing's prefix-cache hit rate (cached / prompt tokens at the engines), NATS messages/s (the
 // server's in + out), and the controller's CPU per trained sample (this process: every actor, the
-// fleet and router, the HTTP clients). Progress on stderr; one JSON line last.
+// fleet and router, the HTTP clients), also as a multiple of a CPU gauge read beside the window
+// (bench/lib/cpu.ts: this machine's CPU time for the same work varies up to 2× over a day).
+// Progress on stderr; one JSON line last.
 //
 // Workload: bench/lib/long-tail-task.ts, prompt i asks for k_i turns (discrete Pareto, alpha 1.0, 1 to
 // `--max-turns`, default 16; mean ≈ 3.4) of `turnTokens` sampled tokens (default 128), the environment answering between

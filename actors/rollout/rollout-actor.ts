@@ -87,11 +87,10 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
   let stopped = false;
   let pass: Promise<void> | null = null;
   let lastShare = "";
-  // The engines are listed again only when an engine's entry changed (a listing is a get per engine:
-  // at a thousand engines, every 2 s, in every rollout instance, that would be most of their work).
-  // The bucket's last sequence also moves with the weight version, which the fleet actor writes
-  // every step: so a moved one is followed by a question whether any engine entry is among the
-  // changes (one request), and the listing only when one is.
+  // The engines are listed again only when an engine's entry changed after the bucket's sequence at
+  // the last listing (one request a pass; a listing is a get per engine: at a thousand engines,
+  // every 2 s, in every rollout instance, that would be most of their work). The weight version,
+  // which the fleet actor writes to the same bucket every step, does not count.
   let seenAt = -1;
   let listings = 0;
   let urls: string[] = [];
@@ -101,14 +100,12 @@ export function followRegistry(fleet: Fleet, registry: FleetRegistry, log: (l: s
   let shared: string[] = [];
   const follow = async () => {
     try {
-      const seq = await registry.lastSeq();
       const v = await registry.version();
       if (v) fleet.followVersion(v.version);
-      if (seq !== seenAt) {
-        if (seenAt < 0 || (await registry.enginesChangedAfter(seenAt))) {
-          urls = (await registry.entries()).map((e) => normalizeEngineUrl(e.url));
-          listings++;
-        }
+      if (seenAt < 0 || (await registry.enginesChangedAfter(seenAt))) {
+        const seq = await registry.lastSeq(); // (before the listing: a change during it is seen next pass)
+        urls = (await registry.entries()).map((e) => normalizeEngineUrl(e.url));
+        listings++;
         seenAt = seq;
       }
       let want = new Set(urls);

@@ -1,7 +1,9 @@
 // Machine-wide CPU time from /proc/stat (Linux), for benchmarks that explain a throughput by what
 // the cores spent on it: busy and total seconds summed over all cores (USER_HZ = 100 ticks/s, as
 // Linux reports /proc/stat to user space). null where /proc/stat is missing.
+import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
+import { promisify } from "node:util";
 
 /** Busy (not idle or iowait) and total CPU seconds of the whole machine since boot, over all cores. */
 export interface CpuTimes {
@@ -26,7 +28,6 @@ export function cpuBetween(a: CpuTimes | null, b: CpuTimes | null): CpuTimes | n
   return { busy: b.busy - a.busy, total: b.total - a.total };
 }
 
-
 /**
  * A CPU gauge: the CPU milliseconds a fixed piece of JavaScript work takes in a fresh node process,
  * the same work every time — JSON bodies of token ids built and parsed (as a /generate exchange is),
@@ -35,9 +36,9 @@ export function cpuBetween(a: CpuTimes | null, b: CpuTimes | null): CpuTimes | n
  * follows the hour), so a figure in CPU time is compared across runs as a multiple of the gauge read
  * beside it. Resolves with the median of `reads` reads.
  */
+const run = promisify(execFile);
+
 export async function cpuGaugeMs(reads = 3): Promise<number> {
-  const { execFile } = await import("node:child_process");
-  const { promisify } = await import("node:util");
   const work = `
     const t0 = process.cpuUsage();
     let keep = 0;
@@ -57,6 +58,6 @@ export async function cpuGaugeMs(reads = 3): Promise<number> {
   `;
   const ms: number[] = [];
   // (not execFileSync: a bench reads it beside a running job, whose process must not stop meanwhile)
-  for (let i = 0; i < reads; i++) ms.push(Number((await promisify(execFile)(process.execPath, ["-e", work], { encoding: "utf8" })).stdout));
+  for (let i = 0; i < reads; i++) ms.push(Number((await run(process.execPath, ["-e", work], { encoding: "utf8" })).stdout));
   return ms.sort((a, b) => a - b)[Math.floor(ms.length / 2)]!;
 }

@@ -125,7 +125,7 @@ export async function runEpisode<S>(task: Task<S>, gen: Generator, spec: Episode
           );
         }
         const res = await gen.generate({
-          inputIds: b.tokens.slice(),
+          inputIds: b.tokens, // a view: the builder only appends past it, so it never changes under the request
           sampling: { max_new_tokens: Math.min(budget, room), temperature: spec.temperature, top_p: 1, top_k: -1, sampling_seed: spec.samplingSeed + (b.index - spec.index) * 7717 + turn * 1009 + resumes + restarts * 31 },
           sessionId: c.session,
           ...(c.lora !== undefined ? { lora: c.lora } : {}),

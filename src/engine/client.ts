@@ -113,6 +113,8 @@ interface CallSpec {
   method: Method;
   path: string;
   body?: unknown;
+  /** The body as JSON text already (a /generate's: see generateJson); sent as it is, in place of `body`. */
+  json?: string;
   idempotent: boolean;
   timeoutMs?: number;
   headers?: Record<string, string>;
@@ -221,7 +223,7 @@ export class EngineClient {
     const res = await this.call({
       method: "POST",
       path: "/generate",
-      body: this.generateBody(req, false),
+      json: this.generateJson(req, false),
       idempotent: false,
       timeoutMs: req.timeoutMs ?? this.generateTimeoutMs,
       headers: this.routingHeaders(req),
@@ -265,7 +267,7 @@ export class EngineClient {
         res = await requestStream(endpoint, {
           method: "POST",
           headers: { "content-type": "application/json", accept: "text/event-stream", ...this.routingHeaders(req) },
-          body: JSON.stringify(this.generateBody(req, true)),
+          body: this.generateJson(req, true),
           signal: ctl.signal,
         });
       } catch (e) {
@@ -459,13 +461,19 @@ export class EngineClient {
 
   // ---------------------------------------------------------------------------------------------
 
-  private generateBody(req: GenerateRequest, stream: boolean): Record<string, unknown> {
-    const body: Record<string, unknown> = { input_ids: Array.from(req.inputIds), sampling_params: req.sampling ?? {} };
-    if (req.returnLogprob) body.return_logprob = true;
-    if (req.rid !== undefined) body.rid = req.rid;
-    if (req.lora) body.lora_path = req.lora;
-    if (stream) body.stream = true;
-    return body;
+  /**
+   * A /generate body as JSON text, written straight from the ids (what JSON.stringify would give for
+   * `{ input_ids: [...], sampling_params, ... }`): no array of numbers is built for it, and a rollout
+   * process holds thousands of these requests at once while their engines generate.
+   */
+  private generateJson(req: GenerateRequest, stream: boolean): string {
+    const ids = req.inputIds as ArrayLike<number> & { join?: (sep: string) => string };
+    let json = `{"input_ids":[${typeof ids.join === "function" ? ids.join(",") : Array.prototype.join.call(ids, ",")}],"sampling_params":${JSON.stringify(req.sampling ?? {})}`;
+    if (req.returnLogprob) json += `,"return_logprob":true`;
+    if (req.rid !== undefined) json += `,"rid":${JSON.stringify(req.rid)}`;
+    if (req.lora) json += `,"lora_path":${JSON.stringify(req.lora)}`;
+    if (stream) json += `,"stream":true`;
+    return json + "}";
   }
 
   private routingHeaders(req: GenerateRequest): Record<string, string> {
@@ -513,14 +521,15 @@ export class EngineClient {
     const ms = spec.timeoutMs ?? this.timeoutMs;
     let res: HttpTextResponse;
     try {
-      const headers = spec.body === undefined ? (spec.headers ?? {}) : { ...spec.headers, "content-type": "application/json" };
+      const body = spec.json ?? (spec.body !== undefined ? JSON.stringify(spec.body) : undefined);
+      const headers = body === undefined ? (spec.headers ?? {}) : { ...spec.headers, "content-type": "application/json" };
       res = await requestText(endpoint, {
         method: spec.method,
         headers,
         timeoutMs: ms,
         priority: this.priority,
         ...(spec.signal ? { signal: spec.signal } : {}),
-        ...(spec.body !== undefined ? { body: JSON.stringify(spec.body) } : {}),
+        ...(body !== undefined ? { body } : {}),
       });
     } catch (e) {
       throw this.transportError(endpoint, e, e instanceof HttpTimeoutError, ms, spec.signal);
@@ -529,8 +538,12 @@ export class EngineClient {
     throw this.statusError(endpoint, res.status, res.text);
   }
 
-  private async call(spec: CallSpec): Promise<RawResponse> {
-    const attempts = spec.idempotent ? 1 + this.retries : 1;
+  private call(spec: CallSpec): Promise<RawResponse> {
+    // One attempt (a /generate): no frame of its own waits on it.
+    return spec.idempotent && this.retries > 0 ? this.retrying(spec, 1 + this.retries) : this.once(spec);
+  }
+
+  private async retrying(spec: CallSpec, attempts: number): Promise<RawResponse> {
     for (let i = 0; ; i++) {
       try {
         // Transport failures, timeouts and 5xx are retried; a malformed body is reported at once.

@@ -44,6 +44,13 @@ describe("EngineClient, well-behaved server", () => {
     expect(req.body).toMatchObject({ input_ids: [10, 11], return_logprob: true, rid: "r1" });
   });
 
+  it("sends a /generate body of exactly the request's fields, from typed or plain ids", async () => {
+    await client.generate({ inputIds: Int32Array.of(7, 8, 9), sampling: { max_new_tokens: 2, temperature: 0.5 }, rid: "q", lora: 'a"b' });
+    expect(fake.seen.at(-1)!.body).toEqual({ input_ids: [7, 8, 9], sampling_params: { max_new_tokens: 2, temperature: 0.5 }, rid: "q", lora_path: 'a"b' });
+    await client.generate({ inputIds: [5], sampling: { max_new_tokens: 1 } });
+    expect(fake.seen.at(-1)!.body).toEqual({ input_ids: [5], sampling_params: { max_new_tokens: 1 } });
+  });
+
   it("streams cumulative chunks and returns the final result", async () => {
     const gen = client.generateStream({ inputIds: [1], sampling: { max_new_tokens: 4 }, returnLogprob: true });
     const lens: number[] = [];

@@ -70,6 +70,7 @@ export class PartialRollout {
 
   /** The prompt followed by every token sampled so far: the input of the next dispatch. */
   continuation(prompt: ArrayLike<number>): Int32Array {
+    if (this.ids.length === 0 && prompt instanceof Int32Array) return prompt; // nothing sampled yet: the prompt itself, not a copy
     const out = new Int32Array(prompt.length + this.ids.length);
     for (let i = 0; i < prompt.length; i++) out[i] = prompt[i]!;
     out.set(this.ids, prompt.length);

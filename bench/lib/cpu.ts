@@ -28,6 +28,8 @@ export function cpuBetween(a: CpuTimes | null, b: CpuTimes | null): CpuTimes | n
   return { busy: b.busy - a.busy, total: b.total - a.total };
 }
 
+const run = promisify(execFile);
+
 /**
  * A CPU gauge: the CPU milliseconds a fixed piece of JavaScript work takes in a fresh node process,
  * the same work every time — JSON bodies of token ids built and parsed (as a /generate exchange is),
@@ -36,8 +38,6 @@ export function cpuBetween(a: CpuTimes | null, b: CpuTimes | null): CpuTimes | n
  * follows the hour), so a figure in CPU time is compared across runs as a multiple of the gauge read
  * beside it. Resolves with the median of `reads` reads.
  */
-const run = promisify(execFile);
-
 export async function cpuGaugeMs(reads = 3): Promise<number> {
   const work = `
     const t0 = process.cpuUsage();

@@ -467,8 +467,7 @@ export class EngineClient {
    * process holds thousands of these requests at once while their engines generate.
    */
   private generateJson(req: GenerateRequest, stream: boolean): string {
-    const ids = req.inputIds as ArrayLike<number> & { join?: (sep: string) => string };
-    let json = `{"input_ids":[${typeof ids.join === "function" ? ids.join(",") : Array.prototype.join.call(ids, ",")}],"sampling_params":${JSON.stringify(req.sampling ?? {})}`;
+    let json = `{"input_ids":[${Array.prototype.join.call(req.inputIds, ",")}],"sampling_params":${JSON.stringify(req.sampling ?? {})}`;
     if (req.returnLogprob) json += `,"return_logprob":true`;
     if (req.rid !== undefined) json += `,"rid":${JSON.stringify(req.rid)}`;
     if (req.lora) json += `,"lora_path":${JSON.stringify(req.lora)}`;

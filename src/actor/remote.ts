@@ -238,7 +238,10 @@ function makeRemoteRef<M>(bus: Bus, names: JobNames, path: string, defaultTimeou
         } catch (e) {
           const err = e instanceof OozeError ? e : new OozeError("INTERNAL", String(e), { cause: e });
           if (err.code === "TIMEOUT") {
-            throw new TimeoutError(`ask to actor '${path}' on '${subject}' got no reply within ${timeoutMs} ms`, { actor: path, cause: err });
+            // (after earlier no-responder answers, the last short try's own deadline can pass before the
+            // server's no-responders status arrives: the message still says why nothing answered)
+            const why = last === null ? "" : ` (last: ${last.message})`;
+            throw new TimeoutError(`ask to actor '${path}' on '${subject}' got no reply within ${timeoutMs} ms${why}`, { actor: path, cause: err });
           }
           // (a TRANSPORT error that is not retryable: the bus is closed for good)
           if (err.code !== "ACTOR_NOT_FOUND" && !(err.code === "TRANSPORT" && err.retryable)) throw err;

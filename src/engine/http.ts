@@ -72,16 +72,7 @@ export interface HttpStreamResponse {
  * `timeoutMs`, or the signal's reason when `signal` aborts.
  */
 export function requestText(url: string, req: HttpRequest): Promise<HttpTextResponse> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let status = 0;
-    exchange(url, req, {
-      head: (s) => void (status = s),
-      data: (c) => void chunks.push(c),
-      end: () => resolve({ status, text: chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8") }),
-      fail: reject,
-    });
-  });
+  return new Promise((resolve, reject) => new TextExchange(url, req, resolve, reject).begin());
 }
 
 /** Sends one request to `url` and hands back the body as it arrives (an SSE stream); errors as requestText's. */
@@ -92,7 +83,6 @@ export function requestStream(url: string, req: HttpRequest): Promise<HttpStream
     let ended = false;
     let failure: unknown = null;
     let wake: (() => void) | null = null;
-    let x: Exchange | null = null;
     const notify = () => {
       const w = wake;
       wake = null;
@@ -104,7 +94,7 @@ export function requestStream(url: string, req: HttpRequest): Promise<HttpStream
           const c = queue.shift();
           if (c !== undefined) {
             queued -= c.length;
-            if (queued < STREAM_HIGH_WATER) x?.resume();
+            if (queued < STREAM_HIGH_WATER) x.resume();
             yield c;
           } else if (failure !== null) throw failure;
           else if (ended) return;
@@ -112,11 +102,11 @@ export function requestStream(url: string, req: HttpRequest): Promise<HttpStream
         }
       } finally {
         // A reader that stops before the end lets go of the connection.
-        if (!ended && failure === null) x?.cancel();
+        if (!ended && failure === null) x.cancel();
       }
     }
     const iterable = body();
-    x = exchange(url, req, {
+    const x = new SinkExchange(url, req, {
       head: (status) =>
         resolve({
           status,
@@ -130,7 +120,7 @@ export function requestStream(url: string, req: HttpRequest): Promise<HttpStream
       data: (c) => {
         queue.push(c);
         queued += c.length;
-        if (queued >= STREAM_HIGH_WATER) x?.pause();
+        if (queued >= STREAM_HIGH_WATER) x.pause();
         notify();
       },
       end: () => {
@@ -143,6 +133,7 @@ export function requestStream(url: string, req: HttpRequest): Promise<HttpStream
         notify();
       },
     });
+    x.begin();
   });
 }
 
@@ -156,13 +147,6 @@ interface Sink {
   fail(e: unknown): void;
 }
 
-interface Exchange {
-  pause(): void;
-  resume(): void;
-  /** Ends the exchange early (its socket closed, never reused). */
-  cancel(): void;
-}
-
 interface Origin {
   /** "host:port" and the scheme: where idle sockets are kept. */
   key: string;
@@ -173,10 +157,23 @@ interface Origin {
   hostHeader: string;
 }
 
-/** An idle socket and the listeners that retire it while it idles. */
+/**
+ * What a socket is doing: carrying an exchange, idling in the pool (`Idle`), or neither (between
+ * the two, or being closed). A socket's listeners are added once, when it opens, and hand each event
+ * to its owner: an exchange adds none of its own (thousands of exchanges in flight held a dozen
+ * closures each, and adding and removing them cost more than the rest of the exchange's setup).
+ */
+const OWNER = Symbol("ooze.http.owner");
+interface OwnedSocket extends Socket {
+  [OWNER]: Exchange | Idle | null;
+}
+
+/** An idle socket in its origin's pool. */
 interface Idle {
-  socket: Socket;
-  drop: () => void;
+  kind: "idle";
+  socket: OwnedSocket;
+  /** Its origin's key. */
+  key: string;
   /** When it went idle, and how long it may idle (ms). */
   since: number;
   idleMs: number;
@@ -192,9 +189,39 @@ function originOf(u: URL): Origin {
   return { key: `${u.protocol}//${u.host}`, tls, host, port, hostHeader: u.host };
 }
 
-function stopIdling({ socket, drop }: Idle): void {
-  socket.off("error", drop).off("close", drop).off("data", drop).off("timeout", drop);
-  socket.setTimeout(0);
+/** Takes an idle socket out of its pool and closes it (a close, an error, unexpected bytes or its idle timeout while idle). */
+function dropIdle(it: Idle): void {
+  const list = idle.get(it.key);
+  const i = list ? list.indexOf(it) : -1;
+  if (i >= 0) list!.splice(i, 1);
+  if (list?.length === 0) idle.delete(it.key);
+  it.socket[OWNER] = null;
+  it.socket.setTimeout(0);
+  it.socket.destroy();
+}
+
+// The listeners every socket has from its start to its close (`this` is the socket).
+function onSocketData(this: OwnedSocket, c: Buffer): void {
+  const o = this[OWNER];
+  if (o === null) this.destroy(); // bytes nobody asked for: the socket is not reused
+  else if (o instanceof Exchange) o.received(c);
+  else dropIdle(o);
+}
+function onSocketError(this: OwnedSocket, e: Error): void {
+  const o = this[OWNER];
+  if (o instanceof Exchange) o.failed(e);
+  else if (o !== null) dropIdle(o);
+}
+function onSocketClose(this: OwnedSocket): void {
+  openSockets--;
+  const o = this[OWNER];
+  if (o instanceof Exchange) o.closed();
+  else if (o !== null) dropIdle(o);
+  waiters.shift()?.wake();
+}
+function onSocketTimeout(this: OwnedSocket): void {
+  const o = this[OWNER];
+  if (o !== null && !(o instanceof Exchange)) dropIdle(o);
 }
 
 /**
@@ -224,7 +251,7 @@ const lateSockets = new WeakSet<Socket>();
 interface Waiter {
   /** The origin it waits to reach. */
   key: string;
-  wake: () => void;
+  wake(): void;
 }
 /**
  * Exchanges waiting for a socket: oldest first overall, and by origin (a released socket goes to the
@@ -298,64 +325,57 @@ export function setSocketBudget(n: number): number {
  * idle socket elsewhere is then closed to make room; a `priority` exchange has PRIORITY_SOCKETS more).
  * Sockets reused late are marked in `lateSockets`.
  */
-function acquire(o: Origin, fresh = false, priority = false): Socket | null {
+function acquire(o: Origin, fresh = false, priority = false): OwnedSocket | null {
   const list = fresh ? undefined : idle.get(o.key);
   for (let it = list?.pop(); it !== undefined; it = list!.pop()) {
-    stopIdling(it);
-    if (it.socket.destroyed || !it.socket.writable) continue;
-    it.socket.ref();
-    if (Date.now() - it.since >= it.idleMs / 2) lateSockets.add(it.socket);
-    return it.socket;
+    const s = it.socket;
+    s[OWNER] = null;
+    s.setTimeout(0);
+    if (s.destroyed || !s.writable) continue;
+    s.ref();
+    if (Date.now() - it.since >= it.idleMs / 2) lateSockets.add(s);
+    return s;
   }
   if (openSockets >= budget + (priority ? PRIORITY_SOCKETS : 0)) {
     for (const l of idle.values()) {
       const oldest = l[0];
       if (oldest) {
-        oldest.drop(); // its close frees a place, and wakes the oldest waiter
+        dropIdle(oldest); // its close frees a place, and wakes the oldest waiter
         break;
       }
     }
     return null;
   }
-  const s = o.tls
-    ? tlsConnect({ host: o.host, port: o.port, ALPNProtocols: ["http/1.1"], ...(/^[\d.:]+$/.test(o.host) ? {} : { servername: o.host }) })
-    : netConnect({ host: o.host, port: o.port });
+  const s = (
+    o.tls
+      ? tlsConnect({ host: o.host, port: o.port, ALPNProtocols: ["http/1.1"], ...(/^[\d.:]+$/.test(o.host) ? {} : { servername: o.host }) })
+      : netConnect({ host: o.host, port: o.port })
+  ) as OwnedSocket;
   openSockets++;
-  s.once("close", () => {
-    openSockets--;
-    waiters.shift()?.wake();
-  });
+  s[OWNER] = null;
+  s.on("data", onSocketData).on("error", onSocketError).on("close", onSocketClose).on("timeout", onSocketTimeout);
   s.setNoDelay(true);
   return s;
 }
 
 /** Keeps a socket whose exchange ended cleanly for the next request to the origin. */
-function release(o: Origin, socket: Socket, idleMs: number): void {
+function release(o: Origin, socket: OwnedSocket, idleMs: number): void {
   // An exchange waiting for a socket takes this one if it goes to the same server; else the socket
   // is closed, and its close makes a place for the oldest waiter.
-  let handOver: Waiter | null = null;
+  let handOver: Waiter | undefined;
   if (waiters.length > 0) {
-    handOver = waiters.shift(o.key) ?? null;
-    if (handOver === null) {
+    handOver = waiters.shift(o.key);
+    if (handOver === undefined) {
+      socket[OWNER] = null;
       socket.destroy();
       return;
     }
   }
   let list = idle.get(o.key);
   if (!list) idle.set(o.key, (list = []));
-  const it: Idle = {
-    socket,
-    since: Date.now(),
-    idleMs,
-    drop: () => {
-      const i = list.indexOf(it);
-      if (i >= 0) list.splice(i, 1);
-      stopIdling(it);
-      socket.destroy();
-    },
-  };
-  // While idle: a close, an error, unexpected bytes or the idle timeout retire it.
-  socket.on("error", it.drop).on("close", it.drop).on("data", it.drop).on("timeout", it.drop);
+  const it: Idle = { kind: "idle", socket, key: o.key, since: Date.now(), idleMs };
+  // While idle: a close, an error, unexpected bytes or the idle timeout retire it (the socket's own listeners).
+  socket[OWNER] = it;
   socket.setTimeout(idleMs);
   socket.unref();
   list.push(it);
@@ -376,121 +396,251 @@ function targetOf(url: string): { origin: Origin; path: string } {
   return t;
 }
 
-/** An exchange that ended before it began (refused at once). */
-const NOOP: Exchange = { pause() {}, resume() {}, cancel() {} };
+/** An exchange's deadline passed. */
+function exchangeTimedOut(x: Exchange): void {
+  x.finish(new HttpTimeoutError(x.req.timeoutMs!));
+}
 
-/** Sends `req` and parses the response into `sink`. */
-function exchange(url: string, req: HttpRequest, sink: Sink): Exchange {
-  const signal = req.signal;
-  if (signal?.aborted) {
-    sink.fail(signal.reason);
-    return NOOP;
-  }
-  let o: Origin;
-  // The head's lines, joined once: one flat string held while the exchange lasts (a head built by
-  // `+=` is a tree of a few dozen string pieces, and thousands of exchanges in flight hold them all).
-  const lines: string[] = [];
-  try {
-    const t = targetOf(url);
-    o = t.origin;
-    lines.push(`${req.method} ${t.path} HTTP/1.1`, `host: ${o.hostHeader}`);
-  } catch (e) {
-    sink.fail(e);
-    return NOOP;
-  }
-  for (const k in req.headers) {
-    const v = req.headers[k]!;
-    if (v.includes("\n") || v.includes("\r")) {
-      sink.fail(new Error(`header '${k}' holds a line break`));
-      return NOOP;
-    }
-    lines.push(`${k}: ${v}`);
-  }
-  const body = req.body ?? "";
-  if (req.method === "POST" || body !== "") lines.push(`content-length: ${Buffer.byteLength(body)}`);
-  lines.push("", "");
-  const head = lines.join("\r\n");
+/**
+ * One request and its response, as one object: its state is fields, its socket's events come
+ * through the socket's own listeners, its deadline is a timer that takes it as argument, and its
+ * signal's listener is the exchange itself (`handleEvent`). A rollout process holds thousands at once
+ * while their engines generate; each used to be a dozen closures and their contexts. `begin()`
+ * starts it; the subclass hands the response on (head, data, end or fail, once each but data).
+ */
+abstract class Exchange implements Waiter {
+  /** The origin (Waiter: where it waits for a socket). */
+  key = "";
+  private origin: Origin | null = null;
+  /** The request's head (its body is the request's). */
+  private requestHead = "";
+  private readonly parser = new ResponseParser();
+  private socket: OwnedSocket | null = null;
+  private done = false;
+  private timer: NodeJS.Timeout | undefined = undefined;
+  private waiting = false;
+  private replied = false;
+  private resent = false;
+  private paused = false;
+  private fresh = false;
 
-  const p = new ResponseParser();
-  let s: Socket | null = null;
-  let done = false;
-  let timer: NodeJS.Timeout | undefined;
-  let waiter: Waiter | null = null;
-  const finish = (e: unknown | null) => {
-    if (done) return;
-    done = true;
-    clearTimeout(timer);
-    signal?.removeEventListener("abort", onAbort);
-    if (waiter !== null) {
-      // still waiting for a socket: leave the queue
-      waiters.delete(waiter);
-    }
-    if (s === null) {
-      sink.fail(e ?? new Error("the exchange ended before it had a socket"));
+  constructor(
+    private readonly url: string,
+    readonly req: HttpRequest,
+  ) {}
+
+  abstract head(status: number): void;
+  abstract data(chunk: Buffer): void;
+  protected abstract end(): void;
+  protected abstract fail(e: unknown): void;
+
+  /** Sends it (or waits for a socket); failures before that go to fail() at once. */
+  begin(): void {
+    const { req } = this;
+    const signal = req.signal;
+    if (signal?.aborted) {
+      this.done = true;
+      this.fail(signal.reason);
       return;
     }
-    s.off("data", onData).off("error", onError).off("close", onClose);
+    // The head's lines, joined once: one flat string held while the exchange lasts (a head built by
+    // `+=` is a tree of a few dozen string pieces, and thousands of exchanges in flight hold them all).
+    const lines: string[] = [];
+    try {
+      const t = targetOf(this.url);
+      this.origin = t.origin;
+      this.key = t.origin.key;
+      lines.push(`${req.method} ${t.path} HTTP/1.1`, `host: ${t.origin.hostHeader}`);
+    } catch (e) {
+      this.done = true;
+      this.fail(e);
+      return;
+    }
+    for (const k in req.headers) {
+      const v = req.headers[k]!;
+      if (v.includes("\n") || v.includes("\r")) {
+        this.done = true;
+        this.fail(new Error(`header '${k}' holds a line break`));
+        return;
+      }
+      lines.push(`${k}: ${v}`);
+    }
+    const body = req.body ?? "";
+    if (req.method === "POST" || body !== "") lines.push(`content-length: ${Buffer.byteLength(body)}`);
+    lines.push("", "");
+    this.requestHead = lines.join("\r\n");
+    signal?.addEventListener("abort", this, { once: true });
+    if (req.timeoutMs !== undefined) this.timer = setTimeout(exchangeTimedOut, req.timeoutMs, this);
+    this.start();
+  }
+
+  /** The signal aborted (EventTarget calls an object listener's handleEvent). */
+  handleEvent(): void {
+    this.finish(this.req.signal!.reason);
+  }
+
+  /** Waiter: a socket may be free now. */
+  wake(): void {
+    this.waiting = false;
+    this.start();
+  }
+
+  private start(): void {
+    if (this.done) return;
+    const s = acquire(this.origin!, this.fresh, this.req.priority === true);
+    if (s === null) {
+      this.waiting = true;
+      waiters.push(this);
+      return;
+    }
+    this.socket = s;
+    s[OWNER] = this;
+    if (this.paused) s.pause();
+    s.write(this.requestHead + (this.req.body ?? ""));
+  }
+
+  /** Bytes of the reply. */
+  received(c: Buffer): void {
+    this.replied = true;
+    try {
+      this.parser.push(c, this);
+    } catch (e) {
+      this.finish(e);
+      return;
+    }
+    if (this.parser.complete) this.finish(null);
+  }
+
+  failed(e: unknown): void {
+    if (!this.resend()) this.finish(e);
+  }
+
+  /** The connection closed: a body framed by the connection's end ends here; any other is cut short. */
+  closed(): void {
+    if (this.resend()) return;
+    this.finish(this.parser.endsWithClose() ? null : Object.assign(new Error("the connection was closed before the whole reply arrived"), { code: "ECONNRESET" }));
+  }
+
+  /**
+   * A keep-alive socket reused late in its idle time that ends before any byte of the reply met the
+   * server's close of the idle connection (it closes those after its keep-alive timeout, and a
+   * client late to retire the socket sends on it meanwhile): the request is sent again, once, on a
+   * new connection.
+   */
+  private resend(): boolean {
+    const s = this.socket;
+    if (this.replied || this.resent || this.done || s === null || !lateSockets.has(s)) return false;
+    this.resent = true;
+    s[OWNER] = null;
+    s.destroy();
+    this.socket = null;
+    this.fresh = true;
+    this.start();
+    return true;
+  }
+
+  /** Ends it: `e` null for a whole reply (the socket kept when the reply allows), else the failure. */
+  finish(e: unknown | null): void {
+    if (this.done) return;
+    this.done = true;
+    clearTimeout(this.timer);
+    this.req.signal?.removeEventListener("abort", this);
+    if (this.waiting) {
+      // still waiting for a socket: leave the queue
+      waiters.delete(this);
+      this.waiting = false;
+    }
+    const s = this.socket;
+    this.socket = null;
+    if (s === null) {
+      this.fail(e ?? new Error("the exchange ended before it had a socket"));
+      return;
+    }
+    s[OWNER] = null;
     if (e !== null) {
       s.destroy();
-      sink.fail(e);
+      this.fail(e);
       return;
     }
-    if (p.keepAlive) release(o, s, p.idleMs);
+    if (this.parser.keepAlive) release(this.origin!, s, this.parser.idleMs);
     else s.destroy();
-    sink.end();
-  };
-  const onAbort = () => finish(signal!.reason);
-  signal?.addEventListener("abort", onAbort, { once: true });
-  if (req.timeoutMs !== undefined) timer = setTimeout(() => finish(new HttpTimeoutError(req.timeoutMs!)), req.timeoutMs);
-  let replied = false;
-  let resent = false;
-  const onData = (c: Buffer) => {
-    replied = true;
-    try {
-      p.push(c, sink);
-    } catch (e) {
-      finish(e);
-      return;
-    }
-    if (p.complete) finish(null);
-  };
-  // A keep-alive socket reused late in its idle time that ends before any byte of the reply met the
-  // server's close of the idle connection (it closes those after its keep-alive timeout, and a client
-  // late to retire the socket sends on it meanwhile): the request is sent again, once, on a new connection.
-  const resend = (): boolean => {
-    if (replied || resent || done || s === null || !lateSockets.has(s)) return false;
-    resent = true;
-    s.off("data", onData).off("error", onError).off("close", onClose);
-    s.destroy();
-    s = null;
-    start(true);
-    return true;
-  };
-  const onError = (e: unknown) => void (resend() || finish(e));
-  // A body framed by the connection's end ends here; any other is cut short.
-  const onClose = () =>
-    void (resend() ||
-      finish(p.endsWithClose() ? null : Object.assign(new Error("the connection was closed before the whole reply arrived"), { code: "ECONNRESET" })));
-  let paused = false;
-  const start = (fresh = false) => {
-    waiter = null;
-    if (done) return;
-    s = acquire(o, fresh, req.priority === true);
-    if (s === null) {
-      waiter = { key: o.key, wake: () => start(fresh) };
-      waiters.push(waiter);
-      return;
-    }
-    s.on("data", onData).on("error", onError).on("close", onClose);
-    if (paused) s.pause();
-    s.write(head + body);
-  };
-  start();
-  return {
-    pause: () => void (paused = true, done || s?.pause()),
-    resume: () => void (paused = false, done || s?.resume()),
-    cancel: () => finish(new Error("the reader left the body before its end")),
-  };
+    this.end();
+  }
+
+  pause(): void {
+    this.paused = true;
+    if (!this.done) this.socket?.pause();
+  }
+
+  resume(): void {
+    this.paused = false;
+    if (!this.done) this.socket?.resume();
+  }
+
+  /** Ends the exchange early (its socket closed, never reused). */
+  cancel(): void {
+    this.finish(new Error("the reader left the body before its end"));
+  }
+}
+
+/** An exchange whose whole body is read as text (requestText). */
+class TextExchange extends Exchange {
+  private status = 0;
+  private chunks: Buffer[] | Buffer | null = null;
+
+  constructor(
+    url: string,
+    req: HttpRequest,
+    private readonly resolve: (r: HttpTextResponse) => void,
+    private readonly reject: (e: unknown) => void,
+  ) {
+    super(url, req);
+  }
+
+  head(status: number): void {
+    this.status = status;
+  }
+
+  data(chunk: Buffer): void {
+    const c = this.chunks;
+    if (c === null) this.chunks = chunk;
+    else if (Array.isArray(c)) c.push(chunk);
+    else this.chunks = [c, chunk];
+  }
+
+  protected end(): void {
+    const c = this.chunks;
+    this.chunks = null;
+    this.resolve({ status: this.status, text: c === null ? "" : Array.isArray(c) ? Buffer.concat(c).toString("utf8") : c.toString("utf8") });
+  }
+
+  protected fail(e: unknown): void {
+    this.chunks = null;
+    this.reject(e);
+  }
+}
+
+/** An exchange that hands each event to a Sink (requestStream). */
+class SinkExchange extends Exchange {
+  constructor(
+    url: string,
+    req: HttpRequest,
+    private readonly sink: Sink,
+  ) {
+    super(url, req);
+  }
+  head(status: number): void {
+    this.sink.head(status);
+  }
+  data(chunk: Buffer): void {
+    this.sink.data(chunk);
+  }
+  protected end(): void {
+    this.sink.end();
+  }
+  protected fail(e: unknown): void {
+    this.sink.fail(e);
+  }
 }
 
 const malformed = (what: string) => Object.assign(new Error(`malformed HTTP response: ${what}`), { code: "HPE_INVALID" });

@@ -14,24 +14,31 @@ import type { PartialRollout } from "./partial.ts";
 /** How a dispatch ended. */
 export type DispatchOutcome = { done: FinishReason } | { retry: string } | { fault: string; error: OozeError };
 
-/** What a dispatch needs of its fleet and request. */
-export interface DispatchContext {
-  stream: boolean;
-  deadlines: ProgressDeadlines;
-  /** Cap of a non-streamed call, ms (the client's own timeout, beyond the progress deadline). */
-  callTimeoutMs: number;
-  /** Deadlines this request already missed on a live engine. */
-  missed: number;
+/** What a dispatch asks of its fleet (one object per fleet, made once). */
+export interface DispatchHost {
   closed(): boolean;
-  userAborted(): boolean;
-  /** The request's progress callback (streamed dispatches). */
-  onTokens?: ((outputIds: Int32Array, logprobs: Float32Array) => void) | undefined;
   /**
-   * The engine answered under an older weight version than its fleet wants (see staleVersion): it
+   * Engine `e` answered under an older weight version than its fleet wants (see staleVersion): it
    * restarted on its initial weights. Returns whether the fleet takes it as that (and brings the
    * engine back to its version); then the reply's tokens are dropped.
    */
-  stale(why: string): boolean;
+  stale(e: Engine, why: string): boolean;
+}
+
+/**
+ * What a dispatch needs of its fleet and request: plain fields, no closures (a rollout process
+ * holds thousands of dispatches in flight).
+ */
+export interface DispatchContext {
+  stream: boolean;
+  deadlines: ProgressDeadlines;
+  /** Deadlines this request already missed on a live engine. */
+  missed: number;
+  host: DispatchHost;
+  /** The request's state: whether its caller aborted it. */
+  request: { readonly userAborted: boolean };
+  /** The request's progress callback (streamed dispatches). */
+  onTokens?: ((outputIds: Int32Array, logprobs: Float32Array) => void) | undefined;
   /** The version the fleet's engines must serve when the dispatch began (its own, or the one it follows), or null. */
   wantedVersion: string | null;
 }
@@ -63,7 +70,8 @@ const ABORT_REPLY_GRACE_MS = 1_000;
 const DONE = Symbol("done");
 
 /**
- * Runs one dispatch of `call` on `e`. Throws only what is not an engine fault: ACTOR_STOPPED when the
+ * Runs one dispatch of `call` on `e` (a non-streamed call with its own cap, `timeoutMs`, beyond the
+ * progress deadline; a streamed one's idle timeout is set here). Throws only what is not an engine fault: ACTOR_STOPPED when the
  * fleet closed, a request the engine rejected, a bug.
  */
 export async function dispatch(e: Engine, attempt: Attempt, call: GenerateRequest, budget: number, acc: PartialRollout, ctx: DispatchContext): Promise<{ outcome: DispatchOutcome; cachedTokens: number }> {
@@ -74,9 +82,9 @@ export async function dispatch(e: Engine, attempt: Attempt, call: GenerateReques
     if (!ctx.stream) {
       const t0 = performance.now();
       attempt.watch = { start: t0, budget, missed: ctx.missed };
-      const r = await e.gen.generate({ ...call, timeoutMs: ctx.callTimeoutMs });
+      const r = await e.gen.generate(call);
       const stale = staleVersion(e, attempt, r.meta.weightVersion, ctx.wantedVersion);
-      if (stale !== null && ctx.stale(stale)) {
+      if (stale !== null && ctx.host.stale(e, stale)) {
         // Its tokens came from other weights than the version they would be recorded under: dropped.
         outcome = { retry: stale };
         throw DONE;
@@ -94,7 +102,7 @@ export async function dispatch(e: Engine, attempt: Attempt, call: GenerateReques
     for (;;) {
       const n = await gen.next();
       const stale = acc.attemptLength === 0 ? staleVersion(e, attempt, n.value.meta.weightVersion, ctx.wantedVersion) : null;
-      if (stale !== null && ctx.stale(stale)) {
+      if (stale !== null && ctx.host.stale(e, stale)) {
         await gen.return(undefined as never);
         return { outcome: { retry: stale }, cachedTokens };
       }
@@ -110,11 +118,11 @@ export async function dispatch(e: Engine, attempt: Attempt, call: GenerateReques
   } catch (err) {
     if (err === DONE) return { outcome: outcome!, cachedTokens };
     const kind = engineFaultKind(err);
-    if (ctx.closed()) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${call.rid ?? ""} was running`);
+    if (ctx.host.closed()) throw new OozeError("ACTOR_STOPPED", `fleet closed while request ${call.rid ?? ""} was running`);
     if (attempt.expired !== null) return { outcome: { fault: "timeout", error: new TimeoutError(attempt.expired) }, cachedTokens };
-    if (kind !== null && !ctx.userAborted()) return { outcome: { fault: kind, error: err as OozeError }, cachedTokens };
+    if (kind !== null && !ctx.request.userAborted) return { outcome: { fault: kind, error: err as OozeError }, cachedTokens };
     if (attempt.redispatch !== null) return { outcome: { retry: attempt.redispatch }, cachedTokens };
-    if (ctx.userAborted()) return { outcome: { done: { type: "abort", message: "Aborted by the caller (fleet.abort)" } }, cachedTokens };
+    if (ctx.request.userAborted) return { outcome: { done: { type: "abort", message: "Aborted by the caller (fleet.abort)" } }, cachedTokens };
     // An error event after the request was accepted: the engine failed it, not the request itself.
     if (err instanceof OozeError && err.code === "ENGINE_REJECTED" && streamed) return { outcome: { fault: "engine-error", error: err }, cachedTokens };
     throw err;

@@ -11,10 +11,10 @@
 import { randomUUID } from "node:crypto";
 import { OozeError, TimeoutError } from "../../errors.ts";
 import type { FinishReason } from "../backend.ts";
-import { EngineClient } from "../client.ts";
+import { EngineClient, type GenerateRequest } from "../client.ts";
 import { limitsOfEngine, sendableMaxNewTokens, type LengthLimits } from "../limits.ts";
 import { updateEngine, type WeightUpdateOptions, type WeightUpdateReport } from "./weights.ts";
-import { dispatch, GRACEFUL_ABORT_MS, sweepDeadlines, type DispatchContext, type DispatchOutcome } from "./dispatch.ts";
+import { dispatch, GRACEFUL_ABORT_MS, sweepDeadlines, type DispatchContext, type DispatchHost, type DispatchOutcome } from "./dispatch.ts";
 import { ExternalRouter } from "./external.ts";
 import { compareVersions, expectedSignature, modelSignature, signatureDiff, versionAtLeast, type ModelSignature } from "./model.ts";
 import { FleetRegistry, type EngineSource } from "./registry.ts";
@@ -88,6 +88,11 @@ export class Fleet {
   private lockChain: Promise<unknown> = Promise.resolve();
   private timer: NodeJS.Timeout | null = null;
   private readonly sweepTimer: NodeJS.Timeout;
+  /** What every dispatch asks of this fleet (made once, not per dispatch). */
+  private readonly dispatchHost: DispatchHost = {
+    closed: () => this.closed,
+    stale: (e, why) => this.restartedStale(e, why),
+  };
   private closed = false;
 
   constructor(opts: FleetOptions = {}) {
@@ -406,24 +411,24 @@ export class Fleet {
           const budget = Math.min(maxNew - acc.length, room);
           const sampling: WireSamplingParams = { ...req.sampling, max_new_tokens: budget };
           if (minNew > 0) sampling.min_new_tokens = Math.min(budget, Math.max(0, minNew - acc.length));
-          const call = {
+          const call: GenerateRequest = {
             inputIds: input,
             sampling,
             returnLogprob: true,
             rid: attempt.rid,
-            ...(req.sessionId !== undefined ? { routingKey: req.sessionId } : {}),
-            ...(req.lora ? { lora: req.lora } : {}),
+            // a non-streamed call's cap, beyond its progress deadline
+            timeoutMs: this.generateTimeoutMs + GRACEFUL_ABORT_MS,
             signal: attempt.ctl.signal,
           };
+          if (req.sessionId !== undefined) call.routingKey = req.sessionId;
+          if (req.lora) call.lora = req.lora;
           const ctx: DispatchContext = {
             stream: attempt.stream,
             onTokens: req.onTokens,
             deadlines: this.deadlines,
-            callTimeoutMs: this.generateTimeoutMs + GRACEFUL_ABORT_MS,
             missed,
-            closed: () => this.closed,
-            userAborted: () => st.userAborted,
-            stale: (why) => this.restartedStale(e, why),
+            host: this.dispatchHost,
+            request: st,
             wantedVersion: this.wantedVersion,
           };
           const d = await dispatch(e, attempt, call, budget, acc, ctx);

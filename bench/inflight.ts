@@ -1,0 +1,174 @@
+// In-flight benchmark (`npm run bench -- inflight [--engines E] [--factor K] [--per-engine P]
+// [--slowdown S] [--warmup W] [--window T] [--rounds R] [--turn-tokens N] [--max-turns M]`): what a
+// rollout process spends a request as the requests it holds in flight grow, at the same request
+// rate. A rollout process at 1,024 engines holds thousands of requests at once, and its garbage
+// collector re-marks what they hold at every major collection (docs/experiments/scale.md, Dec 2): the
+// controller's CPU a sample then grows with the fleet. This measures that alone, in one process.
+//
+// Two sizes, each run `--rounds` times, alternating: small, E engines (default 8) with P samples in
+// flight an engine (default 16), served S times slower than the H100 serving model (default 2); large,
+// K times the engines and samples in flight (default 32) on a clock K times slower, so that each
+// request lasts K times longer and the request rate stays the same. The measured process
+// (bench/lib/inflight-driver.mjs) runs the rollout's generation path from the compiled dist/ —
+// the long-tail task's episodes (up to M turns of N tokens, defaults 4 and 32, as `bench scale`'s light
+// workload), the fleet with cache-aware routing, the engine client, the HTTP transport — against
+// `ooze sim-engine` processes (one per 128 engines), with no health checks, NATS or trainer.
+// OOZE_BENCH_CPU_PROF=DIR has the measured process write a V8 CPU profile of each window there.
+// `--census DIR` writes two heap snapshots of the large size's first round there (requests in flight,
+// then none) and prints what a request in flight holds, by kind of object.
+// Progress on stderr; one JSON line last: each size's CPU a request (all threads; main thread),
+// main-thread GC pauses a request, heap bytes a request in flight, and the large size's over the
+// small one's, from the same run.
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { H100_LLAMA_8B } from "../src/engine/sim/perf-model.ts";
+
+const flag = (name: string, fallback: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : fallback;
+};
+const engines = Number(flag("engines", "8"));
+const factor = Number(flag("factor", "32"));
+const perEngine = Number(flag("per-engine", "16"));
+const slowdown = Number(flag("slowdown", "2"));
+const warmupS = Number(flag("warmup", "20"));
+const windowS = Number(flag("window", "40"));
+const rounds = Number(flag("rounds", "2"));
+const turnTokens = Number(flag("turn-tokens", "32"));
+const maxTurns = Number(flag("max-turns", "4"));
+/** A folder for the large size's heap census (first round): objects a request in flight, by kind. */
+const censusDir = flag("census", "");
+if (![engines, factor, perEngine, slowdown, warmupS, windowS, rounds, turnTokens, maxTurns].every((x) => Number.isFinite(x) && x > 0))
+  throw new Error("bench inflight: every option must be a positive number");
+if ((engines * perEngine) % 8 !== 0) throw new Error("bench inflight: engines × per-engine must be a multiple of 8 (prompt groups of 8)");
+
+const OOZE = fileURLToPath(new URL("../bin/ooze.mjs", import.meta.url));
+const DRIVER = fileURLToPath(new URL("./lib/inflight-driver.mjs", import.meta.url));
+const TASK = fileURLToPath(new URL("./lib/long-tail-task.ts", import.meta.url));
+const root = mkdtempSync(join(tmpdir(), "ooze-bench-inflight-"));
+const say = (s: string) => process.stderr.write(`[bench inflight] ${s}\n`);
+
+/** The serving model `slow` times slower, as a file for sim-engine --table. */
+function slowTable(slow: number): string {
+  const t = H100_LLAMA_8B;
+  const file = join(root, `table-x${slow}.json`);
+  const table = {
+    ...t,
+    name: `${t.name} slowed ${slow}x`,
+    decodeTokensPerSecond: t.decodeTokensPerSecond.map((row) => row.map((r) => r / slow)),
+    prefillTokensPerSecond: t.prefillTokensPerSecond.map((r) => r / slow),
+  };
+  writeFileSync(file, JSON.stringify(table));
+  return file;
+}
+
+/** Runs `node args…` and resolves with its stdout once it exits 0 (or with the process, once `ready` matches its stderr). */
+function node(args: string[], ready?: RegExp): Promise<{ out: string; proc: ChildProcess }> {
+  const proc = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  let err = "";
+  return new Promise((resolve, reject) => {
+    proc.stdout!.on("data", (d: Buffer) => {
+      out += d;
+    });
+    proc.stderr!.on("data", (d: Buffer) => {
+      err = (err + d).slice(-4000);
+      if (ready?.test(err)) resolve({ out, proc });
+    });
+    proc.once("exit", (code, signal) => {
+      if (code === 0 && !ready) resolve({ out, proc });
+      else reject(new Error(`${args.slice(0, 2).join(" ")} exited (${signal ?? code}): ${err.trim()}`));
+    });
+  });
+}
+
+interface Figures {
+  requests_per_s: number;
+  mean_in_flight: number;
+  cpu_ms_per_request: number;
+  main_thread_ms_per_request: number;
+  gc_pause_ms_per_request: number;
+  heap_kb_per_request_in_flight: number | null;
+}
+
+async function runSize(n: number, slow: number, census: string | null): Promise<Figures> {
+  const table = slowTable(slow);
+  const sims: ChildProcess[] = [];
+  try {
+    const urls: string[] = [];
+    for (let left = n, p = 0; left > 0; p++) {
+      const count = Math.min(128, left);
+      left -= count;
+      const args = [OOZE, "sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--table", table, "--catch-up-ms", "1000", "--parent-pid", String(process.pid)];
+      const { out, proc } = await node(args, /ready/);
+      sims.push(proc);
+      urls.push(...[...out.matchAll(/^(http:\/\/127\.0\.0\.1:\d+)$/gm)].map((m) => m[1]!));
+    }
+    if (urls.length !== n) throw new Error(`expected ${n} engine URLs, got ${urls.length}`);
+    const cfg = { urls, groups: (n * perEngine) / 8, warmupS, windowS, task: TASK, taskConfig: { alpha: 1.0, maxTurns, turnTokens }, baseDir: root, ...(census ? { census } : {}) };
+    const prof = process.env.OOZE_BENCH_CPU_PROF;
+    if (prof) Object.assign(cfg, { profile: join(prof, `inflight-${n}-engines-${Date.now()}.cpuprofile`) });
+    const { out } = await node([DRIVER, JSON.stringify(cfg)]);
+    const r = JSON.parse(out.trim().split("\n").at(-1)!) as Record<string, number | null> & { census?: { objects: number; bytes: number; top: string[] } };
+    if (r.census) say(`heap census, a request in flight: ${r.census.objects.toFixed(1)} objects, ${(r.census.bytes / 1024).toFixed(1)} KB\n  ${r.census.top.join("\n  ")}`);
+    const per = (x: number) => (1000 * x) / (r.requests as number);
+    return {
+      requests_per_s: r.requests_per_s as number,
+      mean_in_flight: r.mean_in_flight as number,
+      cpu_ms_per_request: per(r.cpu_s as number),
+      main_thread_ms_per_request: per(r.main_thread_cpu_s as number),
+      gc_pause_ms_per_request: per(r.gc_pause_s as number),
+      heap_kb_per_request_in_flight: r.heap_bytes_per_request_in_flight === null ? null : (r.heap_bytes_per_request_in_flight as number) / 1024,
+    };
+  } finally {
+    for (const p of sims) p.kill("SIGTERM");
+  }
+}
+
+const sizes = [
+  { name: "small", engines, slow: slowdown },
+  { name: "large", engines: engines * factor, slow: slowdown * factor },
+];
+say(`sizes: ${sizes.map((s) => `${s.name} ${s.engines} engines × ${perEngine} in flight, slowed ${s.slow}x`).join("; ")}; ${rounds} round(s) of ${warmupS} s warm-up + ${windowS} s window`);
+const results: Record<string, Figures[]> = { small: [], large: [] };
+try {
+  for (let round = 0; round < rounds; round++) {
+    for (const s of sizes) {
+      const f = await runSize(s.engines, s.slow, censusDir !== "" && round === 0 && s.name === "large" ? censusDir : null);
+      results[s.name]!.push(f);
+      say(
+        `round ${round + 1} ${s.name}: ${f.requests_per_s.toFixed(0)} requests/s, ${f.mean_in_flight.toFixed(0)} in flight, ` +
+          `${f.cpu_ms_per_request.toFixed(3)} ms CPU a request (main thread ${f.main_thread_ms_per_request.toFixed(3)}, GC pauses ${f.gc_pause_ms_per_request.toFixed(3)}), ` +
+          `${f.heap_kb_per_request_in_flight?.toFixed(1) ?? "?"} KB a request in flight`,
+      );
+    }
+  }
+} finally {
+  rmSync(root, { recursive: true, force: true });
+}
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+const avg = (name: string) => {
+  const fs = results[name]!;
+  return Object.fromEntries(Object.keys(fs[0]!).map((k) => [k, mean(fs.map((f) => (f[k as keyof Figures] ?? NaN) as number))])) as unknown as Figures;
+};
+const small = avg("small");
+const large = avg("large");
+console.log(
+  JSON.stringify({
+    bench: "inflight",
+    engines: { small: engines, large: engines * factor },
+    per_engine: perEngine,
+    slowdown: { small: slowdown, large: slowdown * factor },
+    rounds,
+    small,
+    large,
+    requests_per_s_ratio: large.requests_per_s / small.requests_per_s,
+    cpu_per_request_ratio: large.cpu_ms_per_request / small.cpu_ms_per_request,
+    main_thread_per_request_ratio: large.main_thread_ms_per_request / small.main_thread_ms_per_request,
+    gc_pause_per_request_ratio: large.gc_pause_ms_per_request / small.gc_pause_ms_per_request,
+  }),
+);

@@ -4,7 +4,7 @@
 // re-dispatch, retries of failed dispatches and progress deadlines). Weight updates are the
 // weight-sync actor's (through the fleet actor), not the Generator's.
 import { spawn, type ChildProcess } from "node:child_process";
-import { Fleet, type FaultStats, type FleetOptions } from "../../src/engine/fleet/fleet.ts";
+import { Fleet, type FaultStats, type FleetGenerateRequest, type FleetOptions } from "../../src/engine/fleet/fleet.ts";
 import type { LengthLimits } from "../../src/engine/limits.ts";
 import type { WireSamplingParams } from "../../src/engine/protocol.ts";
 import { OozeError } from "../../src/errors.ts";
@@ -116,12 +116,16 @@ export class FleetGenerator implements Generator {
     return new FleetGenerator(fleet);
   }
 
-  async generate(req: GenRequest): Promise<GenOutput> {
-    const r = await this.fleet.generate({
-      inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, lora: req.lora !== undefined ? req.lora : this.lora, ...(req.signal ? { signal: req.signal } : {}),
+  // (not an async function: a rollout process holds thousands of these calls in flight, and a
+  // suspended frame of its own for each would be a dozen more objects for its collector to trace)
+  generate(req: GenRequest): Promise<GenOutput> {
+    const prompt = req.inputIds.length;
+    const fleetReq: FleetGenerateRequest = { inputIds: req.inputIds, sampling: req.sampling, sessionId: req.sessionId, lora: req.lora !== undefined ? req.lora : this.lora };
+    if (req.signal) fleetReq.signal = req.signal;
+    return this.fleet.generate(fleetReq).then((r) => {
+      this.count(prompt, r.cachedTokens);
+      return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };
     });
-    this.count(req.inputIds.length, r.cachedTokens);
-    return { outputIds: r.outputIds, logprobs: r.logprobs, status: r.status, weightVersions: r.weightVersions };
   }
 
   lengthLimits(): LengthLimits | null {

@@ -47,6 +47,24 @@ const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
 const SWEEP_MS = 200;
 
 /** Occurrences of each string. */
+/** A request's listener on its caller's signal (outside generate(), so that it closes over the fleet and the id alone). */
+const abortListener = (fleet: Fleet, rid: string) => () => void fleet.abort(rid);
+
+/** A request's result, from its tokens and what its dispatches recorded. */
+function finished(acc: PartialRollout, res: { engine: string; cachedTokens: number; redispatches: number; faults: string[] }, finishReason: FinishReason): FleetGenerateResult {
+  return {
+    outputIds: acc.outputIds(),
+    logprobs: acc.logprobs(),
+    finishReason,
+    status: finishReason.type === "stop" ? "completed" : finishReason.type === "length" ? "truncated" : "aborted",
+    weightVersions: acc.weightVersions(),
+    engine: res.engine,
+    cachedTokens: res.cachedTokens,
+    redispatches: res.redispatches,
+    faults: res.faults,
+  };
+}
+
 const countOf = (xs: readonly string[]): Record<string, number> => {
   const out: Record<string, number> = {};
   for (const x of xs) out[x] = (out[x] ?? 0) + 1;
@@ -345,34 +363,23 @@ export class Fleet {
     const acc = new PartialRollout();
     const st: ReqState = { userAborted: false, attempt: null, acc, wake: null };
     this.requests.set(rid, st);
-    const onSignal = () => this.abort(rid);
+    // (no closure over this call's variables: one would keep them in a context object of their own,
+    // beside the suspended frame, for every request in flight)
+    const onSignal = req.signal ? abortListener(this, rid) : null;
     if (req.signal?.aborted) st.userAborted = true;
-    req.signal?.addEventListener("abort", onSignal, { once: true });
+    if (onSignal) req.signal!.addEventListener("abort", onSignal, { once: true });
     const deadline = Date.now() + this.requestTimeoutMs;
     const minNew = typeof req.sampling.min_new_tokens === "number" ? req.sampling.min_new_tokens : 0;
-    let redispatches = 0;
-    let cachedTokens = 0;
-    let engineId = "";
+    /** The result so far: engine, tokens cached, re-dispatches and failed dispatches (the retry budget). */
+    const res = { engine: "", cachedTokens: 0, redispatches: 0, faults: [] as string[] };
     let dispatched = false;
-    /** Failed dispatches of this request (the retry budget), and deadlines a live engine missed. */
-    const faults: string[] = [];
+    /** Deadlines a live engine missed. */
     let missed = 0;
     let avoid: string | null = null;
-    const finish = (finishReason: FinishReason): FleetGenerateResult => ({
-      outputIds: acc.outputIds(),
-      logprobs: acc.logprobs(),
-      finishReason,
-      status: finishReason.type === "stop" ? "completed" : finishReason.type === "length" ? "truncated" : "aborted",
-      weightVersions: acc.weightVersions(),
-      engine: engineId,
-      cachedTokens,
-      redispatches,
-      faults,
-    });
     try {
       for (;;) {
-        if (st.userAborted) return finish({ type: "abort", message: "Aborted by the caller (fleet.abort)" });
-        if (dispatched && acc.length >= maxNew) return finish({ type: "length", length: acc.length });
+        if (st.userAborted) return finished(acc, res, { type: "abort", message: "Aborted by the caller (fleet.abort)" });
+        if (dispatched && acc.length >= maxNew) return finished(acc, res, { type: "length", length: acc.length });
         const input = acc.continuation(req.inputIds);
         const e = await this.acquire(input, req.sessionId, st, deadline, rid, avoid);
         if (!e) continue;
@@ -381,7 +388,7 @@ export class Fleet {
         if (room === 0) {
           this.router.release(e.id);
           // A resume whose tokens filled the context ends there, as the whole generation would have.
-          if (acc.length > 0) return finish({ type: "length", length: acc.length });
+          if (acc.length > 0) return finished(acc, res, { type: "length", length: acc.length });
           throw new OozeError(
             "ENGINE_REJECTED",
             `fleet: request ${rid} was not sent: its input of ${input.length} tokens leaves no room in the context of ${e.id} ` +
@@ -389,7 +396,7 @@ export class Fleet {
           );
         }
         const attempt: Attempt = {
-          rid: redispatches === 0 ? rid : `${rid}.${redispatches}`,
+          rid: res.redispatches === 0 ? rid : `${rid}.${res.redispatches}`,
           engine: e.id,
           ctl: new AbortController(),
           redispatch: null,
@@ -405,7 +412,7 @@ export class Fleet {
         st.attempt = attempt;
         acc.beginAttempt();
         dispatched = true;
-        engineId = e.id;
+        res.engine = e.id;
         let outcome: DispatchOutcome;
         try {
           const budget = Math.min(maxNew - acc.length, room);
@@ -433,7 +440,7 @@ export class Fleet {
           };
           const d = await dispatch(e, attempt, call, budget, acc, ctx);
           outcome = d.outcome;
-          cachedTokens += d.cachedTokens;
+          res.cachedTokens += d.cachedTokens;
         } finally {
           if (attempt.cutTimer) clearTimeout(attempt.cutTimer);
           e.attempts.delete(attempt);
@@ -446,8 +453,8 @@ export class Fleet {
           const f = outcome.done;
           if (f.type !== "abort" || st.userAborted || this.closed) {
             e.dispatchFailures = 0;
-            if (f.type === "length") return finish({ type: "length", length: acc.length });
-            return finish(f);
+            if (f.type === "length") return finished(acc, res, { type: "length", length: acc.length });
+            return finished(acc, res, f);
           }
           if (attempt.expired !== null) {
             // The engine answered the abort sent at the deadline: it is alive but slow (its tokens are
@@ -460,17 +467,17 @@ export class Fleet {
         let why: string;
         let wait = 0;
         if ("fault" in outcome) {
-          faults.push(outcome.fault);
+          res.faults.push(outcome.fault);
           // A limit of this process's (out of file descriptors) says nothing of the engine: it stays
           // in routing, and the request waits a backoff instead of moving on (every engine would fail
           // the same way; taking them out one by one piled the load on the last, at 1,024 engines).
           const local = outcome.fault === "local-limit";
           if (!local) this.noteFailure(e, outcome.fault, outcome.error);
-          if (faults.length > this.maxRetries) {
+          if (res.faults.length > this.maxRetries) {
             this.faultCounter.record(outcome.fault, false);
             throw new OozeError(
               "ENGINE_UNAVAILABLE",
-              `fleet: request ${rid} failed ${faults.length} dispatches (${faultSummary(countOf(faults))}), retries exhausted (maxRetries ${this.maxRetries}); last: ${outcome.error.message}`,
+              `fleet: request ${rid} failed ${res.faults.length} dispatches (${faultSummary(countOf(res.faults))}), retries exhausted (maxRetries ${this.maxRetries}); last: ${outcome.error.message}`,
               { retryable: true, cause: outcome.error },
             );
           }
@@ -481,14 +488,15 @@ export class Fleet {
           // as many times as there are other engines (every one tried: all faulty or unreachable,
           // e.g. a partition), each retry waits a backoff — without it a brief outage of every
           // engine spent the whole retry budget in milliseconds (found by test/property/fleet-schedules).
-          const others = this.router.engines().filter((id) => id !== e.id).length;
-          wait = local ? backoffMs(this.settings, faults.length) : faults.length > others ? backoffMs(this.settings, faults.length - others) : 0;
+          let others = 0;
+          for (const id of this.router.engines()) if (id !== e.id) others++;
+          wait = local ? backoffMs(this.settings, res.faults.length) : res.faults.length > others ? backoffMs(this.settings, res.faults.length - others) : 0;
         } else {
           why = outcome.retry;
           avoid = null;
         }
-        redispatches++;
-        if (redispatches > this.maxRedispatches) {
+        res.redispatches++;
+        if (res.redispatches > this.maxRedispatches) {
           throw new OozeError("ENGINE_UNAVAILABLE", `fleet: request ${rid} was re-dispatched ${this.maxRedispatches} times (${acc.length} tokens sampled); last reason: ${why}`, {
             retryable: true,
           });
@@ -497,7 +505,7 @@ export class Fleet {
         if (wait > 0) await this.backoff(wait, st);
       }
     } finally {
-      req.signal?.removeEventListener("abort", onSignal);
+      if (onSignal) req.signal!.removeEventListener("abort", onSignal);
       this.requests.delete(rid);
     }
   }

@@ -257,6 +257,20 @@ describe("engine HTTP transport", () => {
       { numRuns: 300 },
     );
   });
+
+  it("keeps an idle socket 1 s less than the server's announced keep-alive (at most 60 s), or 4 s when none is announced", () => {
+    const idleMs = (headers: string) => {
+      const p = new ResponseParser();
+      p.push(Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: 0\r\n${headers}\r\n`), { head: () => {}, data: () => {} });
+      expect(p.complete).toBe(true);
+      return p.keepAlive ? p.idleMs : null;
+    };
+    expect(idleMs("")).toBe(4_000);
+    expect(idleMs("Keep-Alive: timeout=30\r\n")).toBe(29_000); // ooze's engine servers
+    expect(idleMs("keep-alive: timeout=3\r\n")).toBe(2_000);
+    expect(idleMs("Keep-Alive: timeout=600\r\n")).toBe(60_000);
+    expect(idleMs("Keep-Alive: timeout=1\r\n")).toBeNull(); // nothing left to keep it for
+  });
 });
 
 describe("the process's socket budget", () => {

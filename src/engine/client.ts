@@ -199,6 +199,8 @@ function refusal(endpoint: string, out: GenerateOutput): EngineHttpError | null 
 /** Client of one SGLang-compatible server at `url` (e.g. "http://127.0.0.1:30000"). */
 export class EngineClient {
   readonly url: string;
+  /** `${url}/generate`, made once (a rollout process holds thousands of generations at once). */
+  private readonly generateUrl: string;
   private readonly timeoutMs: number;
   private readonly generateTimeoutMs: number;
   private readonly streamIdleTimeoutMs: number;
@@ -209,6 +211,7 @@ export class EngineClient {
 
   constructor(url: string, opts: EngineClientOptions = {}) {
     this.url = url.replace(/\/+$/, "");
+    this.generateUrl = `${this.url}/generate`;
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000;
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs ?? 120_000;
@@ -225,7 +228,7 @@ export class EngineClient {
    */
   async generate(req: GenerateRequest): Promise<GenerateResult> {
     const wantLogprobs = req.returnLogprob ?? false;
-    const endpoint = `${this.url}/generate`;
+    const endpoint = this.generateUrl;
     const ms = req.timeoutMs ?? this.generateTimeoutMs;
     let res: HttpTextResponse;
     try {

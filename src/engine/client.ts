@@ -243,8 +243,7 @@ export class EngineClient {
     } catch (e) {
       throw this.transportError(endpoint, e, e instanceof HttpTimeoutError, ms, req.signal);
     }
-    if (res.status < 200 || res.status >= 300) throw this.statusError(endpoint, res.status, res.text);
-    const json = this.parseJson({ status: res.status, text: res.text, url: endpoint });
+    const json = this.parseJson(this.checked(endpoint, res));
     const out = parseGenerateResponse(endpoint, Array.isArray(json) && json.length === 1 ? json[0] : json, { wantLogprobs, final: true });
     const refused = refusal(endpoint, out);
     if (refused) throw refused;
@@ -548,7 +547,12 @@ export class EngineClient {
     } catch (e) {
       throw this.transportError(endpoint, e, e instanceof HttpTimeoutError, ms, spec.signal);
     }
-    if ((res.status >= 200 && res.status < 300) || spec.accept?.includes(res.status)) return { status: res.status, text: res.text, url: endpoint };
+    return this.checked(endpoint, res, spec.accept);
+  }
+
+  /** A response as returned: 2xx or a status in `accept`; any other is thrown as the engine's error. */
+  private checked(endpoint: string, res: HttpTextResponse, accept?: number[]): RawResponse {
+    if ((res.status >= 200 && res.status < 300) || accept?.includes(res.status)) return { status: res.status, text: res.text, url: endpoint };
     throw this.statusError(endpoint, res.status, res.text);
   }
 

@@ -168,8 +168,8 @@ interface Origin {
 /**
  * What a socket is doing: carrying an exchange, idling in the pool (`Idle`), or neither (between
  * the two, or being closed). A socket's listeners are added once, when it opens, and hand each event
- * to its owner: an exchange adds none of its own (thousands of exchanges in flight held a dozen
- * closures each, and adding and removing them cost more than the rest of the exchange's setup).
+ * to its owner: an exchange adds none of its own (thousands of exchanges in flight each held a
+ * dozen closures for them, added and removed on every request).
  */
 const OWNER = Symbol("ooze.http.owner");
 interface OwnedSocket extends Socket {
@@ -178,7 +178,6 @@ interface OwnedSocket extends Socket {
 
 /** An idle socket in its origin's pool. */
 interface Idle {
-  kind: "idle";
   socket: OwnedSocket;
   /** Its origin's key. */
   key: string;
@@ -381,7 +380,7 @@ function release(o: Origin, socket: OwnedSocket, idleMs: number): void {
   }
   let list = idle.get(o.key);
   if (!list) idle.set(o.key, (list = []));
-  const it: Idle = { kind: "idle", socket, key: o.key, since: Date.now(), idleMs };
+  const it: Idle = { socket, key: o.key, since: Date.now(), idleMs };
   // While idle: a close, an error, unexpected bytes or the idle timeout retire it (the socket's own listeners).
   socket[OWNER] = it;
   socket.setTimeout(idleMs);
@@ -417,8 +416,6 @@ function exchangeTimedOut(x: Exchange): void {
  * starts it; the subclass hands the response on (head, data, end or fail, once each but data).
  */
 abstract class Exchange implements Waiter {
-  /** The origin (Waiter: where it waits for a socket). */
-  key = "";
   private origin: Origin | null = null;
   /** The request's head (its body is the request's). */
   private requestHead = "";
@@ -457,7 +454,6 @@ abstract class Exchange implements Waiter {
     try {
       const t = targetOf(this.url);
       this.origin = t.origin;
-      this.key = t.origin.key;
       lines.push(`${req.method} ${t.path} HTTP/1.1`, `host: ${t.origin.hostHeader}`);
     } catch (e) {
       this.done = true;
@@ -485,6 +481,11 @@ abstract class Exchange implements Waiter {
   /** The signal aborted (EventTarget calls an object listener's handleEvent). */
   handleEvent(): void {
     this.finish(this.req.signal!.reason);
+  }
+
+  /** Waiter: the origin it waits to reach. */
+  get key(): string {
+    return this.origin!.key;
   }
 
   /** Waiter: a socket may be free now. */

@@ -71,8 +71,8 @@ const DONE = Symbol("done");
 
 /**
  * Runs one dispatch of `call` on `e` (a non-streamed call with its own cap, `timeoutMs`, beyond the
- * progress deadline; a streamed one's idle timeout is set here). Throws only what is not an engine fault: ACTOR_STOPPED when the
- * fleet closed, a request the engine rejected, a bug.
+ * progress deadline; a streamed one's idle timeout is set here). Throws only what is not an engine
+ * fault: ACTOR_STOPPED when the fleet closed, a request the engine rejected, a bug.
  */
 export async function dispatch(e: Engine, attempt: Attempt, call: GenerateRequest, budget: number, acc: PartialRollout, ctx: DispatchContext): Promise<{ outcome: DispatchOutcome; cachedTokens: number }> {
   let outcome: DispatchOutcome | null = null;

@@ -46,7 +46,6 @@ const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
 /** Interval of the progress-deadline sweep over in-flight non-streamed dispatches, ms. */
 const SWEEP_MS = 200;
 
-/** Occurrences of each string. */
 /** A request's listener on its caller's signal (outside generate(), so that it closes over the fleet and the id alone). */
 const abortListener = (fleet: Fleet, rid: string) => () => void fleet.abort(rid);
 
@@ -65,6 +64,7 @@ function finished(acc: PartialRollout, res: { engine: string; cachedTokens: numb
   };
 }
 
+/** Occurrences of each string. */
 const countOf = (xs: readonly string[]): Record<string, number> => {
   const out: Record<string, number> = {};
   for (const x of xs) out[x] = (out[x] ?? 0) + 1;

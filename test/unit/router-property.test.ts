@@ -138,3 +138,46 @@ describe("Router cache_aware (property)", () => {
     );
   });
 });
+
+describe("ApproxPrefixTree smallest (property)", () => {
+  // The smallest tree comes from a heap of the engines' sizes; this checks it against a visit of
+  // every engine in the order they were first counted (the first among equal sizes wins).
+  type TreeOp = { op: "track"; id: number } | { op: "remove"; id: number } | { op: "insert"; id: number; ids: number[] } | { op: "evict"; id: number; target: number } | { op: "ask"; avoid: number | null };
+  const treeOp: fc.Arbitrary<TreeOp> = fc.oneof(
+    fc.record({ op: fc.constant("track" as const), id: fc.integer({ min: 0, max: 6 }) }),
+    fc.record({ op: fc.constant("remove" as const), id: fc.integer({ min: 0, max: 6 }) }),
+    { arbitrary: fc.record({ op: fc.constant("insert" as const), id: fc.integer({ min: 0, max: 6 }), ids: fc.array(fc.integer({ min: 0, max: 2 }), { minLength: 1, maxLength: 8 }) }), weight: 3 },
+    fc.record({ op: fc.constant("evict" as const), id: fc.integer({ min: 0, max: 6 }), target: fc.integer({ min: 0, max: 8 }) }),
+    { arbitrary: fc.record({ op: fc.constant("ask" as const), avoid: fc.option(fc.integer({ min: 0, max: 6 }), { nil: null }) }), weight: 2 },
+  );
+
+  it("names the engine a visit of every engine names", () => {
+    fc.assert(
+      fc.property(fc.array(treeOp, { maxLength: 100 }), (ops) => {
+        const tree = new ApproxPrefixTree();
+        const order: string[] = []; // engines counted, in the order they were first counted
+        for (const o of ops) {
+          if (o.op === "ask") {
+            const avoid = o.avoid === null ? undefined : `e${o.avoid}`;
+            let want: string | null = null;
+            for (const e of order) if (e !== avoid && (want === null || tree.size(e) < tree.size(want))) want = e;
+            if (tree.smallest(avoid) !== want) return false;
+            continue;
+          }
+          const e = `e${o.id}`;
+          if (o.op === "remove") {
+            tree.removeEngine(e);
+            if (order.includes(e)) order.splice(order.indexOf(e), 1);
+            continue;
+          }
+          if (o.op === "track" || o.op === "insert") if (!order.includes(e)) order.push(e);
+          if (o.op === "track") tree.track(e);
+          else if (o.op === "insert") tree.insert(o.ids, e);
+          else tree.evict(e, o.target);
+        }
+        return true;
+      }),
+      { numRuns: 5 * runs },
+    );
+  });
+});

@@ -50,12 +50,25 @@ const newNode = (edge: Int32Array, parent: TreeNode | null): TreeNode => ({ edge
  */
 export class ApproxPrefixTree {
   private root = newNode(new Int32Array(0), null);
-  private sizes = new Map<string, number>();
+  private readonly sizes = new SizeIndex();
   private clock = 0;
 
   /** Tokens attributed to an engine. */
   size(engine: string): number {
-    return this.sizes.get(engine) ?? 0;
+    return this.sizes.get(engine);
+  }
+
+  /** Counts an engine that holds nothing yet (size 0), so that `smallest` can name it. */
+  track(engine: string): void {
+    this.sizes.add(engine);
+  }
+
+  /**
+   * The engine other than `avoid` with the fewest tokens, among those tracked or inserted (the first
+   * tracked among equals), or null when there is none; without visiting every engine.
+   */
+  smallest(avoid?: string): string | null {
+    return this.sizes.least(avoid);
   }
 
   /** For each engine, how many leading tokens of `ids` it holds. */
@@ -108,6 +121,7 @@ export class ApproxPrefixTree {
     const now = ++this.clock;
     let node = this.root;
     let depth = 0;
+    let added = 0;
     while (depth < ids.length) {
       let child = node.children.get(ids[depth]!);
       if (!child) {
@@ -118,11 +132,13 @@ export class ApproxPrefixTree {
         while (k < child.edge.length && depth + k < ids.length && child.edge[k] === ids[depth + k]) k++;
         if (k < child.edge.length) child = this.split(child, k);
       }
-      if (!child.engines.has(engine)) this.sizes.set(engine, this.size(engine) + child.edge.length);
+      if (!child.engines.has(engine)) added += child.edge.length;
       child.engines.set(engine, now);
       depth += child.edge.length;
       node = child;
     }
+    this.sizes.add(engine);
+    if (added > 0) this.sizes.shift(engine, added);
   }
 
   /** Splits `node`'s edge after k tokens; returns the new upper node. */
@@ -170,12 +186,12 @@ export class ApproxPrefixTree {
       if (n !== this.root && n.engines.has(engine)) this.drop(n, engine);
     };
     walk(this.root);
-    this.sizes.delete(engine);
+    this.sizes.remove(engine);
   }
 
   private drop(n: TreeNode, engine: string): void {
     n.engines.delete(engine);
-    this.sizes.set(engine, this.size(engine) - n.edge.length);
+    this.sizes.shift(engine, -n.edge.length);
     if (n.engines.size === 0 && n.children.size === 0 && n.parent) n.parent.children.delete(n.edge[0]!);
   }
 }
@@ -216,6 +232,99 @@ class MinHeap<T> {
       }
     }
     return top;
+  }
+}
+
+/** An engine's entry in the SizeIndex heap. */
+interface SizeEntry {
+  readonly engine: string;
+  size: number;
+  /** When it was added: the order among equal sizes. */
+  readonly seq: number;
+  /** Its index in the heap. */
+  at: number;
+}
+
+/**
+ * Tokens the prefix tree attributes to each engine, in a binary min-heap by (size, order added), so
+ * that the cache-aware policy's "smallest tree" (a new episode's first turn) is found without
+ * visiting every engine: at 256 engines an instance that visit was most of a route's cost
+ * (docs/experiments/scale.md, Dec 2). A change of size costs log(engines).
+ */
+class SizeIndex {
+  private readonly of = new Map<string, SizeEntry>();
+  private readonly heap: SizeEntry[] = [];
+  private seq = 0;
+
+  get(e: string): number {
+    return this.of.get(e)?.size ?? 0;
+  }
+  /** Adds an engine at size 0 (no-op if present). */
+  add(e: string): void {
+    if (this.of.has(e)) return;
+    const entry: SizeEntry = { engine: e, size: 0, seq: this.seq++, at: this.heap.length };
+    this.of.set(e, entry);
+    this.heap.push(entry);
+    this.up(entry.at);
+  }
+  remove(e: string): void {
+    const entry = this.of.get(e);
+    if (entry === undefined) return;
+    this.of.delete(e);
+    const last = this.heap.pop()!;
+    if (last === entry) return;
+    this.heap[entry.at] = last;
+    last.at = entry.at;
+    this.down(this.up(last.at));
+  }
+  shift(e: string, delta: number): void {
+    const entry = this.of.get(e);
+    if (entry === undefined) return;
+    entry.size += delta;
+    this.down(this.up(entry.at));
+  }
+  /** The least entry other than `avoid`'s: the root, or else the lesser of its children. */
+  least(avoid?: string): string | null {
+    const h = this.heap;
+    if (h.length === 0) return null;
+    if (h[0]!.engine !== avoid) return h[0]!.engine;
+    if (h.length === 1) return null;
+    if (h.length === 2 || this.less(h[1]!, h[2]!)) return h[1]!.engine;
+    return h[2]!.engine;
+  }
+  private less(a: SizeEntry, b: SizeEntry): boolean {
+    return a.size < b.size || (a.size === b.size && a.seq < b.seq);
+  }
+  private swap(i: number, j: number): void {
+    const h = this.heap;
+    const a = h[i]!;
+    h[i] = h[j]!;
+    h[j] = a;
+    h[i]!.at = i;
+    a.at = j;
+  }
+  /** Moves the entry at i up while it is less than its parent; returns where it ends. */
+  private up(i: number): number {
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.less(this.heap[i]!, this.heap[p]!)) break;
+      this.swap(i, p);
+      i = p;
+    }
+    return i;
+  }
+  private down(i: number): void {
+    const h = this.heap;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < h.length && this.less(h[l]!, h[m]!)) m = l;
+      if (r < h.length && this.less(h[r]!, h[m]!)) m = r;
+      if (m === i) return;
+      this.swap(i, m);
+      i = m;
+    }
   }
 }
 
@@ -323,6 +432,7 @@ export class Router {
     if (this.inflight.has(id)) return;
     this.ids.push(id);
     this.inflight.add(id);
+    this.tree.track(id);
   }
 
   /** Removes an engine: its tree entries and the sessions pinned to it are dropped. */
@@ -417,9 +527,7 @@ export class Router {
           for (const e of hit.engines.keys()) if (e !== avoid && (best === null || this.load(e) < this.load(best))) best = e;
           return best!;
         }
-        let smallest: string | null = null;
-        for (const e of this.ids) if (e !== avoid && (smallest === null || this.tree.size(e) < this.tree.size(smallest))) smallest = e;
-        return smallest!;
+        return this.tree.smallest(avoid)!;
       }
     }
   }

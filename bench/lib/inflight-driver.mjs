@@ -27,11 +27,23 @@ const gc = runInNewContext("gc");
 const task = await loadTask(cfg.task, cfg.taskConfig, cfg.baseDir);
 // No periodic health checks: the bench isolates what requests in flight cost (a rollout's health
 // checks grow with its engines, and are counted by `bench scale`).
-const gen = await FleetGenerator.create(cfg.urls, undefined, { healthIntervalMs: 0 });
+// The fleet's progress deadlines count in engine time, so they are `slow` times longer on the slowed
+// clock, as `bench scale` sets them: with the defaults (10 s + 50 ms a token), most turns at the large
+// size (about 20 s each) missed their deadline, were aborted and dispatched again — 2.25 /generate
+// exchanges and 0.77 aborts a turn, which this bench then counted as the cost of holding them.
+const gen = await FleetGenerator.create(cfg.urls, undefined, { healthIntervalMs: 0, progressTimeoutMs: 10_000 * cfg.slow, progressTimeoutPerTokenMs: 50 * cfg.slow });
 
 // Requests counted around the generator (the same small wrapper at every size).
 let inflight = 0;
 let requests = 0;
+/** Dispatches past the first (a turn sent to an engine again: after a missed deadline, an abort, a fault). */
+let redispatches = 0;
+const fleetGenerate = gen.fleet.generate.bind(gen.fleet);
+gen.fleet.generate = (req) =>
+  fleetGenerate(req).then((r) => {
+    redispatches += r.redispatches;
+    return r;
+  });
 const generate = gen.generate.bind(gen);
 const ended = () => {
   inflight--;
@@ -147,20 +159,38 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 await sleep(cfg.warmupS * 1000);
 if (failure) throw failure;
 const profiler = cfg.profile ? await startProfile() : null;
-const t0 = { wall: performance.now(), cpu: process.cpuUsage(), main: mainThreadCpuS(), requests, samples, gc: gcPauseMs };
+const t0 = { wall: performance.now(), cpu: process.cpuUsage(), main: mainThreadCpuS(), requests, samples, gc: gcPauseMs, redispatches };
 let readings = 0;
 let inflightSum = 0;
 const sampler = setInterval(() => {
   readings++;
   inflightSum += inflight;
 }, 250);
+// An in-process gauge: the same small piece of work (JSON bodies of token ids built and parsed, as
+// bench/lib/cpu.ts's gauge does) timed every 2 s on this process's own thread, beside its requests.
+// Against the same work in a fresh process (the bench reads that beside the run), it says whether
+// the process's state (its heap, the collector's marking) slows work that touches none of it.
+const gaugeMs = [];
+const gauge = setInterval(() => {
+  const t = performance.now();
+  let keep = 0;
+  for (let i = 0; i < 20; i++) {
+    const ids = new Int32Array(1024);
+    for (let j = 0; j < ids.length; j++) ids[j] = (i * 7919 + j * 104729) % 32000;
+    const back = JSON.parse(JSON.stringify({ input_ids: Array.from(ids), sampling_params: { max_new_tokens: 128 }, rid: "g" + i }));
+    keep += back.input_ids.length;
+  }
+  if (keep > 0) gaugeMs.push(performance.now() - t);
+}, 2000);
 await sleep(cfg.windowS * 1000);
 clearInterval(sampler);
+clearInterval(gauge);
+gaugeMs.sort((a, b) => a - b);
 if (profiler) await profiler.stop(cfg.profile);
 const wall = (performance.now() - t0.wall) / 1000;
 const cpu = process.cpuUsage(t0.cpu);
 const main = mainThreadCpuS() - t0.main;
-const window = { requests: requests - t0.requests, samples: samples - t0.samples, gcPauseMs: gcPauseMs - t0.gc };
+const window = { requests: requests - t0.requests, samples: samples - t0.samples, gcPauseMs: gcPauseMs - t0.gc, redispatches: redispatches - t0.redispatches };
 if (failure) throw failure;
 
 // The heap a request in flight holds: a full collection now, and again once every group has ended.
@@ -187,8 +217,11 @@ process.stdout.write(
     requests: window.requests,
     samples: window.samples,
     requests_per_s: window.requests / wall,
+    redispatches: window.redispatches,
     mean_in_flight: inflightSum / Math.max(1, readings),
     cpu_s: (cpu.user + cpu.system) / 1e6,
+    system_cpu_s: cpu.system / 1e6,
+    gauge_ms: gaugeMs.length > 0 ? gaugeMs[gaugeMs.length >> 1] : null,
     main_thread_cpu_s: main,
     gc_pause_s: window.gcPauseMs / 1000,
     in_flight_at_heap_reading: heldNow,

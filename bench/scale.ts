@@ -304,6 +304,8 @@ interface Snapshot {
   at: number;
   /** CPU seconds of the controller: this process and the rollout node processes. */
   cpu: number;
+  /** The rollout node processes' part of `cpu` (the rest is the job's process: fleet, buffer, trainer, weight sync, and this bench). */
+  rollout: number;
   sim: number;
   nats: number;
   msgs: number;
@@ -334,6 +336,13 @@ interface ModeFigures {
   cpu_gauge_ms: number;
   controller_cpu_per_sample_in_gauges: number;
   controller_cores: number;
+  /**
+   * The controller's CPU a generated sample, split: the rollout node processes (generation: the
+   * episodes, routing, the engines' HTTP) and the job's process (fleet actor, buffer, trainer, weight
+   * sync, this bench's readings); with one rollout process it runs in the job's, and all is "job".
+   */
+  rollout_cpu_ms_per_generated_sample: number;
+  job_cpu_ms_per_generated_sample: number;
   sim_cores: number;
   nats_cores: number;
   engine_lag_fraction: number;
@@ -378,7 +387,7 @@ async function snapshot(job: string, nodePids: readonly number[], simPids: reado
   const gauge = cpuGaugeMs();
   gauge.catch(() => {});
   return {
-    at: performance.now(), cpu: (u.user + u.system) / 1e6 + sum(nodePids), sim: sum(simPids), nats: procCpu(nats.pid), msgs: await natsMsgs(),
+    at: performance.now(), cpu: (u.user + u.system) / 1e6 + sum(nodePids), rollout: sum(nodePids), sim: sum(simPids), nats: procCpu(nats.pid), msgs: await natsMsgs(),
     groups, engines, gauge,
   };
 }
@@ -494,6 +503,8 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
       cpu_gauge_ms: gauge,
       controller_cpu_per_sample_in_gauges: ((b.cpu - a.cpu) * 1000) / trained / gauge,
       controller_cores: (b.cpu - a.cpu) / wall,
+      rollout_cpu_ms_per_generated_sample: ((b.rollout - a.rollout) * 1000) / Math.max(1, generated),
+      job_cpu_ms_per_generated_sample: ((b.cpu - b.rollout - (a.cpu - a.rollout)) * 1000) / Math.max(1, generated),
       sim_cores: (b.sim - a.sim) / wall,
       nats_cores: (b.nats - a.nats) / wall,
       engine_lag_fraction: (eb.lag - ea.lag) / Math.max(1e-9, busy),
@@ -507,7 +518,7 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
     };
     say(
       `N=${n} ${mode} (${k} rollout process(es), ${f.sim_processes} sim, slowed ${f.slowdown}x): ${f.sps.toFixed(1)} samples/s (step ${f.mean_step_s.toFixed(2)} s; window: ${trained} trained, ${generated} generated), engines ${(100 * f.engine_utilisation).toFixed(0)} % busy, prefix hits ${(100 * f.prefix_hit_rate).toFixed(0)} %, ` +
-        `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (${f.controller_cores.toFixed(2)} cores; ${f.controller_cpu_per_sample_in_gauges.toFixed(4)} of the CPU gauge's ${f.cpu_gauge_ms.toFixed(0)} ms), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}, ` +
+        `NATS ${f.nats_msgs_per_s.toFixed(0)} msgs/s, controller ${f.controller_cpu_ms_per_sample.toFixed(2)} ms CPU/sample (a generated one: rollout processes ${f.rollout_cpu_ms_per_generated_sample.toFixed(2)}, job ${f.job_cpu_ms_per_generated_sample.toFixed(2)}; ${f.controller_cores.toFixed(2)} cores; ${f.controller_cpu_per_sample_in_gauges.toFixed(4)} of the CPU gauge's ${f.cpu_gauge_ms.toFixed(0)} ms), sim ${f.sim_cores.toFixed(2)} cores, lag ${(100 * f.engine_lag_fraction).toFixed(1)} %, mean decode batch ${f.mean_decode_batch.toFixed(1)}, ` +
         `${f.engine_requests_per_sample.toFixed(2)} engine requests and ${f.engine_aborts_per_sample.toFixed(2)} aborts a generated sample`,
     );
     return f;
@@ -573,6 +584,8 @@ try {
       controller_cpu_ms_per_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.controller_cpu_ms_per_sample])),
       cpu_gauge_ms: Object.fromEntries(modes.map((m) => [m, figures[m]!.cpu_gauge_ms])),
       controller_cpu_per_sample_in_gauges: Object.fromEntries(modes.map((m) => [m, figures[m]!.controller_cpu_per_sample_in_gauges])),
+      rollout_cpu_ms_per_generated_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.rollout_cpu_ms_per_generated_sample])),
+      job_cpu_ms_per_generated_sample: Object.fromEntries(modes.map((m) => [m, figures[m]!.job_cpu_ms_per_generated_sample])),
       controller_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.controller_cores])),
       sim_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.sim_cores])),
       nats_cores: Object.fromEntries(modes.map((m) => [m, figures[m]!.nats_cores])),

@@ -159,6 +159,11 @@ export interface Bus {
   readonly js: JetStreamClient;
   /** JetStream manager (cached). */
   jsm(): Promise<JetStreamManager>;
+  /**
+   * JetStream manager for requests whose answers carry up to max_payload bytes (an object's chunks):
+   * its deadline grows with that size (jsApiBulkTimeoutMs), where jsm()'s assumes a small answer.
+   */
+  jsmBulk(): Promise<JetStreamManager>;
   /** JetStream publish (large bodies go through the object store); `msgID` deduplicates. */
   jsPublish(subject: string, data: Uint8Array, opts?: { msgID?: string; headers?: Record<string, string>; timeoutMs?: number }): Promise<PubAck>;
   /** The body of a message (e.g. a JsMsg), fetched from the object store if it was sent large. */
@@ -326,6 +331,16 @@ export function isJetStreamTransient(e: unknown): boolean {
 export const JS_API_TIMEOUT_MS = 2_000;
 
 /**
+ * The deadline of a JetStream API request whose answer carries up to `bytes` (a message get of an
+ * object's chunk, up to the server's max_payload): JS_API_TIMEOUT_MS plus the bytes at 1 MB/s. On
+ * a loaded two-core machine a get of an 8-MB chunk missed the 2 s on three deliveries in a row
+ * (fresh-clone CI, Dec 2; reliability.md finding 28); an idle one answers in tens of ms.
+ */
+export function jsApiBulkTimeoutMs(bytes: number): number {
+  return JS_API_TIMEOUT_MS + Math.ceil(bytes / 1024);
+}
+
+/**
  * How ooze's durable consumers pull (nats.js `consume()` options beside max_messages): a pull
  * expires after 4 s and the server heartbeats it every second. nats.js notices a pull lost with its
  * server after two missed heartbeats and pulls again (after a consumer info, retried every
@@ -431,6 +446,7 @@ class NatsBus implements Bus {
   private readonly largeTtlMs: number;
   private readonly listeners = new Set<(s: BusStatus) => void>();
   private jsmP: Promise<JetStreamManager> | null = null;
+  private jsmBulkP: Promise<JetStreamManager> | null = null;
   private readonly stores = new Map<string, Promise<ObjectStore>>();
   private connected = true;
   private beats: Heartbeats | null = null;
@@ -686,6 +702,16 @@ class NatsBus implements Bus {
     } catch (e) {
       throw toTransportError(e, "flushing the NATS connection");
     }
+  }
+
+  jsmBulk(): Promise<JetStreamManager> {
+    if (this.jsmBulkP === null) {
+      this.jsmBulkP = jetstreamManager(this.nc, { timeout: jsApiBulkTimeoutMs(this.maxPayload) }).catch((e) => {
+        this.jsmBulkP = null;
+        throw toTransportError(e, "opening the JetStream manager (is JetStream enabled on the server?)");
+      });
+    }
+    return this.jsmBulkP;
   }
 
   jsm(): Promise<JetStreamManager> {

@@ -16,6 +16,8 @@ import { toTransportError, TransportError } from "../errors.ts";
 
 /** What these functions need of a connection (a Bus). */
 type Bus = { jsm(): Promise<JetStreamManager> };
+/** A bus that also has a manager for large answers (an object's chunks: bus.ts, jsmBulk). */
+type BulkBus = Bus & { jsmBulk(): Promise<JetStreamManager> };
 
 /** The keys of KV bucket `bucket` under `prefix` (deleted keys too: their delete markers are messages; a get tells them apart). */
 export async function kvKeys(bus: Bus, bucket: string, prefix = ""): Promise<string[]> {
@@ -144,10 +146,11 @@ export async function listObjects(bus: Bus, bucket: string): Promise<StoredObjec
  * size are checked against the meta (and that no chunk follows the last) once the last has been read: a mismatch throws CorruptObjectError
  * from the iterator. Null when there is no such object. `where` names the object in errors.
  */
-export async function readObject(bus: Bus, bucket: string, name: string, where = `object '${bucket}/${name}'`): Promise<{ info: StoredObjectInfo; chunks: AsyncGenerator<Uint8Array> } | null> {
+export async function readObject(bus: BulkBus, bucket: string, name: string, where = `object '${bucket}/${name}'`): Promise<{ info: StoredObjectInfo; chunks: AsyncGenerator<Uint8Array> } | null> {
   const info = await objectInfo(bus, bucket, name, where);
   if (info === null) return null;
-  const jsm = await bus.jsm();
+  // a chunk is up to max_payload bytes: its get's deadline grows with that (jsApiBulkTimeoutMs)
+  const jsm = await bus.jsmBulk();
   const stream = `OBJ_${bucket}`;
   const subject = `$O.${bucket}.C.${info.nuid}`;
   async function* chunks(): AsyncGenerator<Uint8Array> {
@@ -184,7 +187,7 @@ export async function readObject(bus: Bus, bucket: string, name: string, where =
 }
 
 /** Object `name`'s bytes whole (see readObject; `where` names it in errors), or null when there is no such object. */
-export async function readObjectBytes(bus: Bus, bucket: string, name: string, where = `object '${bucket}/${name}'`): Promise<Uint8Array | null> {
+export async function readObjectBytes(bus: BulkBus, bucket: string, name: string, where = `object '${bucket}/${name}'`): Promise<Uint8Array | null> {
   const got = await readObject(bus, bucket, name, where);
   if (got === null) return null;
   const out = new Uint8Array(got.info.size);

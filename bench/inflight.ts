@@ -29,12 +29,12 @@
 // main-thread GC pauses a request, heap bytes a request in flight, and the large size's over the
 // small one's, from the same run.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { H100_LLAMA_8B } from "../src/engine/sim/perf-model.ts";
-import { cpuGaugeMs } from "./lib/cpu.ts";
+import { cpuGaugeMs, processCpuSeconds } from "./lib/cpu.ts";
 
 const flag = (name: string, fallback: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -120,12 +120,6 @@ interface Figures {
   gauge_outside_ms: number;
 }
 
-/** CPU seconds a process has used (user + system), from /proc (Linux). */
-function cpuSecondsOf(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
-}
-
 async function runSize(n: number, slow: number, census: string | null): Promise<Figures> {
   const table = slowTable(slow);
   const sims: ChildProcess[] = [];
@@ -143,13 +137,13 @@ async function runSize(n: number, slow: number, census: string | null): Promise<
     const cfg = { urls, slow, groups: (n * perEngine) / 8, warmupS, windowS, task: TASK, taskConfig: { alpha: 1.0, maxTurns, turnTokens }, baseDir: root, ...(census ? { census } : {}) };
     const prof = process.env.OOZE_BENCH_CPU_PROF;
     if (prof) Object.assign(cfg, { profile: join(prof, `inflight-${n}-engines-${Date.now()}.cpuprofile`) });
-    const simCpu0 = sims.reduce((a, p) => a + cpuSecondsOf(p.pid!), 0);
+    const simCpu0 = sims.reduce((a, p) => a + processCpuSeconds(p.pid!), 0);
     const t0 = performance.now();
     // the gauge in a fresh process, read in the window's middle, beside the driver's own
     let outside: Promise<number> | null = null;
     const reading = setTimeout(() => (outside = cpuGaugeMs(3)), (warmupS + windowS / 2) * 1000);
     const { out } = await node([...nodeFlags, DRIVER, JSON.stringify(cfg)]).finally(() => clearTimeout(reading));
-    const simCores = (sims.reduce((a, p) => a + cpuSecondsOf(p.pid!), 0) - simCpu0) / ((performance.now() - t0) / 1000);
+    const simCores = (sims.reduce((a, p) => a + processCpuSeconds(p.pid!), 0) - simCpu0) / ((performance.now() - t0) / 1000);
     const r = JSON.parse(out.trim().split("\n").at(-1)!) as Record<string, number | null> & { census?: { objects: number; bytes: number; top: string[] } };
     if (r.census) say(`heap census, a request in flight: ${r.census.objects.toFixed(1)} objects, ${(r.census.bytes / 1024).toFixed(1)} KB\n  ${r.census.top.join("\n  ")}`);
     const per = (x: number) => (1000 * x) / (r.requests as number);

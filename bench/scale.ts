@@ -77,7 +77,7 @@
 // reported as engine_lag_fraction (of their simulated busy time) — where it is not near 0 the
 // simulation itself is slower than the serving model says, which slows every mode.
 import { spawn } from "node:child_process";
-import { createWriteStream, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createWriteStream, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -89,7 +89,7 @@ import { loadTopology } from "../src/topology/load.ts";
 import { freePort, startNatsServer } from "../src/transport/nats-server.ts";
 import { jobNames } from "../src/transport/names.ts";
 import { H100_LLAMA_8B } from "../src/engine/sim/perf-model.ts";
-import { cpuGaugeMs } from "./lib/cpu.ts";
+import { cpuGaugeMs, processCpuSeconds } from "./lib/cpu.ts";
 import { generationOnly } from "./lib/generation-only.ts";
 
 function arg(name: string, fallback: string): string {
@@ -289,17 +289,6 @@ async function engineTotals(urls: readonly string[]): Promise<EngineTotals> {
   );
 }
 
-/** CPU seconds (user + system) of a process, from /proc (0 where it cannot be read). */
-function procCpu(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return 0;
-  }
-}
-
 interface Snapshot {
   at: number;
   /** CPU seconds of the controller: this process and the rollout node processes. */
@@ -381,13 +370,14 @@ async function lastSeq(stream: string): Promise<number> {
 async function snapshot(job: string, nodePids: readonly number[], simPids: readonly number[], urls: readonly string[]): Promise<Snapshot> {
   const u = process.cpuUsage();
   const groups = await lastSeq(jobNames(job).streamSamples);
-  const sum = (pids: readonly number[]) => pids.reduce((k, pid) => k + procCpu(pid), 0);
+  const sum = (pids: readonly number[]) => pids.reduce((k, pid) => k + processCpuSeconds(pid), 0);
   const engines = engineTotals(urls);
   engines.catch(() => {}); // (awaited later, by the caller)
   const gauge = cpuGaugeMs();
   gauge.catch(() => {});
+  const rollout = sum(nodePids);
   return {
-    at: performance.now(), cpu: (u.user + u.system) / 1e6 + sum(nodePids), rollout: sum(nodePids), sim: sum(simPids), nats: procCpu(nats.pid), msgs: await natsMsgs(),
+    at: performance.now(), cpu: (u.user + u.system) / 1e6 + rollout, rollout, sim: sum(simPids), nats: processCpuSeconds(nats.pid), msgs: await natsMsgs(),
     groups, engines, gauge,
   };
 }

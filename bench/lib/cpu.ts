@@ -22,6 +22,17 @@ export function machineCpu(): CpuTimes | null {
   return { busy: (total - idle) / 100, total: total / 100 };
 }
 
+/** CPU seconds (user + system) a process has used, from /proc/PID/stat (0 where it cannot be read). */
+export function processCpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[11]) + Number(f[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+  } catch {
+    return 0;
+  }
+}
+
 /** CPU used between two readings (busy and total core-seconds); null without both readings. */
 export function cpuBetween(a: CpuTimes | null, b: CpuTimes | null): CpuTimes | null {
   if (!a || !b || b.total <= a.total) return null;

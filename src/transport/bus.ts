@@ -445,8 +445,8 @@ class NatsBus implements Bus {
   readonly closed: Promise<Error | null>;
   private readonly largeTtlMs: number;
   private readonly listeners = new Set<(s: BusStatus) => void>();
-  private jsmP: Promise<JetStreamManager> | null = null;
-  private jsmBulkP: Promise<JetStreamManager> | null = null;
+  /** JetStream managers by their requests' deadline (jsm, jsmBulk), each opened once. */
+  private readonly managers = new Map<number, Promise<JetStreamManager>>();
   private readonly stores = new Map<string, Promise<ObjectStore>>();
   private connected = true;
   private beats: Heartbeats | null = null;
@@ -704,24 +704,25 @@ class NatsBus implements Bus {
     }
   }
 
-  jsmBulk(): Promise<JetStreamManager> {
-    if (this.jsmBulkP === null) {
-      this.jsmBulkP = jetstreamManager(this.nc, { timeout: jsApiBulkTimeoutMs(this.maxPayload) }).catch((e) => {
-        this.jsmBulkP = null;
-        throw toTransportError(e, "opening the JetStream manager (is JetStream enabled on the server?)");
-      });
-    }
-    return this.jsmBulkP;
+  jsm(): Promise<JetStreamManager> {
+    return this.manager(JS_API_TIMEOUT_MS);
   }
 
-  jsm(): Promise<JetStreamManager> {
-    if (this.jsmP === null) {
-      this.jsmP = jetstreamManager(this.nc, { timeout: JS_API_TIMEOUT_MS }).catch((e) => {
-        this.jsmP = null;
+  jsmBulk(): Promise<JetStreamManager> {
+    return this.manager(jsApiBulkTimeoutMs(this.maxPayload));
+  }
+
+  /** The JetStream manager whose requests time out after `timeoutMs` (opened again after a failed open). */
+  private manager(timeoutMs: number): Promise<JetStreamManager> {
+    let m = this.managers.get(timeoutMs);
+    if (m === undefined) {
+      m = jetstreamManager(this.nc, { timeout: timeoutMs }).catch((e) => {
+        this.managers.delete(timeoutMs);
         throw toTransportError(e, "opening the JetStream manager (is JetStream enabled on the server?)");
       });
+      this.managers.set(timeoutMs, m);
     }
-    return this.jsmP;
+    return m;
   }
 
   async jsPublish(subject: string, data: Uint8Array, opts: { msgID?: string; headers?: Record<string, string>; timeoutMs?: number } = {}): Promise<PubAck> {

@@ -35,6 +35,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { H100_LLAMA_8B } from "../src/engine/sim/perf-model.ts";
 import { cpuGaugeMs, processCpuSeconds } from "./lib/cpu.ts";
+import { slowFleet, slowKeepAlive } from "./lib/slow-clock.ts";
 
 const flag = (name: string, fallback: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -128,13 +129,15 @@ async function runSize(n: number, slow: number, census: string | null): Promise<
     for (let left = n, p = 0; left > 0; p++) {
       const count = Math.min(128, left);
       left -= count;
-      const args = [OOZE, "sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--table", table, "--catch-up-ms", "1000", "--parent-pid", String(process.pid)];
+      const args = [OOZE, "sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--table", table, "--catch-up-ms", "1000", "--keep-alive-ms", String(slowKeepAlive(slow).engineMs), "--parent-pid", String(process.pid)];
       const { out, proc } = await node(args, /ready/);
       sims.push(proc);
       urls.push(...[...out.matchAll(/^(http:\/\/127\.0\.0\.1:\d+)$/gm)].map((m) => m[1]!));
     }
     if (urls.length !== n) throw new Error(`expected ${n} engine URLs, got ${urls.length}`);
-    const cfg = { urls, slow, groups: (n * perEngine) / 8, warmupS, windowS, task: TASK, taskConfig: { alpha: 1.0, maxTurns, turnTokens }, baseDir: root, ...(census ? { census } : {}) };
+    // no periodic health checks: the bench isolates what requests in flight cost (a rollout's grow with its engines, and `bench scale` counts them)
+    const fleet = { ...slowFleet(slow), healthIntervalMs: 0 };
+    const cfg = { urls, slow, fleet, idleCapMs: slowKeepAlive(slow).clientCapMs, groups: (n * perEngine) / 8, warmupS, windowS, task: TASK, taskConfig: { alpha: 1.0, maxTurns, turnTokens }, baseDir: root, ...(census ? { census } : {}) };
     const prof = process.env.OOZE_BENCH_CPU_PROF;
     if (prof) Object.assign(cfg, { profile: join(prof, `inflight-${n}-engines-${Date.now()}.cpuprofile`) });
     const simCpu0 = sims.reduce((a, p) => a + processCpuSeconds(p.pid!), 0);

@@ -91,6 +91,8 @@ import { jobNames } from "../src/transport/names.ts";
 import { H100_LLAMA_8B } from "../src/engine/sim/perf-model.ts";
 import { cpuGaugeMs, processCpuSeconds } from "./lib/cpu.ts";
 import { generationOnly } from "./lib/generation-only.ts";
+import { slowFleet, slowKeepAlive } from "./lib/slow-clock.ts";
+import { setMaxIdleMs } from "../src/engine/http.ts";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -175,9 +177,9 @@ interface Child {
 }
 
 /** A child process of ours; resolves once its output shows `ready` (the whole output so far is passed on). */
-async function child(args: string[], ready: (out: string) => boolean, what: string): Promise<Child> {
+async function child(args: string[], ready: (out: string) => boolean, what: string, env: Record<string, string> = {}): Promise<Child> {
   const prof = process.env.OOZE_BENCH_CPU_PROF && args[0] === "node" ? ["--cpu-prof", `--cpu-prof-dir=${process.env.OOZE_BENCH_CPU_PROF}`] : [];
-  const c = spawn(process.execPath, [...prof, OOZE, ...args, "--parent-pid", String(process.pid)], { stdio: ["ignore", "pipe", "pipe"] });
+  const c = spawn(process.execPath, [...prof, OOZE, ...args, "--parent-pid", String(process.pid)], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   // The output's last 64 KiB (for errors); the readiness check stops listening once it passed. It
   // once stayed on and searched the whole growing output at every chunk: in a long run, 15 % of this
   // process's CPU, which the bench counts as the controller's (Nov 30).
@@ -253,7 +255,7 @@ async function simEngines(n: number, procs: number, slow: number): Promise<{ url
   try {
     for (let p = 0; p < procs; p++) {
       const count = Math.floor(n / procs) + (p < n % procs ? 1 : 0);
-      const args = ["sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--table", slowTable(slow), "--catch-up-ms", String(catchUpMs)];
+      const args = ["sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--table", slowTable(slow), "--catch-up-ms", String(catchUpMs), "--keep-alive-ms", String(slowKeepAlive(slow).engineMs)];
       children.push(await child(args, (o) => o.includes("ready"), "sim-engine"));
     }
   } catch (e) {
@@ -382,8 +384,6 @@ async function snapshot(job: string, nodePids: readonly number[], simPids: reado
   };
 }
 
-/** The fleet's engine-time settings S times longer (progress deadlines, health checks). */
-const slowFleet = (slow: number) => ({ progressTimeoutMs: 10_000 * slow, progressTimeoutPerTokenMs: 50 * slow, healthIntervalMs: 5_000 * slow });
 /** Deadlines of a weight update on the slowed clock: one engine's control request, and the whole fleet's update (their defaults plus twice the slowed update). */
 const slowUpdate = (slow: number) => ({ controlTimeoutMs: 30_000 + 2 * updateMs * slow, updateTimeoutMs: 120_000 + 2 * updateMs * slow });
 
@@ -421,6 +421,7 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
 async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFigures> {
   const k = controllersOf(n);
   const { warmup, end } = planOf(mode);
+  setMaxIdleMs(slowKeepAlive(slowdownOf(n)).clientCapMs); // (this process's fleets: the job's, and the rollout's where k = 1)
   const sim = await simEngines(n, simProcessesOf(n), slowdownOf(n));
   const nodes: Child[] = [];
   try {
@@ -435,7 +436,9 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
     let nodeFailure: Error | null = null;
     if (k > 1)
       for (let i = 0; i < k; i++) {
-        const node = await child(["node", "--nats", natsAuthUrl, "--job", job, "--topology", file, "--host", `r${i}`], (o) => o.includes(`[r${i}] running`), `ooze node r${i}`);
+        const node = await child(["node", "--nats", natsAuthUrl, "--job", job, "--topology", file, "--host", `r${i}`], (o) => o.includes(`[r${i}] running`), `ooze node r${i}`, {
+          OOZE_HTTP_MAX_IDLE_MS: String(slowKeepAlive(slowdownOf(n)).clientCapMs),
+        });
         nodes.push(node);
       }
     let first: Promise<Snapshot> | null = null;
@@ -520,6 +523,7 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
 
 async function bound(n: number): Promise<Record<"generation_only" | "generation_with_updates" | "training_only" | "bound" | "bound_without_updates" | "tokens_per_sample", number>> {
   const slow = slowdownOf(n);
+  setMaxIdleMs(slowKeepAlive(slow).clientCapMs);
   const sim = await simEngines(n, simProcessesOf(n), slow);
   try {
     const prompts = Math.max(1, Math.round((perEngine * n) / samples));

@@ -20,18 +20,16 @@ const dist = new URL("../../dist/", import.meta.url);
 const { FleetGenerator } = await import(new URL("actors/rollout/generator.js", dist).href);
 const { loadTask } = await import(new URL("actors/environment/task-loader.js", dist).href);
 const { rolloutRange } = await import(new URL("actors/rollout/rollout.js", dist).href);
+const { setMaxIdleMs } = await import(new URL("src/engine/http.js", dist).href);
 
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc");
 
 const task = await loadTask(cfg.task, cfg.taskConfig, cfg.baseDir);
-// No periodic health checks: the bench isolates what requests in flight cost (a rollout's health
-// checks grow with its engines, and are counted by `bench scale`).
-// The fleet's progress deadlines count in engine time, so they are `slow` times longer on the slowed
-// clock, as `bench scale` sets them: with the defaults (10 s + 50 ms a token), most turns at the large
-// size (about 20 s each) missed their deadline, were aborted and dispatched again — 2.25 /generate
-// exchanges and 0.77 aborts a turn, which this bench then counted as the cost of holding them.
-const gen = await FleetGenerator.create(cfg.urls, undefined, { healthIntervalMs: 0, progressTimeoutMs: 10_000 * cfg.slow, progressTimeoutPerTokenMs: 50 * cfg.slow });
+// The fleet's settings and the sockets' idle cap on the slowed clock (bench/lib/slow-clock.ts), as
+// bench/inflight.ts passes them.
+setMaxIdleMs(cfg.idleCapMs);
+const gen = await FleetGenerator.create(cfg.urls, undefined, cfg.fleet);
 
 // Requests counted around the generator (the same small wrapper at every size).
 let inflight = 0;

@@ -28,7 +28,28 @@ const IDLE_SOCKET_MS = 4_000;
  * request on a socket less often than every 4 s, and a process at 256 engines with 16 requests each
  * opened a connection for most requests (bench inflight: about 5 % of its CPU went to connecting and closing).
  */
-const MAX_ANNOUNCED_IDLE_MS = 60_000;
+let maxAnnouncedIdleMs = maxIdleMs(process.env.OOZE_HTTP_MAX_IDLE_MS);
+
+/**
+ * The cap on an announced idle time: OOZE_HTTP_MAX_IDLE_MS (ms), else 60 s. A cap because a
+ * connection idle for long may be dropped silently on the way (a NAT's or a firewall's idle
+ * timeout); one raises it for servers on a network that keeps connections (`bench scale` raises it
+ * with its slowed clock, as its simulated engines' keep-alive).
+ */
+export function maxIdleMs(configured: string | undefined): number {
+  if (configured === undefined || configured === "") return 60_000;
+  const n = Number(configured);
+  if (!Number.isInteger(n) || n < 1000) throw new Error(`OOZE_HTTP_MAX_IDLE_MS must be an integer number of ms ≥ 1000, got '${configured}'`);
+  return n;
+}
+
+/** Sets the cap on an announced idle time (a program embedding ooze, a bench on a slowed clock); returns the previous one. */
+export function setMaxIdleMs(ms: number): number {
+  if (!Number.isInteger(ms) || ms < 1000) throw new Error(`the idle cap must be an integer number of ms ≥ 1000, got ${ms}`);
+  const was = maxAnnouncedIdleMs;
+  maxAnnouncedIdleMs = ms;
+  return was;
+}
 /** Longest response head (status line and headers), bytes. */
 const MAX_HEAD_BYTES = 64 * 1024;
 /** A streamed body's unread bytes above which the socket stops reading. */
@@ -778,7 +799,7 @@ export class ResponseParser {
       else if (name === "connection") connection = value.toLowerCase();
       else if (name === "keep-alive") {
         const t = /timeout=(\d+)/i.exec(value);
-        if (t) this.idleMs = Math.min(MAX_ANNOUNCED_IDLE_MS, Number(t[1]) * 1000 - 1000);
+        if (t) this.idleMs = Math.min(maxAnnouncedIdleMs, Number(t[1]) * 1000 - 1000);
       }
     }
     if (/(^|,)\s*close\s*($|,)/.test(connection) || (m[1] === "0" && !/keep-alive/.test(connection)) || this.idleMs <= 0) this.keepAlive = false;

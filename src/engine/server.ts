@@ -54,6 +54,11 @@ export interface EngineServerOptions {
    * not refused.
    */
   requestReadTimeoutMs?: number;
+  /**
+   * How long an idle keep-alive connection stays open, ms (Node's keepAliveTimeout, announced in
+   * `Keep-Alive: timeout=N`). Default 30 000.
+   */
+  keepAliveMs?: number;
 }
 
 /** A running engine server. Closing it does not close the backend. */
@@ -519,7 +524,7 @@ export async function startEngineServer(opts: EngineServerOptions): Promise<Engi
   // Idle keep-alive connections stay 30 s (Node's default is 5): clients retire theirs after 4 s
   // (src/engine/http.ts), and a client whose event loop runs late must not send on a connection the
   // server is closing at that moment.
-  server.keepAliveTimeout = 30_000;
+  server.keepAliveTimeout = opts.keepAliveMs ?? 30_000;
   server.requestTimeout = readTimeoutMs;
   server.headersTimeout = readTimeoutMs;
   // A request the HTTP parser could not read, or one that ran past Node's headersTimeout or

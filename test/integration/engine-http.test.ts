@@ -14,7 +14,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { HttpTimeoutError, requestStream, requestText, ResponseParser, setSocketBudget, socketBudget, socketStats } from "../../src/engine/http.ts";
+import { HttpTimeoutError, maxIdleMs, requestStream, requestText, ResponseParser, setMaxIdleMs, setSocketBudget, socketBudget, socketStats } from "../../src/engine/http.ts";
 import { makeTestCerts } from "../harness/index.ts";
 
 const servers: (Server | NetServer)[] = [];
@@ -270,6 +270,23 @@ describe("engine HTTP transport", () => {
     expect(idleMs("keep-alive: timeout=3\r\n")).toBe(2_000);
     expect(idleMs("Keep-Alive: timeout=600\r\n")).toBe(60_000);
     expect(idleMs("Keep-Alive: timeout=1\r\n")).toBeNull(); // nothing left to keep it for
+    // the cap raised (OOZE_HTTP_MAX_IDLE_MS, setMaxIdleMs: a network that keeps idle connections; a slowed bench clock)
+    const was = setMaxIdleMs(900_000);
+    try {
+      expect(idleMs("Keep-Alive: timeout=600\r\n")).toBe(599_000);
+    } finally {
+      setMaxIdleMs(was);
+    }
+    expect(idleMs("Keep-Alive: timeout=600\r\n")).toBe(60_000);
+  });
+
+  it("reads the idle cap from OOZE_HTTP_MAX_IDLE_MS, and refuses one that is not a whole number of ms ≥ 1000", () => {
+    expect(maxIdleMs(undefined)).toBe(60_000);
+    expect(maxIdleMs("")).toBe(60_000);
+    expect(maxIdleMs("7680000")).toBe(7_680_000);
+    expect(() => maxIdleMs("30s")).toThrow(/OOZE_HTTP_MAX_IDLE_MS must be an integer number of ms ≥ 1000, got '30s'/);
+    expect(() => maxIdleMs("500")).toThrow(/got '500'/);
+    expect(() => setMaxIdleMs(1.5)).toThrow(/idle cap/);
   });
 });
 

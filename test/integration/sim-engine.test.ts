@@ -103,11 +103,12 @@ describe("ooze sim-engine", () => {
     expect([s5.requests - s4.requests, s5.aborted - s4.aborted]).toEqual([1, 1]);
   });
 
-  it("--max-running 1 serialises a batch; --kv-tokens is the reported capacity; update_weights_from_disk takes the table's time; SIGTERM stops it", async () => {
-    const p = simEngine(["--max-running", "1", "--kv-tokens", "5000"]);
+  it("--max-running 1 serialises a batch; --kv-tokens is the reported capacity; --keep-alive-ms is announced; update_weights_from_disk takes the table's time; SIGTERM stops it", async () => {
+    const p = simEngine(["--max-running", "1", "--kv-tokens", "5000", "--keep-alive-ms", "120000"]);
     const [url] = await urlsOf(p, 1);
     const c = new EngineClient(url!);
     expect((await c.serverInfo()).max_total_num_tokens).toBe(5000);
+    expect((await fetch(`${url}/health`)).headers.get("keep-alive")).toBe("timeout=120");
     const s0 = await stats(c);
     const res = await fetch(`${url}/generate`, { method: "POST", body: JSON.stringify({ input_ids: [[256, 1], [256, 2]], sampling_params: { max_new_tokens: 10 } }) });
     expect(res.status).toBe(200);
@@ -126,5 +127,8 @@ describe("ooze sim-engine", () => {
     const p = simEngine(["--stop-probability", "2"]);
     expect(await p.exited).not.toBe(0);
     expect(p.out()).toMatch(/--stop-probability must be in \[0, 1\)/);
+    const q = simEngine(["--keep-alive-ms", "10ms"]);
+    expect(await q.exited).not.toBe(0);
+    expect(q.out()).toMatch(/--keep-alive-ms must be an integer ≥ 1000 \(got '10ms'\)/);
   });
 });

@@ -20,6 +20,7 @@ interface SimEngineOptions {
   updateWeightsMs?: string;
   catchUpMs: string;
   weightVersion: string;
+  keepAliveMs: string;
   parentPid?: string;
 }
 
@@ -44,6 +45,7 @@ export function register(program: Command) {
     .option("--update-weights-ms <ms>", `time of one weight update (default the table's, ${H100_LLAMA_8B.updateWeightsMs})`)
     .option("--catch-up-ms <ms>", "how far behind its clock an engine still makes up time on a loaded host (beyond: counted as lag)", "50")
     .option("--weight-version <v>", "initial weight_version", "default")
+    .option("--keep-alive-ms <ms>", "how long an idle keep-alive connection stays open (announced to clients)", "30000")
     .option("--parent-pid <pid>", "exit when this process is gone")
     .action(async (opts: SimEngineOptions) => {
       const p = Number(opts.stopProbability);
@@ -59,6 +61,7 @@ export function register(program: Command) {
         stopProbability: p,
         weightVersion: opts.weightVersion,
         catchUpMs: int("catch-up-ms", opts.catchUpMs, 0),
+        keepAliveMs: int("keep-alive-ms", opts.keepAliveMs, 1000),
         ...(opts.maxRunning !== undefined ? { maxRunning: int("max-running", opts.maxRunning, 1) } : {}),
         ...(opts.kvTokens !== undefined ? { kvTokens: int("kv-tokens", opts.kvTokens, 1) } : {}),
       });

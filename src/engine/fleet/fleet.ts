@@ -43,8 +43,15 @@ import {
 
 const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
-/** Interval of the progress-deadline sweep over in-flight non-streamed dispatches, ms. */
-const SWEEP_MS = 200;
+/**
+ * The progress-deadline sweep over in-flight non-streamed dispatches runs every fifth of the shortest
+ * deadline a dispatch may have (so one is noticed at most a fifth of its length late), within these
+ * bounds, ms. It ran every 200 ms whatever the deadlines: a sweep visits every engine of the fleet,
+ * and at 256 engines with turns lasting tens of seconds (deadlines of minutes) that was ~1 % of a
+ * rollout process's time for nothing (Dec 2, docs/experiments/scale.md).
+ */
+const SWEEP_MIN_MS = 200;
+const SWEEP_MAX_MS = 10_000;
 
 /** A request's listener on its caller's signal (outside generate(), so that it closes over the fleet and the id alone). */
 const abortListener = (fleet: Fleet, rid: string) => () => void fleet.abort(rid);
@@ -105,7 +112,7 @@ export class Fleet {
   private updating: Promise<void> | null = null;
   private lockChain: Promise<unknown> = Promise.resolve();
   private timer: NodeJS.Timeout | null = null;
-  private readonly sweepTimer: NodeJS.Timeout;
+  private sweepTimer: NodeJS.Timeout;
   /** What every dispatch asks of this fleet (made once, not per dispatch). */
   private readonly dispatchHost: DispatchHost = {
     closed: () => this.closed,
@@ -144,8 +151,7 @@ export class Fleet {
     if (opts.bus && opts.job === undefined) throw new OozeError("CONFIG_INVALID", "Fleet: a bus needs a job id (opts.job) to name its KV bucket");
     this.registry = opts.bus && opts.job !== undefined ? FleetRegistry.open(opts.bus, opts.job) : null;
     this.registry?.catch(() => {}); // reported where it is awaited
-    this.sweepTimer = setInterval(() => sweepDeadlines(this.engines.values(), this.deadlines, this.log), SWEEP_MS);
-    this.sweepTimer.unref();
+    this.sweepTimer = this.nextSweep();
     if (this.healthIntervalMs > 0) {
       this.timer = setInterval(() => this.healthTick(), this.healthIntervalMs);
       this.timer.unref();
@@ -488,8 +494,7 @@ export class Fleet {
           // as many times as there are other engines (every one tried: all faulty or unreachable,
           // e.g. a partition), each retry waits a backoff — without it a brief outage of every
           // engine spent the whole retry budget in milliseconds (found by test/property/fleet-schedules).
-          let others = 0;
-          for (const id of this.router.engines()) if (id !== e.id) others++;
+          const others = this.router.size - (this.router.has(e.id) ? 1 : 0);
           wait = local ? backoffMs(this.settings, res.faults.length) : res.faults.length > others ? backoffMs(this.settings, res.faults.length - others) : 0;
         } else {
           why = outcome.retry;
@@ -566,12 +571,24 @@ export class Fleet {
     return report;
   }
 
+  /** Arms the next progress-deadline sweep (see SWEEP_MIN_MS), which arms the one after it. */
+  private nextSweep(): NodeJS.Timeout {
+    const every = Math.min(SWEEP_MAX_MS, Math.max(SWEEP_MIN_MS, this.deadlines.dispatchMs(0, 0) / 5));
+    const t = setTimeout(() => {
+      if (this.closed) return;
+      sweepDeadlines(this.engines.values(), this.deadlines, this.log);
+      this.sweepTimer = this.nextSweep();
+    }, every);
+    t.unref();
+    return t;
+  }
+
   /** Stops health checks; running requests fail with ACTOR_STOPPED. The registry is kept for recovery. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
-    clearInterval(this.sweepTimer);
+    clearTimeout(this.sweepTimer);
     for (const e of this.engines.values()) for (const a of e.attempts) a.ctl.abort();
     this.notify();
     for (const w of [...this.sleepers]) w();
@@ -664,7 +681,7 @@ export class Fleet {
         await Promise.race([this.updating, this.changed(1000, st)]);
         continue;
       }
-      if (this.router.engines().length > 0) {
+      if (this.router.size > 0) {
         const id = this.router.route({ inputIds: input, ...(sessionId === undefined ? {} : { routingKey: sessionId }), ...(avoid === null ? {} : { avoid }) });
         const e = this.engines.get(id);
         if (e && e.healthy) return e;
@@ -777,7 +794,7 @@ export class Fleet {
     }
     if (++e.dispatchFailures < this.leaveAfterFailures) return;
     // The only engine in routing stays: its requests back off instead, and health checks watch it.
-    if (!this.router.engines().some((id) => id !== e.id)) return;
+    if (this.router.size - (this.router.has(e.id) ? 1 : 0) === 0) return;
     e.dispatchFailures = 0;
     e.lastError = `failed ${this.leaveAfterFailures} dispatches in a row (last: ${kind}: ${err.message})`;
     this.leave(e, e.lastError, true);

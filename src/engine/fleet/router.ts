@@ -422,9 +422,19 @@ export class Router {
     this.random = opts.random ?? Math.random;
   }
 
-  /** Engines in the set, in the order they were added. */
+  /** Engines in the set, in the order they were added (a copy). */
   engines(): string[] {
     return [...this.ids];
+  }
+
+  /** How many engines are in the set (without the copy engines() makes: asked once per dispatch). */
+  get size(): number {
+    return this.ids.length;
+  }
+
+  /** Whether engine `id` is in the set. */
+  has(id: string): boolean {
+    return this.inflight.has(id);
   }
 
   /** Adds an engine (no-op if present). */

@@ -26,6 +26,8 @@ export interface SimEnginesOptions {
   catchUpMs?: number;
   /** Initial weight_version (default "default"). */
   weightVersion?: string;
+  /** Idle keep-alive connections' lifetime, ms (default the engine server's, 30 s); a slowed clock slows it too. */
+  keepAliveMs?: number;
 }
 
 /** Running simulated engines. */
@@ -74,6 +76,7 @@ export async function startSimEngines(opts: SimEnginesOptions = {}): Promise<Sim
           maxRunning: opts.maxRunning ?? table.maxRunning,
           // Any format (a checkpoint directory, an ooze delta) loads in the table's update time.
           loadWeights: ({ keepCache }) => backend.loadWeights("", { keepCache: keepCache ?? false }),
+          ...(opts.keepAliveMs !== undefined ? { keepAliveMs: opts.keepAliveMs } : {}),
         }),
       );
     }

@@ -10,6 +10,7 @@
 // heavy-tailed multi-turn agent episodes. OOZE_BENCH_KEEP=1 keeps the runs' directories (metrics.jsonl)
 // and each child process's whole output (child-*.log in the bench's root directory);
 // OOZE_BENCH_CPU_PROF=DIR has the rollout node processes write V8 CPU profiles there (node --cpu-prof;
+// bench/lib/profile-window.mjs compares two runs' windows, cut with the step lines' monotonic times;
 // run the bench itself under `node --cpu-prof` for the job's process). For each N: trained samples/s in sync, async and
 // fully_async mode, fully_async_vs_sync, the ideal overlap bound and fully_async_vs_bound, and, over
 // each mode's measured window, the engines' utilisation (simulated GPU time / wall time), the
@@ -457,7 +458,9 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
         verbose: true,
         log: (l) => (!/\] (info|debug) /.test(l) || /buffer: batch/.test(l)) && say(`  ${l}`),
         onStep: (m) => {
-          say(`  N=${n} ${mode}: step ${m.step}/${end} (${m.step <= warmup ? "warm-up" : "window"}) at ${m.seconds.toFixed(1)} s, ${m.samples} samples, staleness ≤ ${m.staleness_max}`);
+          // (monotonic: the clock of V8's CPU profiles, to cut them to the window: bench/lib/profile-window.mjs)
+          const monotonic = Number(process.hrtime.bigint() / 1_000_000n) / 1000;
+          say(`  N=${n} ${mode}: step ${m.step}/${end} (${m.step <= warmup ? "warm-up" : "window"}) at ${m.seconds.toFixed(1)} s, ${m.samples} samples, staleness ≤ ${m.staleness_max}, monotonic ${monotonic.toFixed(2)} s`);
           // (awaited once the job has ended; a failure meanwhile must not be an unhandled rejection,
           // which ended the whole bench at step 8 of a 1,024-engine run on Dec 1)
           if (m.step === warmup) (first = snapshot(job, nodes.map((x) => x.pid), sim.pids, sim.urls)).catch(() => {});

@@ -137,7 +137,7 @@ async function runSize(n: number, slow: number, census: string | null): Promise<
     if (urls.length !== n) throw new Error(`expected ${n} engine URLs, got ${urls.length}`);
     // no periodic health checks: the bench isolates what requests in flight cost (a rollout's grow with its engines, and `bench scale` counts them)
     const fleet = { ...slowFleet(slow), healthIntervalMs: 0 };
-    const cfg = { urls, slow, fleet, idleCapMs: slowKeepAlive(slow).clientCapMs, groups: (n * perEngine) / 8, warmupS, windowS, task: TASK, taskConfig: { alpha: 1.0, maxTurns, turnTokens }, baseDir: root, ...(census ? { census } : {}) };
+    const cfg = { urls, fleet, idleCapMs: slowKeepAlive(slow).clientCapMs, groups: (n * perEngine) / 8, warmupS, windowS, task: TASK, taskConfig: { alpha: 1.0, maxTurns, turnTokens }, baseDir: root, ...(census ? { census } : {}) };
     const prof = process.env.OOZE_BENCH_CPU_PROF;
     if (prof) Object.assign(cfg, { profile: join(prof, `inflight-${n}-engines-${Date.now()}.cpuprofile`) });
     const simCpu0 = sims.reduce((a, p) => a + processCpuSeconds(p.pid!), 0);

@@ -253,10 +253,14 @@ function slowTable(slow: number): string {
 /** `ooze sim-engine --count k` in `procs` child processes, n engines in all, `slow` times slower than the serving model; resolves with their URLs. */
 async function simEngines(n: number, procs: number, slow: number): Promise<{ urls: string[]; pids: number[]; stop: () => Promise<void> }> {
   const children: Child[] = [];
+  // the engines' keep-alive on the slowed clock, and this process's clients' cap on it (its fleets:
+  // the job's, the bound's generation, and the rollout's where it runs here)
+  const keepAlive = slowKeepAlive(slow);
+  setMaxIdleMs(keepAlive.clientCapMs);
   try {
     for (let p = 0; p < procs; p++) {
       const count = Math.floor(n / procs) + (p < n % procs ? 1 : 0);
-      const args = ["sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--table", slowTable(slow), "--catch-up-ms", String(catchUpMs), "--keep-alive-ms", String(slowKeepAlive(slow).engineMs)];
+      const args = ["sim-engine", "--count", String(count), "--seed", String(p * 100_000), "--table", slowTable(slow), "--catch-up-ms", String(catchUpMs), "--keep-alive-ms", String(keepAlive.engineMs)];
       children.push(await child(args, (o) => o.includes("ready"), "sim-engine"));
     }
   } catch (e) {
@@ -422,7 +426,6 @@ function topologyFile(n: number, k: number, urls: readonly string[], mode: strin
 async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFigures> {
   const k = controllersOf(n);
   const { warmup, end } = planOf(mode);
-  setMaxIdleMs(slowKeepAlive(slowdownOf(n)).clientCapMs); // (this process's fleets: the job's, and the rollout's where k = 1)
   const sim = await simEngines(n, simProcessesOf(n), slowdownOf(n));
   const nodes: Child[] = [];
   try {
@@ -526,7 +529,6 @@ async function runMode(n: number, mode: (typeof modes)[number]): Promise<ModeFig
 
 async function bound(n: number): Promise<Record<"generation_only" | "generation_with_updates" | "training_only" | "bound" | "bound_without_updates" | "tokens_per_sample", number>> {
   const slow = slowdownOf(n);
-  setMaxIdleMs(slowKeepAlive(slow).clientCapMs);
   const sim = await simEngines(n, simProcessesOf(n), slow);
   try {
     const prompts = Math.max(1, Math.round((perEngine * n) / samples));

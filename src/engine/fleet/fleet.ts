@@ -494,7 +494,7 @@ export class Fleet {
           // as many times as there are other engines (every one tried: all faulty or unreachable,
           // e.g. a partition), each retry waits a backoff — without it a brief outage of every
           // engine spent the whole retry budget in milliseconds (found by test/property/fleet-schedules).
-          const others = this.router.size - (this.router.has(e.id) ? 1 : 0);
+          const others = this.othersInRouting(e.id);
           wait = local ? backoffMs(this.settings, res.faults.length) : res.faults.length > others ? backoffMs(this.settings, res.faults.length - others) : 0;
         } else {
           why = outcome.retry;
@@ -569,6 +569,11 @@ export class Fleet {
       }
     });
     return report;
+  }
+
+  /** Engines in routing besides `id`. */
+  private othersInRouting(id: string): number {
+    return this.router.size - (this.router.has(id) ? 1 : 0);
   }
 
   /** Arms the next progress-deadline sweep (see SWEEP_MIN_MS), which arms the one after it. */
@@ -794,7 +799,7 @@ export class Fleet {
     }
     if (++e.dispatchFailures < this.leaveAfterFailures) return;
     // The only engine in routing stays: its requests back off instead, and health checks watch it.
-    if (this.router.size - (this.router.has(e.id) ? 1 : 0) === 0) return;
+    if (this.othersInRouting(e.id) === 0) return;
     e.dispatchFailures = 0;
     e.lastError = `failed ${this.leaveAfterFailures} dispatches in a row (last: ${kind}: ${err.message})`;
     this.leave(e, e.lastError, true);

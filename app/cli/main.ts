@@ -2,6 +2,7 @@
 // native addon is imported inside the actions that need it, so other commands work without it.
 import { Command } from "commander";
 import { OozeError } from "../../src/errors.ts";
+import { COMMANDS } from "./command-table.ts";
 
 /** Exit code of a failure that a restart cannot cure (bad topology, bad config): EX_CONFIG. */
 export const EXIT_NOT_RETRYABLE = 78;
@@ -26,27 +27,9 @@ program
   .description("An actor runtime for agentic RL of language models, over NATS JetStream.")
   .showHelpAfterError();
 
-/** Imports a command module and registers its commands. */
-function lazy(load: () => Promise<{ register: (cmd: Command) => void }>) {
-  return load().then((m) => m.register(program));
-}
-
-await Promise.all([
-  lazy(() => import("./commands/model.ts")),
-  lazy(() => import("./commands/topology.ts")),
-  lazy(() => import("./commands/up.ts")),
-  lazy(() => import("./commands/node.ts")),
-  lazy(() => import("./commands/ps.ts")),
-  lazy(() => import("./commands/serve.ts")),
-  lazy(() => import("./commands/sim-engine.ts")),
-  lazy(() => import("./commands/engines.ts")),
-  lazy(() => import("./commands/train.ts")),
-  lazy(() => import("./commands/rollout.ts")),
-  lazy(() => import("./commands/fuzz.ts")),
-  lazy(() => import("./commands/dash.ts")),
-  lazy(() => import("./commands/sft.ts")),
-  lazy(() => import("./commands/setup.ts")),
-]);
+// only the named command's module (app/cli/command-table.ts); all of them for help, none or an unknown name
+const named = COMMANDS.find(([names]) => names.includes(process.argv[2] ?? ""));
+for (const m of await Promise.all((named ? [named] : COMMANDS).map(([, load]) => load()))) m.register(program);
 
 try {
   await program.parseAsync(process.argv);

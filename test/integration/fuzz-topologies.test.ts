@@ -1,8 +1,9 @@
 // `ooze fuzz` on every topology shipped in topologies/, one schedule of one small step each (one
-// prompt, two samples: `--set` overrides, so a topology sized for learning costs seconds): a topology
-// either is fuzzed with every invariant checked and holding (engines embedded in a fleet actor are
-// proxied and recorded like `engines:` ones), or is refused before anything starts with the reason
-// (no train: section; a train.model that has to be made first) — never a false violation.
+// prompt, two samples, a referential game's eight games: `--set` overrides, so a topology sized for
+// learning costs seconds): a topology either is fuzzed with every invariant checked and holding
+// (engines embedded in a fleet actor are proxied and recorded like `engines:` ones), or is refused
+// before anything starts with the reason (no train: section; a train.model that has to be made
+// first) — never a false violation.
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -17,8 +18,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const files = readdirSync("topologies").filter((f) => f.endsWith(".yaml")).sort();
 
-async function fuzz(file: string): Promise<{ code: number; out: string }> {
-  const args = ["bin/ooze.mjs", "fuzz", join("topologies", file), "--runs", "1", "--seed", "11", "--steps", "1", "--set", "train.promptsPerStep=1", "--set", "train.samplesPerPrompt=2", "--faults", "engine,pause", "--out", join(dir, file)];
+async function fuzz(file: string, extra: string[]): Promise<{ code: number; out: string }> {
+  const args = ["bin/ooze.mjs", "fuzz", join("topologies", file), "--runs", "1", "--seed", "11", "--steps", "1", "--set", "train.promptsPerStep=1", "--set", "train.samplesPerPrompt=2", ...extra, "--faults", "engine,pause", "--out", join(dir, file)];
   try {
     const r = await run(process.execPath, args, { timeout: 150_000 });
     return { code: 0, out: r.stdout + r.stderr };
@@ -34,8 +35,10 @@ describe("ooze fuzz on the shipped topologies", () => {
   for (const file of files) {
     it(`${file}: fuzzed with every invariant held, or refused with the reason`, async () => {
       const topo = loadTopology(join("topologies", file));
-      const train = topo.train as { model?: string } | undefined;
-      const r = await fuzz(file);
+      const train = topo.train as { model?: string; taskConfig?: { games?: number } } | undefined;
+      // a referential game's episode plays taskConfig.games games (64 in the SDK game's: 18 s of the
+      // file's ~40); 8 play each secret once
+      const r = await fuzz(file, train?.taskConfig?.games !== undefined ? ["--set", "train.taskConfig.games=8"] : []);
       if (train === undefined) {
         expect(r.code, r.out).toBe(78);
         expect(r.out).toMatch(/no train: section; ooze fuzz runs a topology's training job/);

@@ -14,6 +14,7 @@ import { enginesSchema, trainSchema } from "../../actors/protocol/config.ts";
 import { readJsonl, type BatchRecord, type StepMetrics } from "../../actors/protocol/metrics.ts";
 import { runTrainJob } from "../../app/job/train-job.ts";
 import { EngineClient } from "../../src/engine/client.ts";
+import { H100_LLAMA_8B } from "../../src/engine/sim/perf-model.ts";
 import { type SimEngines, startSimEngines } from "../../src/engine/sim/sim-engines.ts";
 import { parseTopology } from "../../src/topology/load.ts";
 import { useNats } from "../harness/index.ts";
@@ -33,7 +34,9 @@ describe("the loop against simulated engines and a simulated trainer", () => {
     it(`${mode}${inPlace ? ", updates paused in place" : ""}: every sample index once, versions in order, every engine updated, no trainer worker`, async () => {
       const out = mkdtempSync(join(tmpdir(), "ooze-sim-train-"));
       dirs.push(out);
-      const engines = await startSimEngines({ count: 4, seed: 1 });
+      // the default table's 1.5 s weight update (an 8B model's reload) three times a case was 4.5 s of its
+      // ~8; the loop's order of pause, update and continue is the same at 0.2 s
+      const engines = await startSimEngines({ count: 4, seed: 1, table: { ...H100_LLAMA_8B, updateWeightsMs: 200 } });
       fleets.push(engines);
       const lines: string[] = [];
       await runTrainJob({

@@ -11,7 +11,8 @@
 // meta message per object on `$O.{bucket}.M.{base64url(name)}` (JSON: nuid, size, chunks, digest,
 // deleted), its chunks in order on `$O.{bucket}.C.{nuid}`.
 import { createHash } from "node:crypto";
-import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
+import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { toTransportError, TransportError } from "../errors.ts";
 
 /** What these functions need of a connection (a Bus). */
@@ -96,6 +97,44 @@ async function getMessage(jsm: JetStreamManager, stream: string, query: { last_b
   }
 }
 
+/** What `getChunk` uses of nats.js's JetStreamManager: its connection, API prefix and deadline (public fields of its class). */
+type ManagerFields = { nc?: NatsConnection; prefix?: unknown; timeout?: unknown };
+
+const DATA_FIELD = Buffer.from('"data":"');
+const QUOTE = 0x22;
+
+/**
+ * The message get of an object's chunk: the request nats.js's `getMessage` makes (the stream
+ * leader's STREAM.MSG.GET), with the answer decoded here. The answer carries the chunk base64-encoded
+ * inside JSON; nats.js decodes the whole answer to a string, parses it and decodes the data with
+ * `atob`, about 45 ms of CPU a MB (a 9-MiB body took 0.36–0.68 s to fetch on an idle machine, three
+ * quarters of it there; reliability.md finding 29). Here the JSON around the data is parsed alone
+ * and the data decoded by Buffer's base64. Anything but a message in the answer (an API error, an
+ * answer without a data field) goes through nats.js's path, as does a manager without those fields.
+ * Null when there is no such message.
+ */
+export async function getChunk(jsm: JetStreamManager, stream: string, query: { seq: number; next_by_subj: string }): Promise<{ seq: number; data: Uint8Array } | null> {
+  const { nc, prefix, timeout } = jsm as unknown as ManagerFields;
+  if (nc === undefined || typeof prefix !== "string" || typeof timeout !== "number") return getMessage(jsm, stream, query);
+  const reply = await nc.request(`${prefix}.STREAM.MSG.GET.${stream}`, JSON.stringify(query), { timeout });
+  const raw = Buffer.from(reply.data.buffer, reply.data.byteOffset, reply.data.byteLength);
+  const at = raw.indexOf(DATA_FIELD);
+  const end = at < 0 ? -1 : raw.indexOf(QUOTE, at + DATA_FIELD.length);
+  // the answer with its data field emptied, {"type":…,"message":{"subject":…,"seq":N,"data":"",…}},
+  // or whole when it has none (an API error is small)
+  const rest = JSON.parse(end < 0 ? raw.toString("utf8") : raw.toString("latin1", 0, at + DATA_FIELD.length) + raw.toString("latin1", end)) as {
+    message?: { seq?: unknown };
+    error?: { err_code?: number };
+  };
+  if (rest.error !== undefined) {
+    if (rest.error.err_code === JetStreamApiCodes.NoMessageFound) return null;
+    throw new JetStreamApiError(rest.error as never);
+  }
+  const seq = rest.message?.seq;
+  if (typeof seq !== "number" || end < 0) return getMessage(jsm, stream, query);
+  return { seq, data: Buffer.from(raw.toString("latin1", at + DATA_FIELD.length, end), "base64") };
+}
+
 function parseInfo(m: StoredMsg, where: string): StoredObjectInfo {
   let v: Record<string, unknown>;
   try {
@@ -160,7 +199,7 @@ export async function readObject(bus: BulkBus, bucket: string, name: string, whe
     for (let i = 0; i < info!.chunks; i++) {
       let m;
       try {
-        m = await getMessage(jsm, stream, { seq: seq + 1, next_by_subj: subject });
+        m = await getChunk(jsm, stream, { seq: seq + 1, next_by_subj: subject });
       } catch (e) {
         throw toTransportError(e, `reading chunk ${i + 1} of ${info!.chunks} of ${where}`);
       }

@@ -9,6 +9,7 @@ import { consumeStream, VersionsKv } from "../../actors/protocol/streams.ts";
 import { createRegistry, defineMessage } from "../../src/codec/index.ts";
 import { OozeError, TimeoutError } from "../../src/errors.ts";
 import { processMetrics } from "../../src/metrics.ts";
+import { jsApiBulkTimeoutMs } from "../../src/transport/bus.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { useNats, waitUntil } from "../harness/index.ts";
 
@@ -198,12 +199,27 @@ describe("consumeStream", () => {
     await bus.ensureStream("STREAMS_LARGE", ["sl.work"], { retention: "workqueue" } as never);
     // larger than the server's max_payload: the body goes to the object store, the message carries a reference
     await bus.jsPublish("sl.work", Big.encode({ n: 9, pad: "x".repeat(9 * 1024 * 1024) }, { id: "b9", sender: "test" }), { msgID: "b9" });
-    // The first fetch of the body times out, as a chunk read did on a loaded machine (Nov 30).
+    // The first fetch of the body times out, as a chunk read did on a loaded machine (Nov 30). Each
+    // fetch's start and time are kept for the diagnostics.
     let fetches = 0;
+    const t0 = performance.now();
+    const timings: string[] = [];
     const flaky = Object.create(bus) as typeof bus;
     flaky.payload = async (m) => {
-      if (fetches++ === 0) throw new TimeoutError("reading chunk 1 of 2 of large payload: timed out");
-      return bus.payload(m);
+      const n = ++fetches, at = performance.now();
+      const took = (how: string) => timings.push(`fetch ${n} at ${((at - t0) / 1000).toFixed(1)} s: ${how} after ${((performance.now() - at) / 1000).toFixed(1)} s`);
+      if (n === 1) {
+        took("the injected timeout");
+        throw new TimeoutError("reading chunk 1 of 2 of large payload: timed out");
+      }
+      try {
+        const body = await bus.payload(m);
+        took(`${body.length} bytes`);
+        return body;
+      } catch (e) {
+        took(`failed (${(e as Error).message})`);
+        throw e;
+      }
     };
     const seen: Array<{ n: number; deliveryCount: number }> = [];
     const log: string[] = [];
@@ -212,7 +228,11 @@ describe("consumeStream", () => {
       handle: async (msg, info) => void seen.push({ n: msg.body.n, deliveryCount: info.deliveryCount }),
     });
     try {
-      await waitUntil(() => seen.length > 0, { timeoutMs: 15_000, what: "the message handled once its body could be fetched", diagnostics: () => log.join("\n") });
+      // A real fetch may take its deadlines on a loaded machine: the meta read's 2 s and each of the
+      // two chunks' (jsApiBulkTimeoutMs: 10 s for 8 MiB), after the 1-s nak; the wait allows two such
+      // fetches (a fresh-clone run's 15 s, Dec 2, ended inside the first one).
+      const fetchMs = 2_000 + 2 * jsApiBulkTimeoutMs(nats.server.maxPayload);
+      await waitUntil(() => seen.length > 0, { timeoutMs: 1_000 + 2 * fetchMs, what: "the message handled once its body could be fetched", diagnostics: () => [...log, ...timings].join("\n") });
       // Delivered again after the timeout (a second delivery's real fetch may time out too on a loaded
       // machine: a fresh-clone run saw delivery 3), handled once, never dead-lettered.
       expect(seen).toHaveLength(1);
@@ -224,7 +244,7 @@ describe("consumeStream", () => {
       await c.stop();
       await flaky.heartbeats().close(); // the wrapper started a heartbeat worker of its own
     }
-  }, 30_000);
+  }, 75_000);
 
   it("a version watch that goes quiet (its consumer gone, none can be made) still sees new records: it reads the record every second", async () => {
     const bus = await nats.connect({ name: "versions-quiet" });

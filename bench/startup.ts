@@ -9,8 +9,8 @@
 // median of --runs starts (default 9).
 // Progress on stderr; one JSON line last: bare node's CPU and each command's as a multiple of it.
 import { spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { waitedChildrenCpuSeconds } from "./lib/cpu.ts";
 
 const flag = (name: string, fallback: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -32,20 +32,13 @@ const starts: Record<string, string[]> = {
   up: [ooze, "up", "--help"],
 };
 
-/** CPU seconds of this process's children that have been waited for. */
-function childrenCpu(): number {
-  const s = readFileSync("/proc/self/stat", "utf8");
-  const f = s.slice(s.lastIndexOf(")") + 2).split(" ");
-  return (Number(f[13]) + Number(f[14])) / 100; // cutime, cstime (USER_HZ = 100)
-}
-
 const cpu: Record<string, number[]> = Object.fromEntries(Object.keys(starts).map((k) => [k, []]));
 for (let r = 0; r < runs; r++) {
   for (const [name, args] of Object.entries(starts)) {
-    const before = childrenCpu();
+    const before = waitedChildrenCpuSeconds();
     const p = spawnSync(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], encoding: "utf8" });
     if (p.status !== 0) throw new Error(`${name}: ${[process.execPath, ...args].join(" ")} exited with ${p.status ?? p.signal}: ${p.stderr}`);
-    cpu[name]!.push(childrenCpu() - before);
+    cpu[name]!.push(waitedChildrenCpuSeconds() - before);
   }
   process.stderr.write(`[bench startup] round ${r + 1}/${runs}\n`);
 }

@@ -22,15 +22,26 @@ export function machineCpu(): CpuTimes | null {
   return { busy: (total - idle) / 100, total: total / 100 };
 }
 
+/** The fields of /proc/PID/stat after the command name (field 3, the state, first). */
+function statFields(pid: number | "self"): string[] {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
 /** CPU seconds (user + system) a process has used, from /proc/PID/stat (0 where it cannot be read). */
 export function processCpuSeconds(pid: number): number {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const f = statFields(pid);
     return (Number(f[11]) + Number(f[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
   } catch {
     return 0;
   }
+}
+
+/** CPU seconds (user + system) of this process's children that have been waited for (Linux). */
+export function waitedChildrenCpuSeconds(): number {
+  const f = statFields("self");
+  return (Number(f[13]) + Number(f[14])) / 100; // cutime, cstime
 }
 
 /** CPU used between two readings (busy and total core-seconds); null without both readings. */

@@ -9,7 +9,7 @@ import { consumeStream, VersionsKv } from "../../actors/protocol/streams.ts";
 import { createRegistry, defineMessage } from "../../src/codec/index.ts";
 import { OozeError, TimeoutError } from "../../src/errors.ts";
 import { processMetrics } from "../../src/metrics.ts";
-import { jsApiBulkTimeoutMs } from "../../src/transport/bus.ts";
+import { JS_API_TIMEOUT_MS, jsApiBulkTimeoutMs } from "../../src/transport/bus.ts";
 import { jobNames } from "../../src/transport/names.ts";
 import { useNats, waitUntil } from "../harness/index.ts";
 
@@ -231,7 +231,7 @@ describe("consumeStream", () => {
       // A real fetch may take its deadlines on a loaded machine: the meta read's 2 s and each of the
       // two chunks' (jsApiBulkTimeoutMs: 10 s for 8 MiB), after the 1-s nak; the wait allows two such
       // fetches (a fresh-clone run's 15 s, Dec 2, ended inside the first one).
-      const fetchMs = 2_000 + 2 * jsApiBulkTimeoutMs(nats.server.maxPayload);
+      const fetchMs = JS_API_TIMEOUT_MS + 2 * jsApiBulkTimeoutMs(nats.server.maxPayload);
       await waitUntil(() => seen.length > 0, { timeoutMs: 1_000 + 2 * fetchMs, what: "the message handled once its body could be fetched", diagnostics: () => [...log, ...timings].join("\n") });
       // Delivered again after the timeout (a second delivery's real fetch may time out too on a loaded
       // machine: a fresh-clone run saw delivery 3), handled once, never dead-lettered.

@@ -1,6 +1,6 @@
 // In-flight benchmark (`npm run bench -- inflight [--engines E] [--factor K] [--per-engine P]
 // [--slowdown S] [--warmup W] [--window T] [--rounds R] [--turn-tokens N] [--max-turns M]
-// [--node-flags "F…"]`): what a
+// [--node-flags "F…"] [--same-in-flight]`): what a
 // rollout process spends a request as the requests it holds in flight grow, at the same request
 // rate. A rollout process at 1,024 engines holds thousands of requests at once, and its garbage
 // collector re-marks what they hold at every major collection (docs/experiments/scale.md, Dec 2): the
@@ -20,6 +20,10 @@
 // were aborted and sent again, which this bench counted as the cost of holding them). Each size
 // also reports its system CPU, the simulated engines' cores, and a gauge read inside the process
 // and in a fresh one (bench/lib/cpu.ts), which say how fast the machine ran meanwhile.
+// `--same-in-flight` asks the other question: the large size has K times the engines but the same
+// requests in flight (P / K an engine) on the same clock, so what grows is only the engines a
+// process routes over and holds sockets to, not what it holds (a rollout process on a real fleet,
+// with processes added as the fleet grows, holds about as many requests whatever the fleet's size).
 // `--node-flags` are given to the measured process's node (V8's heap settings, e.g.
 // "--max-semi-space-size=64"), at both sizes.
 // OOZE_BENCH_CPU_PROF=DIR has the measured process write a V8 CPU profile of each window there.
@@ -54,9 +58,12 @@ const maxTurns = Number(flag("max-turns", "4"));
 const censusDir = flag("census", "");
 /** Flags for the measured process's node, split on spaces. */
 const nodeFlags = flag("node-flags", "").split(" ").filter((f) => f !== "");
+/** The large size holds the small one's requests in flight over K times the engines, on its clock. */
+const sameInFlight = process.argv.includes("--same-in-flight");
 if (![engines, factor, perEngine, slowdown, warmupS, windowS, rounds, turnTokens, maxTurns].every((x) => Number.isFinite(x) && x > 0))
   throw new Error("bench inflight: every option must be a positive number");
 if ((engines * perEngine) % 8 !== 0) throw new Error("bench inflight: engines × per-engine must be a multiple of 8 (prompt groups of 8)");
+if (sameInFlight && perEngine % factor !== 0) throw new Error(`bench inflight: --same-in-flight spreads the ${perEngine} requests an engine over ${factor} times the engines: --per-engine must be a multiple of --factor`);
 
 const OOZE = fileURLToPath(new URL("../bin/ooze.mjs", import.meta.url));
 const DRIVER = fileURLToPath(new URL("./lib/inflight-driver.mjs", import.meta.url));
@@ -121,7 +128,7 @@ interface Figures {
   gauge_outside_ms: number;
 }
 
-async function runSize(n: number, slow: number, census: string | null): Promise<Figures> {
+async function runSize(n: number, held: number, slow: number, census: string | null): Promise<Figures> {
   const table = slowTable(slow);
   const sims: ChildProcess[] = [];
   try {
@@ -137,7 +144,7 @@ async function runSize(n: number, slow: number, census: string | null): Promise<
     if (urls.length !== n) throw new Error(`expected ${n} engine URLs, got ${urls.length}`);
     // no periodic health checks: the bench isolates what requests in flight cost (a rollout's grow with its engines, and `bench scale` counts them)
     const fleet = { ...slowFleet(slow), healthIntervalMs: 0 };
-    const cfg = { urls, fleet, idleCapMs: slowKeepAlive(slow).clientCapMs, groups: (n * perEngine) / 8, warmupS, windowS, task: TASK, taskConfig: { alpha: 1.0, maxTurns, turnTokens }, baseDir: root, ...(census ? { census } : {}) };
+    const cfg = { urls, fleet, idleCapMs: slowKeepAlive(slow).clientCapMs, groups: (n * held) / 8, warmupS, windowS, task: TASK, taskConfig: { alpha: 1.0, maxTurns, turnTokens }, baseDir: root, ...(census ? { census } : {}) };
     const prof = process.env.OOZE_BENCH_CPU_PROF;
     if (prof) Object.assign(cfg, { profile: join(prof, `inflight-${n}-engines-${Date.now()}.cpuprofile`) });
     const simCpu0 = sims.reduce((a, p) => a + processCpuSeconds(p.pid!), 0);
@@ -169,15 +176,17 @@ async function runSize(n: number, slow: number, census: string | null): Promise<
 }
 
 const sizes = [
-  { name: "small", engines, slow: slowdown },
-  { name: "large", engines: engines * factor, slow: slowdown * factor },
+  { name: "small", engines, perEngine, slow: slowdown },
+  sameInFlight
+    ? { name: "large", engines: engines * factor, perEngine: perEngine / factor, slow: slowdown }
+    : { name: "large", engines: engines * factor, perEngine, slow: slowdown * factor },
 ];
-say(`sizes: ${sizes.map((s) => `${s.name} ${s.engines} engines × ${perEngine} in flight, slowed ${s.slow}x`).join("; ")}; ${rounds} round(s) of ${warmupS} s warm-up + ${windowS} s window`);
+say(`sizes: ${sizes.map((s) => `${s.name} ${s.engines} engines × ${s.perEngine} in flight, slowed ${s.slow}x`).join("; ")}; ${rounds} round(s) of ${warmupS} s warm-up + ${windowS} s window`);
 const results: Record<string, Figures[]> = { small: [], large: [] };
 try {
   for (let round = 0; round < rounds; round++) {
     for (const s of sizes) {
-      const f = await runSize(s.engines, s.slow, censusDir !== "" && round === 0 && s.name === "large" ? censusDir : null);
+      const f = await runSize(s.engines, s.perEngine, s.slow, censusDir !== "" && round === 0 && s.name === "large" ? censusDir : null);
       results[s.name]!.push(f);
       say(
         `round ${round + 1} ${s.name}: ${f.requests_per_s.toFixed(0)} requests/s (${f.redispatches_per_request.toFixed(3)} dispatched again each), ${f.mean_in_flight.toFixed(0)} in flight, ` +
@@ -201,8 +210,8 @@ console.log(
   JSON.stringify({
     bench: "inflight",
     engines: { small: engines, large: engines * factor },
-    per_engine: perEngine,
-    slowdown: { small: slowdown, large: slowdown * factor },
+    per_engine: { small: sizes[0]!.perEngine, large: sizes[1]!.perEngine },
+    slowdown: { small: slowdown, large: sizes[1]!.slow },
     rounds,
     node_flags: nodeFlags.join(" "),
     small,

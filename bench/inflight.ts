@@ -58,7 +58,7 @@ const maxTurns = Number(flag("max-turns", "4"));
 const censusDir = flag("census", "");
 /** Flags for the measured process's node, split on spaces. */
 const nodeFlags = flag("node-flags", "").split(" ").filter((f) => f !== "");
-/** The large size holds the small one's requests in flight over K times the engines, on its clock. */
+/** The large size holds the small one's requests in flight over K times the engines, on the small one's clock. */
 const sameInFlight = process.argv.includes("--same-in-flight");
 if (![engines, factor, perEngine, slowdown, warmupS, windowS, rounds, turnTokens, maxTurns].every((x) => Number.isFinite(x) && x > 0))
   throw new Error("bench inflight: every option must be a positive number");
@@ -128,7 +128,15 @@ interface Figures {
   gauge_outside_ms: number;
 }
 
-async function runSize(n: number, held: number, slow: number, census: string | null): Promise<Figures> {
+/** One size: its engines, the requests in flight an engine, and how many times slower than the serving model they run. */
+interface Size {
+  name: string;
+  engines: number;
+  perEngine: number;
+  slow: number;
+}
+
+async function runSize({ engines: n, perEngine: held, slow }: Size, census: string | null): Promise<Figures> {
   const table = slowTable(slow);
   const sims: ChildProcess[] = [];
   try {
@@ -175,7 +183,7 @@ async function runSize(n: number, held: number, slow: number, census: string | n
   }
 }
 
-const sizes = [
+const sizes: Size[] = [
   { name: "small", engines, perEngine, slow: slowdown },
   sameInFlight
     ? { name: "large", engines: engines * factor, perEngine: perEngine / factor, slow: slowdown }
@@ -186,7 +194,7 @@ const results: Record<string, Figures[]> = { small: [], large: [] };
 try {
   for (let round = 0; round < rounds; round++) {
     for (const s of sizes) {
-      const f = await runSize(s.engines, s.perEngine, s.slow, censusDir !== "" && round === 0 && s.name === "large" ? censusDir : null);
+      const f = await runSize(s, censusDir !== "" && round === 0 && s.name === "large" ? censusDir : null);
       results[s.name]!.push(f);
       say(
         `round ${round + 1} ${s.name}: ${f.requests_per_s.toFixed(0)} requests/s (${f.redispatches_per_request.toFixed(3)} dispatched again each), ${f.mean_in_flight.toFixed(0)} in flight, ` +

@@ -6,7 +6,10 @@
 //
 // Membership: every instance beats an entry into the job's actors KV bucket (names.kvActors, entries
 // expire after MEMBER_TTL_MS without a beat, so a SIGKILLed instance drops out on its own; a stopped one
-// marks its entry as left, which the others believe at once). The beats go out from the bus's
+// leaves a tombstone and removes its entry, which the others believe at once). A reader lists the
+// members from the bucket's subjects alone (one stream info, whatever the number of instances): the
+// key is the member's name, and whether it left is the tombstone's key, not a value to fetch — a get
+// per member on every pass of every instance made membership K² requests a pass at K instances. The beats go out from the bus's
 // heartbeat worker (src/transport/heartbeats.ts), so an instance whose event loop stalls keeps its
 // entry for up to the stall limit (a minute): at 1,024 engines (Dec 1) stalls of 10–57 s expired the
 // entries beaten from the event loop, and the shares changed 12 times in an hour. A reader counts a member it has seen
@@ -22,7 +25,7 @@ import type { KV } from "@nats-io/kv";
 import { toTransportError, type Bus } from "../../src/transport/bus.ts";
 import { defaultStallLimitMs } from "../../src/transport/heartbeats.ts";
 import { jobNames } from "../../src/transport/names.ts";
-import { kvJsonValues } from "../../src/transport/stored.ts";
+import { kvKeys } from "../../src/transport/stored.ts";
 
 /** An entry unrenewed for this long expires (the bucket's max age). */
 export const MEMBER_TTL_MS = 10_000;
@@ -31,6 +34,8 @@ export const MEMBER_GRACE_MS = 10_000;
 /** …and for this many reads in a row (a reader that itself stalled past the grace reads again before it believes). */
 export const MEMBER_MISSED_READS = 3;
 const PREFIX = "rollout.";
+/** A member that left: `rollout.left.<name>` beside its (removed) `rollout.<name>` (names are base64url, without dots). */
+const LEFT = "left.";
 
 /** Membership timings (the defaults above; tests shorten them). */
 export interface MembershipOptions {
@@ -93,17 +98,23 @@ export class RolloutMembers {
     return PREFIX + Buffer.from(member, "utf8").toString("base64url");
   }
 
+  private leftKey(member: string): string {
+    return PREFIX + LEFT + Buffer.from(member, "utf8").toString("base64url");
+  }
+
+  /** Removes every message of `key` from the bucket's stream (its subject then lists nothing). */
+  private async purge(key: string): Promise<void> {
+    const jsm = await this.bus.jsm();
+    await jsm.streams.purge(`KV_${this.bucket}`, { filter: `$KV.${this.bucket}.${key}` });
+  }
+
   /** The subject a put of this member's entry is published to (the KV bucket's stream takes $KV.<bucket>.<key>). */
   private get subject(): string {
     return `$KV.${this.bucket}.${this.key(this.self)}`;
   }
 
-  private entry(left: boolean): Uint8Array {
-    return text.encode(JSON.stringify({ member: this.self, ...(left ? { left: true } : {}) }));
-  }
-
-  private async put(left: boolean): Promise<void> {
-    await this.kv.put(this.key(this.self), this.entry(left));
+  private entry(): Uint8Array {
+    return text.encode(JSON.stringify({ member: this.self }));
   }
 
   /**
@@ -112,37 +123,42 @@ export class RolloutMembers {
    */
   keep(everyMs: number, log: (line: string) => void): void {
     this.kept = true;
-    this.bus.heartbeats().keep(this.subject, this.entry(false), everyMs, this.stallLimitMs, (m) => log(`rollout member ${this.self}: ${m}`));
+    this.bus.heartbeats().keep(this.subject, this.entry(), everyMs, this.stallLimitMs, (m) => log(`rollout member ${this.self}: ${m}`));
   }
 
-  /** Writes this member's entry once. */
+  /** Writes this member's entry once (and takes away a tombstone of an earlier incarnation's leave first). */
   async beat(): Promise<void> {
     try {
-      await this.put(false);
+      await this.purge(this.leftKey(this.self));
+      await this.kv.put(this.key(this.self), this.entry());
     } catch (e) {
       throw toTransportError(e, `writing rollout member ${this.self} to KV bucket '${this.bucket}'`);
     }
   }
 
   /**
-   * Every live member: those in the bucket (from its stream info and one get each: no consumer,
-   * src/transport/stored.ts), and those this reader saw that have been missing for less than the
-   * grace period or fewer reads than `missedReads`; a member whose entry says it left is gone at once.
+   * Every live member: those with an entry in the bucket and no tombstone (from the stream's subjects:
+   * one request, src/transport/stored.ts), and those this reader saw that have been missing for less
+   * than the grace period or fewer reads than `missedReads`; a member with a tombstone is gone at once.
    */
   async members(): Promise<string[]> {
-    let values: ({ member?: unknown; left?: unknown } | null)[];
+    let keys: string[];
     try {
-      values = (await kvJsonValues(this.bus, this.kv, this.bucket, PREFIX)) as typeof values;
+      keys = await kvKeys(this.bus, this.bucket, PREFIX);
     } catch (e) {
       throw toTransportError(e, `reading rollout members from KV bucket '${this.bucket}'`);
     }
+    const entries = new Set<string>();
+    const left = new Set<string>();
+    for (const k of keys) {
+      const name = k.slice(PREFIX.length);
+      if (name.startsWith(LEFT)) left.add(memberOf(name.slice(LEFT.length)));
+      else if (!name.includes(".")) entries.add(memberOf(name));
+    }
     const now = performance.now();
     const listed = new Set<string>();
-    for (const v of values) {
-      if (typeof v?.member !== "string") continue;
-      if (v.left === true) this.seen.delete(v.member);
-      else listed.add(v.member);
-    }
+    for (const m of left) this.seen.delete(m);
+    for (const m of entries) if (!left.has(m)) listed.add(m);
     for (const m of listed) this.seen.set(m, { at: now, missed: 0 });
     for (const [m, s] of this.seen) {
       if (listed.has(m)) continue;
@@ -152,15 +168,25 @@ export class RolloutMembers {
     return [...this.seen.keys()].sort();
   }
 
-  /** Marks this member's entry as left (it expires like any other), so the others take over its engines at their next pass. */
+  /**
+   * Leaves a tombstone (it expires like an entry) and removes this member's entry, so the others take
+   * over its engines at their next pass. The tombstone first: a reader between the two sees both, and
+   * a tombstone wins.
+   */
   async leave(): Promise<void> {
-    // the worker's renewals stop first, and one in flight is answered before the entry says left
+    // the worker's renewals stop first, and one in flight is answered before the entry goes
     if (this.kept) await this.bus.heartbeats().unkeep(this.subject);
     this.kept = false;
     try {
-      await this.put(true);
+      await this.kv.put(this.leftKey(this.self), this.entry());
+      await this.purge(this.key(this.self));
     } catch (e) {
       throw toTransportError(e, `marking rollout member ${this.self} as left in KV bucket '${this.bucket}'`);
     }
   }
+}
+
+/** A member's name from its key's last token (base64url of the name). */
+function memberOf(token: string): string {
+  return Buffer.from(token, "base64url").toString("utf8");
 }

@@ -83,6 +83,8 @@ export function jobPermissions(job: string, roles?: readonly string[]): NatsPerm
       ...[...streams, ...allKv.map((b) => `KV_${b}`), ...allObj.map((b) => `OBJ_${b}`)].flatMap(perStream),
       // an object store deletes an object (a weight version past `keep`) by purging its chunks
       ...obj.map((b) => `${api}.STREAM.PURGE.OBJ_${b}`),
+      // a rollout instance that leaves removes its membership entry by purging its subject (actors/rollout/shard.ts)
+      `${api}.STREAM.PURGE.KV_${n.kvActors}`,
       ...kv.map((b) => `$KV.${b}.>`),
       ...obj.map((b) => `$O.${b}.>`),
     ],

@@ -118,13 +118,18 @@ describe("following the engines registry", () => {
 });
 
 describe("rollout membership", () => {
-  it("counts a member whose entry expired until the grace has passed and three reads missed it; one that left is gone at once", async () => {
+  it("counts a member whose entry expired until the grace has passed and three reads missed it; one that left is gone at once, and back at once when it beats again", async () => {
     const job = "shard-grace";
     const opts = { ttlMs: 1_000, graceMs: 1_500, missedReads: 3 };
     const reader = await RolloutMembers.open(bus, job, "r", opts);
     const a = await RolloutMembers.open(bus, job, "a", opts);
     const b = await RolloutMembers.open(bus, job, "b", opts);
     await a.beat();
+    await b.beat();
+    expect(await reader.members()).toEqual(["a", "b"]);
+    await b.leave();
+    expect(await reader.members()).toEqual(["a"]);
+    // b back (a restarted incarnation of the same path) is counted at once, and gone at once when it leaves again
     await b.beat();
     expect(await reader.members()).toEqual(["a", "b"]);
     await b.leave();

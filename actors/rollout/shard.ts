@@ -95,11 +95,11 @@ export class RolloutMembers {
   }
 
   private key(member: string): string {
-    return PREFIX + Buffer.from(member, "utf8").toString("base64url");
+    return PREFIX + tokenOf(member);
   }
 
   private leftKey(member: string): string {
-    return PREFIX + LEFT + Buffer.from(member, "utf8").toString("base64url");
+    return PREFIX + LEFT + tokenOf(member);
   }
 
   /** Removes every message of `key` from the bucket's stream (its subject then lists nothing). */
@@ -186,7 +186,11 @@ export class RolloutMembers {
   }
 }
 
-/** A member's name from its key's last token (base64url of the name). */
+/** A member's name as its keys' last token (base64url: no dots), and back. */
+function tokenOf(member: string): string {
+  return Buffer.from(member, "utf8").toString("base64url");
+}
+
 function memberOf(token: string): string {
   return Buffer.from(token, "base64url").toString("utf8");
 }
